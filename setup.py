@@ -1,0 +1,32 @@
+"""Builds torchferry.device._C, the C++ core of the built-in `neuron` device.
+
+It compiles against the torch that is already installed, so pip must run without
+build isolation: `pip install --no-build-isolation -e .`.
+"""
+
+from pathlib import Path
+
+from setuptools import setup
+
+try:
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+except ImportError as err:  # pragma: no cover - exercised only on a broken install
+    raise SystemExit(
+        "torchferry builds its C++ core against the installed torch, and torch is not importable.\n"
+        "Install it first, then build without isolation:\n"
+        "    pip install torch==2.13.0\n"
+        "    pip install --no-build-isolation -e .\n"
+    ) from err
+
+CSRC = Path("torchferry/device/csrc")
+
+setup(
+    ext_modules=[
+        CppExtension(
+            name="torchferry.device._C",
+            sources=sorted(str(p) for p in CSRC.glob("*.cpp")),
+            extra_compile_args=["-O2"],
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)

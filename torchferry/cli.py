@@ -1,0 +1,69 @@
+"""The `ferry` command: `main(argv) -> exit code`.
+
+Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
+``run(args, env) -> ExitStatus``; this file only parses, dispatches and turns
+errors into one-paragraph messages and documented exit codes (torchferry.status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import traceback
+from collections.abc import Sequence
+
+from torchferry import __version__
+from torchferry.env import Environment
+from torchferry.errors import FerryError, WorkloadError
+from torchferry.status import ExitStatus
+
+# name -> (module, one-line help). Modules are imported only to build their parser;
+# they must stay light at import (torch and friends are imported inside `run`).
+COMMANDS: dict[str, tuple[str, str]] = {}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ferry",
+        description="Prove a PyTorch migration: parity, full time, effective cost, reversible exit.",
+    )
+    parser.add_argument("--version", action="version", version=f"torchferry {__version__}")
+    parser.add_argument("--traceback", action="store_true", help="show torchferry's own traceback on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
+    env = env or Environment()
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 0 for --help/--version, 2 for bad usage
+        return int(exc.code or 0)
+    if args.command is None:
+        parser.print_help(env.stdout)
+        return int(ExitStatus.USAGE)
+    try:
+        return int(args._module.run(args, env))
+    except KeyboardInterrupt:
+        env.err("ferry: interrupted")
+        return int(ExitStatus.INTERRUPTED)
+    except WorkloadError as exc:
+        if exc.user_traceback:
+            env.err(exc.user_traceback.rstrip())
+        env.err(f"ferry: {exc}")
+        return int(exc.exit_status)
+    except FerryError as exc:
+        if args.traceback:
+            env.err(traceback.format_exc().rstrip())
+        env.err(f"ferry: {exc}")
+        return int(exc.exit_status)
+    except Exception:  # a bug in torchferry: say so, with the traceback
+        env.err(traceback.format_exc().rstrip())
+        env.err("ferry: internal error (a bug in torchferry); please report it with the traceback above.")
+        return int(ExitStatus.INTERNAL_ERROR)
