@@ -1,0 +1,60 @@
+"""`ferry scan` exit codes and argument handling, driven in-process through `torchferry.cli.main`."""
+
+import pytest
+
+from torchferry.cli import COMMANDS
+from torchferry.status import ExitStatus
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "error.py").write_text("import torch\nx = t.cuda()\n")
+    (tmp_path / "warning.py").write_text("import torch\ntorch.cuda.synchronize()\n")
+    (tmp_path / "info.py").write_text("import torch\ntorch.backends.cudnn.benchmark = True\n")
+    (tmp_path / "clean.py").write_text("import torch\nx = torch.ones(2)\n")
+    return tmp_path
+
+
+def test_scan_is_a_registered_command():
+    assert COMMANDS["scan"][0] == "torchferry.scan.command"
+
+
+@pytest.mark.parametrize(("name", "fail_on", "status"), [
+    ("error.py", "error", ExitStatus.NEGATIVE_RESULT),
+    ("warning.py", "error", ExitStatus.SUCCESS),
+    ("warning.py", "warning", ExitStatus.NEGATIVE_RESULT),
+    ("info.py", "warning", ExitStatus.SUCCESS),
+    ("info.py", "info", ExitStatus.NEGATIVE_RESULT),
+    ("error.py", "never", ExitStatus.SUCCESS),
+    ("clean.py", "info", ExitStatus.SUCCESS),
+])
+def test_exit_status_follows_fail_on(files, ferry, name, fail_on, status):
+    assert ferry("scan", str(files / name), "--fail-on", fail_on).exit_status == status
+
+
+def test_clean_code_reports_no_findings(files, ferry):
+    result = ferry("scan", str(files / "clean.py"))
+    assert result.stdout.strip() == "0 findings (0 error, 0 warning, 0 info) in 1 file."
+
+
+def test_missing_path_is_a_usage_error_naming_it(files, ferry):
+    result = ferry("scan", str(files / "clean.py"), str(files / "nope.py"))
+    assert result.exit_status == ExitStatus.USAGE
+    assert "nope.py" in result.stderr
+
+
+@pytest.mark.parametrize("argv", [["--format", "xml"], ["--fail-on", "fatal"], []])
+def test_bad_arguments_are_usage_errors(files, ferry, argv):
+    paths = [str(files / "clean.py")] if argv else []
+    assert ferry("scan", *paths, *argv).exit_status == ExitStatus.USAGE
+
+
+def test_diff_and_a_machine_format_cannot_share_stdout(files, ferry):
+    result = ferry("scan", str(files / "error.py"), "--diff", "--format", "json")
+    assert result.exit_status == ExitStatus.USAGE and "--output" in result.stderr
+
+
+def test_unwritable_report_path_is_an_output_error(files, ferry):
+    (files / "blocker").write_text("")
+    result = ferry("scan", str(files / "clean.py"), "--format", "json", "-o", str(files / "blocker" / "r.json"))
+    assert result.exit_status == ExitStatus.OUTPUT_ERROR and "--output" in result.stderr

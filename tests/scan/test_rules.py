@@ -1,0 +1,104 @@
+"""Each rule finds its hazard once (positive case) and stays quiet on the device-neutral spelling (negative)."""
+
+import pytest
+
+from torchferry.scan.model import Severity
+from torchferry.scan.rules import RULES
+
+# rule id -> (hazard, the device-neutral code it should be written as)
+CASES = {
+    "TF001": ("import torch\nx = torch.ones(2).cuda()\n",
+              "import torch\nx = torch.ones(2).to(torch.accelerator.current_accelerator())\n"),
+    "TF002": ('import torch\nx = torch.ones(2, device="cuda:1")\n',
+              'import torch\nx = torch.ones(2, device="cpu")\n'),
+    "TF003": ("import torch\ntorch.cuda.synchronize()\n",
+              "import torch\ntorch.accelerator.synchronize()\n"),
+    "TF004": ("import torch\nwith torch.cuda.amp.autocast():\n    pass\n",
+              'import torch\nwith torch.amp.autocast(device_type="cpu"):\n    pass\n'),
+    "TF005": ("from torch.cuda.amp import GradScaler\nscaler = GradScaler()\n",
+              "from torch.amp import GradScaler\nscaler = GradScaler('cpu')\n"),
+    "TF006": ('import torch.distributed as dist\ndist.init_process_group("nccl")\n',
+              'import torch.distributed as dist\ndist.init_process_group("gloo")\n'),
+    "TF007": ('import torch\nm = torch.compile(model, mode="reduce-overhead")\n',
+              'import torch\nm = torch.compile(model, mode="default")\n'),
+    "TF008": ("import torch\nm = torch.compile(model, dynamic=True)\n",
+              "import torch\nm = torch.compile(model, dynamic=False)\n"),
+    "TF009": ("from flash_attn import flash_attn_func\n",
+              "from torch.nn.functional import scaled_dot_product_attention\n"),
+    "TF010": ("import triton\n@triton.jit\ndef kernel(x_ptr):\n    pass\n",
+              "import functools\n@functools.cache\ndef kernel(x):\n    pass\n"),
+    "TF011": ("from torch.utils.cpp_extension import CUDAExtension\next = CUDAExtension('k', ['k.cu'])\n",
+              "from torch.utils.cpp_extension import CppExtension\next = CppExtension('k', ['k.cpp'])\n"),
+    "TF012": ("import torch\ntorch.backends.cudnn.deterministic = True\n",
+              "import torch\ntorch.use_deterministic_algorithms(True)\n"),
+    "TF013": ("import torch\nprint(torch.cuda.max_memory_allocated())\n",
+              "import torch\nprint(torch.accelerator.max_memory_allocated())\n"),
+    "TF014": ("import torch\nif x.is_cuda:\n    pass\n",
+              'import torch\nif x.device.type != "cpu":\n    pass\n'),
+    "TF015": ('from torch.utils.data import DataLoader\nDataLoader(ds, pin_memory=True, pin_memory_device="xpu")\n',
+              "from torch.utils.data import DataLoader\nDataLoader(ds, pin_memory=True)\n"),
+    "TF016": ("import torch\ns = torch.cuda.Stream()\n",
+              "import torch\ns = torch.Stream()\n"),
+    "TF017": ("import torch\nstate = torch.load('ckpt.pt')\n",
+              "import torch\nstate = torch.load('ckpt.pt', map_location='cpu')\n"),
+    "TF018": ("import torch\ntorch.cuda.manual_seed_all(0)\n",
+              "import torch\ntorch.manual_seed(0)\n"),
+}
+
+
+def test_every_rule_has_a_positive_and_a_negative_case():
+    assert sorted(CASES) == [rule.id for rule in RULES]
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_finds_its_hazard_once(rule_id, rule_ids):
+    assert rule_ids(CASES[rule_id][0]).count(rule_id) == 1
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_ignores_the_device_neutral_spelling(rule_id, rule_ids):
+    assert rule_id not in rule_ids(CASES[rule_id][1])
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)
+def test_rule_metadata_is_complete(rule):
+    assert rule.id.startswith("TF") and len(rule.id) == 5
+    assert isinstance(rule.severity, Severity)
+    for text in (rule.summary, rule.fix):
+        assert text and "\n" not in text
+
+
+def test_rule_ids_are_unique():
+    assert len({rule.id for rule in RULES}) == len(RULES)
+
+
+@pytest.mark.parametrize("code", [
+    "import torch as th\nth.cuda.synchronize()\n",
+    "from torch import cuda\ncuda.synchronize()\n",
+    "from torch.cuda import synchronize\nsynchronize()\n",
+])
+def test_names_are_resolved_through_import_aliases(code, rule_ids):
+    assert rule_ids(code) == ["TF003"]
+
+
+def test_an_unimported_torch_chain_is_still_recognised(rule_ids):
+    # a later notebook cell uses torch imported in an earlier one
+    assert rule_ids("torch.cuda.empty_cache()\n") == ["TF013"]
+
+
+def test_a_chain_is_reported_once_not_per_prefix(rule_ids):
+    assert rule_ids("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n") == ["TF012"]
+
+
+def test_other_cuda_api_does_not_repeat_specific_rules(rule_ids):
+    code = "import torch\ntorch.cuda.is_available()\ntorch.cuda.Event()\ntorch.cuda.empty_cache()\n"
+    assert rule_ids(code) == ["TF003", "TF016", "TF013"]
+
+
+def test_cuda_method_on_torch_module_attribute_is_not_a_method_call(rule_ids):
+    assert "TF001" not in rule_ids("import torch\nm = torch.cuda\n")
+
+
+def test_compile_default_mode_and_none_are_accepted(rule_ids):
+    code = "import torch\ntorch.compile(m, mode=None)\ntorch.compile(m)\ntorch.compile(m, dynamic=None)\n"
+    assert rule_ids(code) == []

@@ -1,0 +1,120 @@
+"""Walk one parsed source with every rule, then apply the safe fixes in a single rewrite.
+
+Rules see nodes through `Context`, which answers the three questions they all ask:
+what a name means (`qualname`, following imports and aliases), what encloses a node
+(`parent`), and whether an attribute chain is complete (`is_outermost`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.codemod import CodemodContext
+from libcst.codemod.visitors import AddImportsVisitor
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
+
+from torchferry.scan.model import Hit, Rule
+
+
+class Context:
+    """Metadata about one module that rules query while checking nodes."""
+
+    def __init__(self, wrapper: MetadataWrapper) -> None:
+        self._qualnames = wrapper.resolve(QualifiedNameProvider)
+        self._parents = wrapper.resolve(ParentNodeProvider)
+        self.positions = wrapper.resolve(PositionProvider)
+
+    def qualname(self, node: cst.CSTNode) -> str | None:
+        """The dotted name `node` refers to (`th.cuda.x` -> `torch.cuda.x` after `import torch as th`).
+
+        Without an import in this source (a later notebook cell) it is the name as written.
+        """
+        names = self._qualnames.get(node, ())
+        names = sorted(q.name for q in (names() if callable(names) else names))  # libcst computes them lazily
+        if names:
+            return names[0]
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            return get_full_name_for_node(node)
+        return None
+
+    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
+        return self._parents.get(node)
+
+    def is_outermost(self, node: cst.CSTNode) -> bool:
+        """True unless `node` is the `x` of a longer chain `x.attr` (so a chain is reported once)."""
+        parent = self.parent(node)
+        return not (isinstance(parent, cst.Attribute) and parent.value is node)
+
+    def called(self, node: cst.CSTNode) -> cst.Call | None:
+        """The call `node(...)`, when `node` is what a call calls."""
+        parent = self.parent(node)
+        return parent if isinstance(parent, cst.Call) and parent.func is node else None
+
+
+@dataclass(frozen=True)
+class RuleHit:
+    """A hit with its rule and 1-based position."""
+
+    rule: Rule
+    hit: Hit
+    line: int
+    column: int
+
+
+class _Collector(cst.CSTVisitor):
+    def __init__(self, context: Context, rules: Sequence[Rule]) -> None:
+        self.context = context
+        self.rules = rules
+        self.hits: list[RuleHit] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        for rule in self.rules:
+            if isinstance(node, rule.node_types):
+                for hit in rule.check(node, self.context):
+                    start = self.context.positions[hit.node].start
+                    self.hits.append(RuleHit(rule, hit, start.line, start.column + 1))
+        # Names inside import statements are declarations, not uses: only import rules see them.
+        return not isinstance(node, (cst.Import, cst.ImportFrom))
+
+
+class _Fixer(cst.CSTTransformer):
+    """Replaces each fix target, bottom-up, so a fix sees its children already fixed."""
+
+    def __init__(self, fixes: dict[int, Hit]) -> None:
+        super().__init__()
+        self.fixes = fixes
+
+    def on_leave(self, original_node, updated_node):  # noqa: ANN001, ANN201 - libcst's generic hook
+        hit = self.fixes.get(id(original_node))
+        return hit.fix(updated_node) if hit is not None else updated_node
+
+
+def analyse(code: str, rules: Sequence[Rule], fix: bool, add_import: bool = True) -> tuple[list[RuleHit], str | None]:
+    """Hits in `code`, sorted by position, and the fixed code (None unless `fix` and something changed).
+
+    Fixes write `torch.` names, so `import torch` is added where missing, unless `add_import`
+    is False (a notebook cell after one that imports torch).
+
+    Raises `libcst.ParserSyntaxError` when `code` is not valid Python.
+    """
+    wrapper = MetadataWrapper(cst.parse_module(code))
+    collector = _Collector(Context(wrapper), rules)
+    wrapper.module.visit(collector)
+    hits = sorted(collector.hits, key=lambda h: (h.line, h.column, h.rule.id))
+    fixes: dict[int, Hit] = {}
+    for rule_hit in hits:
+        if rule_hit.hit.fix is not None:
+            target = rule_hit.hit.target if rule_hit.hit.target is not None else rule_hit.hit.node
+            fixes.setdefault(id(target), rule_hit.hit)
+    if not (fix and fixes):
+        return hits, None
+    fixed = wrapper.module.visit(_Fixer(fixes))
+    if not add_import:
+        return hits, fixed.code
+    context = CodemodContext()
+    AddImportsVisitor.add_needed_import(context, "torch")  # every fix expression starts with `torch.`
+    fixed = AddImportsVisitor(context).transform_module(fixed)
+    return hits, fixed.code

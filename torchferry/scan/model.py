@@ -1,0 +1,128 @@
+"""The one scan model every renderer reads: rules, findings, and per-source results."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Severity(str, Enum):
+    """How much a finding blocks a migration; ordered by `rank`."""
+
+    INFO = "info"  # harmless on the target, but worth knowing (a setting that is ignored)
+    WARNING = "warning"  # runs, but not as intended, or breaks off CUDA in some paths
+    ERROR = "error"  # fails on a non-CUDA accelerator
+
+    @property
+    def rank(self) -> int:
+        return ("info", "warning", "error").index(self.value)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What a rule's `check` yields: where, an optional specific message, and an optional safe fix.
+
+    `fix` maps the already-rewritten version of `target` (default: `node`) to its replacement,
+    so that fixes nested inside each other compose.
+    """
+
+    node: Any
+    message: str | None = None
+    fix: Callable[[Any], Any] | None = None
+    target: Any = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One migration hazard: metadata for the reports plus the check that finds it."""
+
+    id: str
+    name: str
+    severity: Severity
+    summary: str  # one line: what is wrong
+    fix: str  # one line: what to write instead
+    node_types: tuple[type, ...]
+    check: Callable[[Any, Any], Iterator[Hit]]
+    safe_fix: str = ""  # one line: what --fix rewrites, and when; "" = never rewritten
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "severity": self.severity.value,
+            "summary": self.summary,
+            "fix": self.fix,
+            "safe_fix": self.safe_fix or None,
+        }
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One hazard at one place. `line` and `column` are 1-based; in a notebook they count within `cell`."""
+
+    path: str
+    line: int
+    column: int
+    rule_id: str
+    severity: Severity
+    message: str
+    fix: str
+    fixable: bool
+    cell: int | None = None  # index of the notebook cell (all cells counted), None for .py files
+    fixed: bool = False  # --fix rewrote it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "cell": self.cell,
+            "line": self.line,
+            "column": self.column,
+            "rule_id": self.rule_id,
+            "severity": self.severity.value,
+            "message": self.message,
+            "fix": self.fix,
+            "fixable": self.fixable,
+            "fixed": self.fixed,
+        }
+
+
+@dataclass
+class FileResult:
+    """The outcome for one file: its findings, or why it could not be scanned, and its diff."""
+
+    path: str
+    findings: list[Finding] = field(default_factory=list)
+    error: str | None = None  # set when the file (or a notebook cell) could not be parsed
+    diff: str = ""  # unified diff of the safe fixes; "" when there are none
+    written: bool = False  # --fix wrote the rewritten file
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "error": self.error, "fixed": self.written}
+
+
+@dataclass
+class ScanResult:
+    """Everything one `ferry scan` found, in path order."""
+
+    files: list[FileResult]
+    fixes_applied: bool = False
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for result in self.files for f in result.findings]
+
+    @property
+    def unparseable(self) -> list[FileResult]:
+        return [r for r in self.files if r.error]
+
+    def open_findings(self) -> list[Finding]:
+        """Findings still in the code (those --fix rewrote are gone)."""
+        return [f for f in self.findings if not f.fixed]
+
+    def counts(self) -> dict[str, int]:
+        counts = {s.value: 0 for s in Severity}
+        for finding in self.open_findings():
+            counts[finding.severity.value] += 1
+        return counts

@@ -1,0 +1,49 @@
+"""The rule table: one module per rule, listed here in id order.
+
+A rule module defines `check(node, ctx)` (yielding `Hit`s) and `RULE`; adding a rule is
+one new module and one line below.
+"""
+
+from torchferry.scan.model import Rule
+from torchferry.scan.rules import (
+    amp_autocast,
+    compile_dynamic,
+    compile_mode,
+    cuda_extension,
+    cuda_literal,
+    cuda_method,
+    cuda_only_imports,
+    cudnn_backends,
+    device_api,
+    events_streams,
+    grad_scaler,
+    is_cuda,
+    memory_api,
+    nccl,
+    other_cuda_api,
+    pin_memory_device,
+    torch_load,
+    triton_kernels,
+)
+
+RULES: tuple[Rule, ...] = (
+    cuda_method.RULE,
+    cuda_literal.RULE,
+    device_api.RULE,
+    amp_autocast.RULE,
+    grad_scaler.RULE,
+    nccl.RULE,
+    compile_mode.RULE,
+    compile_dynamic.RULE,
+    cuda_only_imports.RULE,
+    triton_kernels.RULE,
+    cuda_extension.RULE,
+    cudnn_backends.RULE,
+    memory_api.RULE,
+    is_cuda.RULE,
+    pin_memory_device.RULE,
+    events_streams.RULE,
+    torch_load.RULE,
+    other_cuda_api.RULE,
+)
+RULES_BY_ID = {rule.id: rule for rule in RULES}

@@ -1,0 +1,35 @@
+"""TF007: `torch.compile(mode=...)` modes are CUDA-graph/Inductor tunings the target ignores."""
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.scan.rewrite import keyword
+
+
+def check(node: cst.Call, ctx) -> Iterator[Hit]:
+    if ctx.qualname(node.func) != "torch.compile":
+        return
+    mode = keyword(node, "mode")
+    if mode is None:
+        return
+    value = mode.value
+    if isinstance(value, cst.Name) and value.value == "None":
+        return
+    if isinstance(value, cst.SimpleString) and value.evaluated_value == "default":
+        return
+    shown = value.evaluated_value if isinstance(value, cst.SimpleString) else "<expression>"
+    yield Hit(mode, message=f"torch.compile mode {shown!r} is ignored by the TorchNeuron backend; "
+                            "its speed-up (CUDA graphs, autotuning) will not carry over.")
+
+
+RULE = Rule(
+    id="TF007",
+    name="compile-mode",
+    severity=Severity.WARNING,
+    summary="A torch.compile `mode=` other than the default is ignored on the target; don't count on its speed-up.",
+    fix="drop `mode=` (or leave it, knowing the target ignores it) and measure with `ferry check`",
+    node_types=(cst.Call,),
+    check=check,
+)

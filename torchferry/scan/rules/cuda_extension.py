@@ -1,0 +1,23 @@
+"""TF011: `torch.utils.cpp_extension.CUDAExtension` builds .cu sources with nvcc."""
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from torchferry.scan.model import Hit, Rule, Severity
+
+
+def check(node: cst.BaseExpression, ctx) -> Iterator[Hit]:
+    if ctx.is_outermost(node) and ctx.qualname(node) == "torch.utils.cpp_extension.CUDAExtension":
+        yield Hit(node)
+
+
+RULE = Rule(
+    id="TF011",
+    name="cuda-extension",
+    severity=Severity.ERROR,
+    summary="A `CUDAExtension` needs nvcc and a CUDA GPU; it neither builds nor loads on another accelerator.",
+    fix="build a `CppExtension` with a CPU path, or guard the extension and fall back to PyTorch ops",
+    node_types=(cst.Name, cst.Attribute),
+    check=check,
+)

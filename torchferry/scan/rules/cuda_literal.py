@@ -1,0 +1,35 @@
+"""TF002: a `"cuda"` / `"cuda:N"` string names the device."""
+
+import re
+from collections.abc import Iterator
+
+import libcst as cst
+
+from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.scan.rewrite import DEVICE_TYPE, expr
+from torchferry.scan.slots import is_device_slot
+
+_CUDA = re.compile(r"cuda(:\d+)?")
+
+
+def check(node: cst.SimpleString, ctx) -> Iterator[Hit]:
+    value = node.evaluated_value
+    if not (isinstance(value, str) and _CUDA.fullmatch(value)):
+        return
+    # Only a bare "cuda" in a device slot is rewritten: the replacement is the same str on CUDA.
+    safe = value == "cuda" and is_device_slot(node, ctx)
+    yield Hit(node, message=f'"{value}" names a CUDA device; it fails on any other accelerator.',
+              fix=(lambda _: expr(DEVICE_TYPE)) if safe else None)
+
+
+RULE = Rule(
+    id="TF002",
+    name="cuda-device-literal",
+    severity=Severity.ERROR,
+    summary='A "cuda" device string ties the code to CUDA.',
+    fix='`torch.accelerator.current_accelerator()` (a device) or its `.type` (a str) instead of "cuda"',
+    safe_fix='"cuda" passed straight to torch as a device (`device=`, `device_type=`, `map_location=`, '
+    '`torch.device(...)`, `.to(...)`) -> the current accelerator type; "cuda:N" and stored strings are left alone',
+    node_types=(cst.SimpleString,),
+    check=check,
+)

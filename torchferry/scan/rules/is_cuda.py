@@ -1,0 +1,23 @@
+"""TF014: `.is_cuda` asks "is this on CUDA?" when the code means "is this on the accelerator?"."""
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from torchferry.scan.model import Hit, Rule, Severity
+
+
+def check(node: cst.Attribute, ctx) -> Iterator[Hit]:
+    if node.attr.value == "is_cuda":
+        yield Hit(node.attr)
+
+
+RULE = Rule(
+    id="TF014",
+    name="is-cuda",
+    severity=Severity.WARNING,
+    summary="`.is_cuda` is False on every other accelerator, so the code takes its CPU path there.",
+    fix="`x.device.type == torch.accelerator.current_accelerator().type` (or `x.device.type != \"cpu\"`)",
+    node_types=(cst.Attribute,),
+    check=check,
+)

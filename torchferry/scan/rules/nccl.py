@@ -1,0 +1,32 @@
+"""TF006: the "nccl" process-group backend exists only for CUDA."""
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.scan.rewrite import BACKEND, expr
+from torchferry.scan.slots import is_backend_slot
+
+
+def check(node: cst.SimpleString, ctx) -> Iterator[Hit]:
+    value = node.evaluated_value
+    if not (isinstance(value, str) and value.lower() == "nccl"):
+        return
+    # "nccl" only initialises on CUDA, where the default backend for "cuda" is "nccl":
+    # wherever the original worked, the rewrite passes the same string.
+    safe = is_backend_slot(node, ctx)
+    yield Hit(node, fix=(lambda _: expr(BACKEND)) if safe else None)
+
+
+RULE = Rule(
+    id="TF006",
+    name="nccl-backend",
+    severity=Severity.ERROR,
+    summary='The "nccl" process-group backend runs on CUDA only; other accelerators register their own.',
+    fix="`torch.distributed.get_default_backend_for_device(torch.accelerator.current_accelerator())`, "
+    "or omit `backend` to get the default for every registered device",
+    safe_fix='"nccl" as the backend of `init_process_group` / `new_group` -> the default backend of the current accelerator',
+    node_types=(cst.SimpleString,),
+    check=check,
+)

@@ -1,0 +1,43 @@
+"""TF017: `torch.load` without `map_location` restores tensors onto the device they were saved from."""
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.scan.rewrite import keyword, positional, with_trailing_comma
+
+
+def _add_map_location(call: cst.Call) -> cst.Call:
+    new = cst.Arg(value=cst.SimpleString('"cpu"'), keyword=cst.Name("map_location"),
+                  equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")))
+    return call.with_changes(args=with_trailing_comma([*call.args, new]))
+
+
+def _feeds_load_state_dict(call: cst.Call, ctx) -> bool:
+    """`m.load_state_dict(torch.load(f))` copies into m's own tensors, so where they load does not matter."""
+    arg = ctx.parent(call)
+    outer = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
+    return (isinstance(outer, cst.Call) and isinstance(outer.func, cst.Attribute)
+            and outer.func.attr.value == "load_state_dict")
+
+
+def check(node: cst.Call, ctx) -> Iterator[Hit]:
+    if ctx.qualname(node.func) != "torch.load" or keyword(node, "map_location") is not None:
+        return
+    if len(positional(node)) > 1 or any(a.star for a in node.args):
+        return  # map_location given positionally, or hidden in *args/**kwargs
+    yield Hit(node.func, fix=_add_map_location if _feeds_load_state_dict(node, ctx) else None, target=node)
+
+
+RULE = Rule(
+    id="TF017",
+    name="load-without-map-location",
+    severity=Severity.WARNING,
+    summary="`torch.load` without `map_location` puts CUDA-saved tensors back on CUDA, which fails elsewhere.",
+    fix='`torch.load(f, map_location="cpu")`, then move to `torch.accelerator.current_accelerator()`',
+    safe_fix='adds `map_location="cpu"` only inside `.load_state_dict(torch.load(f))`, which copies into the '
+    "model's own tensors wherever they live",
+    node_types=(cst.Call,),
+    check=check,
+)

@@ -1,0 +1,166 @@
+"""Files in, files out: find the sources under the given paths, scan each, write fixes back.
+
+A `.py` file is one source; a notebook is one source per code cell (magics masked so
+libcst can parse the rest). A file or cell that does not parse is reported and never
+rewritten; fixed files are written atomically (temp file + `os.replace`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shutil
+import tempfile
+import tokenize
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import libcst as cst
+
+from torchferry.errors import UsageError
+from torchferry.scan.engine import RuleHit, analyse
+from torchferry.scan.model import FileResult, Finding, Rule
+
+SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
+_MAGIC = "#%ferry-magic%"  # marks a masked IPython magic/shell line inside a cell
+_IMPORTS_TORCH = re.compile(r"^\s*import\s+torch\b", re.MULTILINE)
+
+
+def discover(paths: Sequence[str]) -> list[Path]:
+    """The Python files and notebooks under `paths`, in order; a named file is scanned whatever its suffix."""
+    missing = [p for p in paths if not Path(p).exists()]
+    if missing:
+        raise UsageError(f"ferry scan: no such file or directory: {', '.join(missing)}; "
+                         "pass existing .py/.ipynb files or directories.")
+    found: list[Path] = []
+    for given in map(Path, paths):
+        if given.is_file():
+            found.append(given)
+            continue
+        for root, dirs, files in os.walk(given):
+            dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
+            found.extend(Path(root) / f for f in sorted(files) if f.endswith((".py", ".ipynb")))
+    return list(dict.fromkeys(found))
+
+
+def _findings(hits: Iterable[RuleHit], path: str, cell: int | None, written: bool) -> Iterator[Finding]:
+    for h in hits:
+        fixable = h.hit.fix is not None
+        yield Finding(path=path, line=h.line, column=h.column, rule_id=h.rule.id, severity=h.rule.severity,
+                      message=h.hit.message or h.rule.summary, fix=h.rule.fix, fixable=fixable,
+                      cell=cell, fixed=fixable and written)
+
+
+def _diff(before: str, after: str, name: str) -> str:
+    old, new = (name, name) if name.startswith("/") else (f"a/{name}", f"b/{name}")  # git-style when relative
+    lines = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                 fromfile=old, tofile=new)
+    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` all at once, keeping its permissions; never leaves a half-written file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        if path.exists():
+            shutil.copymode(path, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _parse_error(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def scan_python(path: Path, rules: Sequence[Rule], fix: bool, write: bool) -> FileResult:
+    """Scan one Python file; with `fix`, diff the safe rewrites; with `write`, also save them."""
+    name = str(path)
+    result = FileResult(name)
+    raw = path.read_bytes()
+    try:
+        encoding, _ = tokenize.detect_encoding(iter(raw.splitlines(keepends=True)).__next__)
+        text = raw.decode(encoding)
+        hits, fixed = analyse(text, rules, fix)
+    except (cst.ParserSyntaxError, SyntaxError, UnicodeDecodeError) as exc:
+        result.error = f"cannot parse: {_parse_error(exc)}"
+        return result
+    if fixed is not None and fixed != text:
+        result.diff = _diff(text, fixed, name)
+        if write:
+            atomic_write(path, fixed.encode(encoding))
+            result.written = True
+    result.findings = list(_findings(hits, name, None, result.written))
+    return result
+
+
+def _mask_magics(code: str) -> str:
+    lines = code.splitlines(keepends=True)
+    out = []
+    for line in lines:
+        stripped = line.lstrip()
+        indent = line[: len(line) - len(stripped)]
+        out.append(indent + _MAGIC + stripped if stripped.startswith(("%", "!")) else line)
+    return "".join(out)
+
+
+def _unmask_magics(code: str) -> str:
+    return "".join(line.replace(_MAGIC, "", 1) if line.lstrip().startswith(_MAGIC) else line
+                   for line in code.splitlines(keepends=True))
+
+
+def scan_notebook(path: Path, rules: Sequence[Rule], fix: bool, write: bool) -> FileResult:
+    """Scan each code cell of a notebook; `line` counts within the cell, `cell` indexes `cells`.
+
+    A cell that does not parse (or a cell magic such as `%%bash`) is reported and left as is;
+    fixes rewrite only the `source` of the cells they change.
+    """
+    name = str(path)
+    result = FileResult(name)
+    try:
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        cells = notebook["cells"]
+    except (ValueError, KeyError, TypeError) as exc:
+        result.error = f"cannot parse notebook JSON: {_parse_error(exc)}"
+        return result
+    errors, diffs, changed, torch_imported = [], [], False, False
+    pending: list[tuple[int, list[RuleHit], bool]] = []
+    for index, cell in enumerate(cells):
+        if cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        code = "".join(source) if isinstance(source, list) else source
+        if code.lstrip().startswith("%%"):
+            continue  # a cell magic: the cell is not Python
+        try:
+            hits, fixed = analyse(_mask_magics(code), rules, fix, add_import=not torch_imported)
+        except cst.ParserSyntaxError as exc:
+            errors.append(f"cell {index}: cannot parse: {_parse_error(exc)}")
+            continue
+        torch_imported = torch_imported or bool(_IMPORTS_TORCH.search(code))
+        fixed = _unmask_magics(fixed) if fixed is not None else None
+        cell_changed = fixed is not None and fixed != code
+        if cell_changed:
+            diffs.append(_diff(code, fixed, f"{name}:cell[{index}]"))
+            cell["source"] = fixed.splitlines(keepends=True) if isinstance(source, list) else fixed
+            changed = True
+        pending.append((index, hits, cell_changed))
+    if changed and write:
+        atomic_write(path, (json.dumps(notebook, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
+        result.written = True
+    for index, hits, cell_changed in pending:
+        result.findings.extend(_findings(hits, name, index, result.written and cell_changed))
+    result.error = "; ".join(errors) or None
+    result.diff = "".join(diffs)
+    return result
+
+
+def scan_file(path: Path, rules: Sequence[Rule], fix: bool, write: bool) -> FileResult:
+    """Scan `path` as a notebook (`.ipynb`) or as Python (anything else)."""
+    scan = scan_notebook if path.suffix == ".ipynb" else scan_python
+    return scan(path, rules, fix, write)
