@@ -1,0 +1,93 @@
+"""The built-in `neuron` device: a PrivateUse1 backend whose memory is host memory
+and whose kernels are the CPU's, with TorchNeuron's user-visible contract.
+
+Nothing happens at import. `enable()` (or `TORCHFERRY_DEVICE=neuron`, through
+PyTorch's `torch.backends` autoload entry point) loads the C++ core, names
+PrivateUse1 `neuron` and creates `torch.neuron`. It stands aside when the real
+torch-neuronx is installed, and refuses to register over another backend.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+import warnings
+from pathlib import Path
+
+from torchferry.errors import DeviceConflictError
+
+DEVICE_NAME = "neuron"
+
+_lock = threading.Lock()
+_enabled = False
+
+
+def is_enabled() -> bool:
+    """Whether this process has registered the built-in device."""
+    return _enabled
+
+
+def real_neuron_installed() -> bool:
+    """Whether AWS's torch-neuronx (the real TorchNeuron) is importable here."""
+    return importlib.util.find_spec("torch_neuronx") is not None
+
+
+def enable(profile: str | Path | None = None) -> None:
+    """Register the built-in `neuron` device in this process (idempotent).
+
+    `profile` names a shipped device profile (`trn2`) or a TOML file; it sets the
+    device memory and the ops that run on the host. Raises DeviceConflictError when
+    PrivateUse1 is already held by another backend.
+    """
+    global _enabled
+    with _lock:
+        if _enabled:
+            return
+        import torch
+
+        holder = torch._C._get_privateuse1_backend_name()
+        if holder != "privateuseone":
+            module = getattr(torch, holder, None)
+            owner = getattr(module, "__name__", "an unknown module") if module else "an unknown module"
+            raise DeviceConflictError(
+                f"cannot register torchferry's built-in '{DEVICE_NAME}' device: PrivateUse1 is "
+                f"already held by the '{holder}' backend (torch.{holder} is {owner}). A process has "
+                f"one PrivateUse1 backend. Use the real device instead (e.g. --target {holder} or "
+                f"model.to('{holder}')), or run the rehearsal in a process that does not import it."
+            )
+        if real_neuron_installed():
+            raise DeviceConflictError(
+                "torch-neuronx (the real TorchNeuron) is installed in this environment, so "
+                "torchferry's built-in 'neuron' device stands aside: use the real device "
+                "(`import torch_neuronx`; model.to('neuron')). To rehearse on the host anyway, "
+                "use an environment without torch-neuronx."
+            )
+        from torchferry.device import _runtime
+
+        _runtime.start(profile)
+        _enabled = True
+
+
+def _autoload() -> None:
+    """`torch.backends` entry point: enable the device when TORCHFERRY_DEVICE=neuron.
+
+    PyTorch calls this at the end of `import torch`. Without the variable it does
+    nothing, so installing torchferry changes no one's `import torch`.
+    """
+    requested = os.environ.get("TORCHFERRY_DEVICE", "").strip().lower()
+    if not requested:
+        return
+    if requested != DEVICE_NAME:
+        warnings.warn(
+            f"TORCHFERRY_DEVICE={requested!r} is not a device torchferry provides; the only value "
+            f"is '{DEVICE_NAME}'. Nothing was registered.",
+            stacklevel=2,
+        )
+        return
+    if real_neuron_installed():
+        return  # the real torch-neuronx autoloads itself; stand aside
+    enable()
+
+
+__all__ = ["DEVICE_NAME", "enable", "is_enabled", "real_neuron_installed"]

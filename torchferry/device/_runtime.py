@@ -1,0 +1,70 @@
+"""Start-up of the built-in device: load the C++ core and register it with PyTorch.
+
+Kept apart from `torchferry.device` so that importing the package loads no C++.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import ModuleType
+
+from torchferry.device import _settings
+from torchferry.device.profile import DEFAULT_PROFILE, DeviceProfile, load_profile
+
+_C: ModuleType | None = None
+_profile: DeviceProfile | None = None
+
+_FALLBACK_CODES = {"warn": 0, "silent": 1, "error": 2}
+
+
+def core() -> ModuleType:
+    """The loaded C++ core; the device module calls this, so it works only once enabled."""
+    if _C is None:
+        raise RuntimeError(
+            "torchferry's neuron device is not enabled in this process. Call "
+            "torchferry.device.enable() first, or set TORCHFERRY_DEVICE=neuron before `import torch`."
+        )
+    return _C
+
+
+def profile() -> DeviceProfile:
+    core()
+    assert _profile is not None
+    return _profile
+
+
+def start(profile_name: str | Path | None) -> None:
+    global _C, _profile
+    environ = os.environ
+    chosen = load_profile(profile_name or environ.get("TORCHFERRY_PROFILE") or DEFAULT_PROFILE)
+    count = _settings.visible_device_count(environ)
+    capacity = _settings.device_memory(environ, chosen.memory_bytes)
+    mode = _settings.fallback_mode(environ)
+
+    import torch
+    import torch.utils.backend_registration as registration
+
+    from torchferry.device import _C as native
+
+    native._init(count, capacity)
+    native._set_host_fallback(chosen.fallback_reasons(), _FALLBACK_CODES[mode], chosen.name)
+    _C, _profile = native, chosen
+
+    from torchferry.device import neuron
+
+    registration.rename_privateuse1_backend("neuron")
+    torch._register_device_module("neuron", neuron)
+    registration.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+
+
+def set_fallback_mode(mode: str) -> None:
+    """Change TORCHFERRY_FALLBACK's effect at run time (tests, the decision test)."""
+    if mode not in _FALLBACK_CODES:
+        raise _settings.DeviceSettingError(
+            f"fallback mode {mode!r} is not one of {', '.join(_settings.FALLBACK_MODES)}."
+        )
+    current = profile()
+    core()._set_host_fallback(current.fallback_reasons(), _FALLBACK_CODES[mode], current.name)

@@ -1,0 +1,95 @@
+"""Runtime knobs of the built-in device, read from the environment in one place.
+
+| variable | meaning | default |
+|---|---|---|
+| `TORCHFERRY_DEVICE` | `neuron` enables the device at `import torch` (autoload) | unset |
+| `NEURON_RT_VISIBLE_CORES` | cores this process sees: `0-3`, `0,2,5`, `1` | unset |
+| `NEURON_RT_NUM_CORES` | number of cores when VISIBLE_CORES is unset | 1 |
+| `TORCHFERRY_DEVICE_MEMORY` | capacity per device: `24GiB`, `512MiB`, `16GB`, bytes | profile's (24 GiB for trn2) |
+| `TORCHFERRY_FALLBACK` | host-fallback ops: `warn`, `silent`, `error` | `warn` |
+| `TORCHFERRY_PROFILE` | device profile: a shipped name (`trn2`) or a TOML path | `trn2` |
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from torchferry.errors import UsageError
+
+FALLBACK_MODES = ("warn", "silent", "error")
+
+_UNITS = {
+    "": 1, "b": 1,
+    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}
+
+
+class DeviceSettingError(UsageError):
+    """An environment variable of the built-in device has a value it cannot use."""
+
+
+def visible_device_count(environ: Mapping[str, str]) -> int:
+    """Number of logical NeuronCores this process sees, as the Neuron runtime counts them."""
+    visible = environ.get("NEURON_RT_VISIBLE_CORES", "").strip()
+    if visible:
+        return len(_parse_core_list(visible))
+    num = environ.get("NEURON_RT_NUM_CORES", "").strip()
+    if not num:
+        return 1
+    if not num.isdigit():
+        raise DeviceSettingError(
+            f"NEURON_RT_NUM_CORES={num!r} is not a whole number. Set it to the number of cores "
+            "this process should see (e.g. NEURON_RT_NUM_CORES=2), or unset it for one core."
+        )
+    # 0 means "all cores" to the Neuron runtime; a host rehearsal has no fixed number, so one.
+    return max(1, int(num))
+
+
+def _parse_core_list(text: str) -> list[int]:
+    cores: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match or (match.group(2) is not None and int(match.group(2)) < int(match.group(1))):
+            raise DeviceSettingError(
+                f"NEURON_RT_VISIBLE_CORES={text!r} is not a core list: {part!r} is neither a core "
+                "number nor an ascending range. Valid forms: '0-3', '0,2,5', '4'."
+            )
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        cores.extend(range(first, last + 1))
+    if len(set(cores)) != len(cores):
+        raise DeviceSettingError(
+            f"NEURON_RT_VISIBLE_CORES={text!r} names a core twice. List each core once, e.g. '0-3'."
+        )
+    return cores
+
+
+def parse_bytes(text: str, variable: str) -> int:
+    """'24GiB' -> 25769803776; plain numbers are bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _UNITS or float(match.group(1)) <= 0:
+        raise DeviceSettingError(
+            f"{variable}={text!r} is not a positive memory size. Use bytes or a number with a unit "
+            f"(KiB, MiB, GiB, TiB, KB, MB, GB, TB), e.g. {variable}=24GiB."
+        )
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def device_memory(environ: Mapping[str, str], default: int) -> int:
+    text = environ.get("TORCHFERRY_DEVICE_MEMORY", "").strip()
+    return parse_bytes(text, "TORCHFERRY_DEVICE_MEMORY") if text else default
+
+
+def fallback_mode(environ: Mapping[str, str]) -> str:
+    mode = environ.get("TORCHFERRY_FALLBACK", "warn").strip().lower() or "warn"
+    if mode not in FALLBACK_MODES:
+        raise DeviceSettingError(
+            f"TORCHFERRY_FALLBACK={mode!r} is not a fallback mode. Valid values: "
+            f"{', '.join(FALLBACK_MODES)} (warn: run on the host and warn once per op; silent: run "
+            "on the host quietly; error: raise)."
+        )
+    return mode

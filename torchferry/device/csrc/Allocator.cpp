@@ -1,0 +1,288 @@
+// Device memory of the built-in `neuron` device: host memory with per-device
+// statistics and a per-device capacity, so that a workload that would not fit one
+// logical NeuronCore fails here the way it would on the real device.
+#include "neuron.h"
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+namespace torchferry {
+namespace {
+
+struct DeviceMemory {
+  int64_t capacity = 0;
+  std::atomic<int64_t> allocated{0};
+  std::atomic<int64_t> peak{0};
+  std::atomic<int64_t> allocated_total{0};  // cumulative bytes
+  std::atomic<int64_t> freed_total{0};
+  std::atomic<int64_t> num_allocs{0};       // cumulative allocation count
+  std::atomic<int64_t> num_frees{0};
+  std::atomic<int64_t> live_allocs{0};
+  std::atomic<int64_t> live_allocs_peak{0};
+  std::atomic<int64_t> num_ooms{0};
+};
+
+std::vector<std::unique_ptr<DeviceMemory>>& devices() {
+  static std::vector<std::unique_ptr<DeviceMemory>> d;
+  return d;
+}
+
+void raise_peak(std::atomic<int64_t>& peak, int64_t value) {
+  int64_t old = peak.load(std::memory_order_relaxed);
+  while (value > old && !peak.compare_exchange_weak(old, value, std::memory_order_relaxed)) {
+  }
+}
+
+std::string format_bytes(int64_t n) {
+  std::ostringstream s;
+  s.precision(2);
+  s << std::fixed;
+  if (n >= (int64_t(1) << 30)) {
+    s << double(n) / double(int64_t(1) << 30) << " GiB";
+  } else if (n >= (int64_t(1) << 20)) {
+    s << double(n) / double(int64_t(1) << 20) << " MiB";
+  } else {
+    s << n << " bytes";
+  }
+  return s.str();
+}
+
+DeviceMemory& memory_of(c10::DeviceIndex index) {
+  check_device_index(index);
+  return *devices()[index];
+}
+
+// Charges `nbytes` to the device or raises torch.OutOfMemoryError naming the device,
+// the request, the capacity and the knob that sets it.
+void charge(c10::DeviceIndex index, size_t nbytes) {
+  DeviceMemory& m = memory_of(index);
+  const int64_t n = static_cast<int64_t>(nbytes);
+  const int64_t now = m.allocated.fetch_add(n, std::memory_order_relaxed) + n;
+  if (now > m.capacity) {
+    m.allocated.fetch_sub(n, std::memory_order_relaxed);
+    m.num_ooms.fetch_add(1, std::memory_order_relaxed);
+    TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron:", int(index),
+                     " out of memory: tried to allocate ", format_bytes(n), " with ",
+                     format_bytes(now - n), " already allocated; the device holds ",
+                     format_bytes(m.capacity),
+                     " (the HBM of one trn2 logical NeuronCore at LNC=2 by default). Reduce the "
+                     "batch or model size, or set TORCHFERRY_DEVICE_MEMORY (e.g. 48GiB) to "
+                     "rehearse a larger device.");
+  }
+  raise_peak(m.peak, now);
+  m.allocated_total.fetch_add(n, std::memory_order_relaxed);
+  m.num_allocs.fetch_add(1, std::memory_order_relaxed);
+  raise_peak(m.live_allocs_peak, m.live_allocs.fetch_add(1, std::memory_order_relaxed) + 1);
+}
+
+void release(c10::DeviceIndex index, size_t nbytes) {
+  DeviceMemory& m = *devices()[index];
+  m.allocated.fetch_sub(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
+  m.freed_total.fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
+  m.num_frees.fetch_add(1, std::memory_order_relaxed);
+  m.live_allocs.fetch_sub(1, std::memory_order_relaxed);
+}
+
+// Owner of device bytes that this allocator allocated itself.
+struct OwnedBlock {
+  size_t nbytes;
+  c10::DeviceIndex index;
+};
+
+void free_owned(void* ctx_ptr) {
+  auto* ctx = static_cast<OwnedBlock*>(ctx_ptr);
+  release(ctx->index, ctx->nbytes);
+  delete ctx;
+}
+
+// Owner of device bytes adopted from a CPU kernel's output (kept alive, not copied).
+struct AdoptedBlock {
+  c10::Storage host;
+  size_t nbytes;
+  c10::DeviceIndex index;
+};
+
+void free_adopted(void* ctx_ptr) {
+  auto* ctx = static_cast<AdoptedBlock*>(ctx_ptr);
+  release(ctx->index, ctx->nbytes);
+  delete ctx;
+}
+
+// A CPU view of device bytes: it only keeps the device storage alive.
+struct HostAliasBlock {
+  c10::Storage device;
+};
+
+void free_host_alias(void* ctx_ptr) { delete static_cast<HostAliasBlock*>(ctx_ptr); }
+
+void fill_stat(c10::CachingAllocator::Stat& stat, int64_t current, int64_t peak, int64_t allocated,
+               int64_t freed) {
+  stat.current = current;
+  stat.peak = peak;
+  stat.allocated = allocated;
+  stat.freed = freed;
+}
+
+class NeuronAllocator final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override { return allocate_on(current_device(), nbytes); }
+
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  bool initialized() override { return !devices().empty(); }
+
+  // Nothing is cached: freed blocks go straight back to the host.
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {}
+
+  // Execution is synchronous, so a block is never in flight on another stream.
+  void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
+
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex index) override {
+    DeviceMemory& m = memory_of(index);
+    c10::CachingDeviceAllocator::DeviceStats stats;
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    const int64_t cur = m.allocated.load(), peak = m.peak.load();
+    const int64_t total = m.allocated_total.load(), freed = m.freed_total.load();
+    // No caching: reserved == active == allocated.
+    fill_stat(stats.allocated_bytes[agg], cur, peak, total, freed);
+    fill_stat(stats.reserved_bytes[agg], cur, peak, total, freed);
+    fill_stat(stats.active_bytes[agg], cur, peak, total, freed);
+    fill_stat(stats.requested_bytes[agg], cur, peak, total, freed);
+    fill_stat(stats.allocation[agg], m.live_allocs.load(), m.live_allocs_peak.load(),
+              m.num_allocs.load(), m.num_frees.load());
+    fill_stat(stats.segment[agg], m.live_allocs.load(), m.live_allocs_peak.load(),
+              m.num_allocs.load(), m.num_frees.load());
+    fill_stat(stats.active[agg], m.live_allocs.load(), m.live_allocs_peak.load(),
+              m.num_allocs.load(), m.num_frees.load());
+    stats.num_ooms = m.num_ooms.load();
+    stats.num_device_alloc = m.num_allocs.load();
+    stats.num_device_free = m.num_frees.load();
+    return stats;
+  }
+
+  void resetAccumulatedStats(c10::DeviceIndex index) override {
+    DeviceMemory& m = memory_of(index);
+    m.allocated_total = 0;
+    m.freed_total = 0;
+    m.num_allocs = 0;
+    m.num_frees = 0;
+    m.num_ooms = 0;
+  }
+
+  void resetPeakStats(c10::DeviceIndex index) override {
+    DeviceMemory& m = memory_of(index);
+    m.peak = m.allocated.load();
+    m.live_allocs_peak = m.live_allocs.load();
+  }
+
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex index) override {
+    DeviceMemory& m = memory_of(index);
+    const int64_t free_bytes = std::max<int64_t>(0, m.capacity - m.allocated.load());
+    return {static_cast<size_t>(free_bytes), static_cast<size_t>(m.capacity)};
+  }
+};
+
+NeuronAllocator g_allocator;
+
+}  // namespace
+
+void init_devices(c10::DeviceIndex count, int64_t capacity_bytes) {
+  TORCH_CHECK(devices().empty(), "the neuron device is already initialised");
+  TORCH_CHECK(count > 0, "neuron device count must be positive, got ", int(count));
+  TORCH_CHECK(capacity_bytes > 0, "neuron device capacity must be positive, got ", capacity_bytes);
+  for (c10::DeviceIndex i = 0; i < count; ++i) {
+    devices().push_back(std::make_unique<DeviceMemory>());
+    devices().back()->capacity = capacity_bytes;
+  }
+  c10::SetAllocator(kNeuron, &g_allocator);
+}
+
+c10::DeviceIndex device_count() noexcept { return static_cast<c10::DeviceIndex>(devices().size()); }
+
+int64_t device_capacity(c10::DeviceIndex index) { return memory_of(index).capacity; }
+
+void check_device_index(c10::DeviceIndex index) {
+  TORCH_CHECK_INDEX(index >= 0 && index < device_count(), "invalid neuron device index ",
+                    int(index), ": this process sees ", int(device_count()),
+                    " neuron device(s) (valid: 0..", int(device_count()) - 1,
+                    "); NEURON_RT_VISIBLE_CORES or NEURON_RT_NUM_CORES sets the count");
+}
+
+c10::DeviceAllocator* neuron_allocator() { return &g_allocator; }
+
+c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
+  const c10::Device device(kNeuron, index);
+  if (nbytes == 0) {
+    check_device_index(index);
+    return c10::DataPtr(nullptr, device);
+  }
+  charge(index, nbytes);
+  void* data = nullptr;
+  try {
+    data = c10::alloc_cpu(nbytes);
+  } catch (...) {
+    release(index, nbytes);
+    throw;
+  }
+  return c10::DataPtr(data, new OwnedBlock{nbytes, index}, &free_owned, device);
+}
+
+c10::Storage host_alias(const c10::Storage& device_storage) {
+  void* data = device_storage.mutable_data_ptr().get();
+  c10::DataPtr ptr(data, new HostAliasBlock{device_storage}, &free_host_alias,
+                   c10::Device(c10::kCPU));
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), device_storage.sym_nbytes(), std::move(ptr),
+      c10::GetCPUAllocator(), /*resizable=*/true));
+}
+
+c10::Storage adopt_host_storage(const c10::Storage& host_storage, c10::DeviceIndex index) {
+  const size_t nbytes = host_storage.nbytes();
+  void* data = host_storage.mutable_data_ptr().get();
+  c10::DataPtr ptr;
+  if (data == nullptr) {
+    check_device_index(index);
+    ptr = c10::DataPtr(nullptr, c10::Device(kNeuron, index));
+  } else {
+    charge(index, nbytes);
+    ptr = c10::DataPtr(data, new AdoptedBlock{host_storage, nbytes, index}, &free_adopted,
+                       c10::Device(kNeuron, index));
+  }
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), host_storage.sym_nbytes(), std::move(ptr),
+      &g_allocator, /*resizable=*/true));
+}
+
+void rebind_device_storage(c10::StorageImpl* device_storage, const c10::Storage& host_storage,
+                           c10::DeviceIndex index) {
+  c10::Storage adopted = adopt_host_storage(host_storage, index);
+  device_storage->set_data_ptr_noswap(
+      adopted.unsafeGetStorageImpl()->set_data_ptr(c10::DataPtr(nullptr, adopted.device())));
+  device_storage->set_nbytes(host_storage.nbytes());
+}
+
+void resize_device_storage(const c10::Storage& storage, size_t new_nbytes) {
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+  const c10::DeviceIndex index = storage.device().index();
+  c10::DataPtr fresh = allocate_on(index, new_nbytes);
+  const size_t keep = std::min(new_nbytes, impl->nbytes());
+  if (keep > 0 && impl->data() != nullptr) {
+    std::memcpy(fresh.get(), impl->data(), keep);
+  }
+  impl->set_data_ptr_noswap(std::move(fresh));
+  impl->set_nbytes(new_nbytes);
+}
+
+}  // namespace torchferry

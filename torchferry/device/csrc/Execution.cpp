@@ -1,0 +1,471 @@
+// Op execution of the built-in `neuron` device: every ATen op runs on the CPU
+// kernels over zero-copy views of device memory.
+//
+// The boxed fallback below receives every op that has no `neuron` kernel of its
+// own. It
+//   1. views each device tensor as a CPU tensor over the same bytes (one CPU
+//      storage per device storage, so kernels still see which arguments alias),
+//   2. swaps neuron devices and generators in the arguments for CPU ones,
+//   3. calls the CPU kernel,
+//   4. writes back what an in-place or `out=` kernel changed (a resized `out=`
+//      tensor gets the new bytes and shape), and
+//   5. adopts fresh results as device memory without copying them; results that
+//      are views of an input stay views of that input's device storage.
+// Ops that the device profile lists as host fallbacks take an explicit
+// copy-to-host path instead and are counted and reported as fallbacks.
+#include "neuron.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/ops/histc_ops.h>
+#include <c10/core/DispatchKeySet.h>
+#include <c10/util/SmallVector.h>
+
+#include <mutex>
+#include <unordered_set>
+
+namespace torchferry {
+namespace {
+
+// ---------------------------------------------------------------- accounting
+struct OpEntry {
+  std::string name;
+  int64_t executed = 0;
+  int64_t fallback = 0;
+  bool on_host = false;  // listed by the device profile as a host fallback
+};
+
+struct HostFallbackConfig {
+  std::unordered_map<std::string, std::string> reasons;  // op name -> why/source
+  FallbackMode mode = FallbackMode::Warn;
+  std::string profile;
+  std::unordered_set<std::string> warned;
+};
+
+std::mutex g_ops_mutex;
+std::unordered_map<const c10::FunctionSchema*, OpEntry> g_ops;
+HostFallbackConfig g_host_fallback;
+
+std::string full_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+bool listed_on_host(const std::string& name) {
+  return g_host_fallback.reasons.count(name) > 0 ||
+         g_host_fallback.reasons.count(name.substr(0, name.find('.'))) > 0;
+}
+
+// Returns whether the op is a host fallback; counts it as executed or fallback.
+bool account(const c10::OperatorHandle& op) {
+  std::lock_guard<std::mutex> lock(g_ops_mutex);
+  auto [it, inserted] = g_ops.try_emplace(&op.schema());
+  OpEntry& entry = it->second;
+  if (inserted) {
+    entry.name = full_name(op.operator_name());
+    entry.on_host = listed_on_host(entry.name);
+  }
+  if (entry.on_host) {
+    ++entry.fallback;
+  } else {
+    ++entry.executed;
+  }
+  return entry.on_host;
+}
+
+void check_and_warn_host_fallback(const c10::OperatorHandle& op) {
+  const std::string name = full_name(op.operator_name());
+  std::string reason, profile;
+  FallbackMode mode;
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(g_ops_mutex);
+    auto it = g_host_fallback.reasons.find(name);
+    if (it == g_host_fallback.reasons.end()) it = g_host_fallback.reasons.find(op.operator_name().name);
+    reason = it == g_host_fallback.reasons.end() ? std::string() : it->second;
+    profile = g_host_fallback.profile;
+    mode = g_host_fallback.mode;
+    first = g_host_fallback.warned.insert(name).second;
+  }
+  TORCH_CHECK(mode != FallbackMode::Error, name, " would run on the host, not the device: the '",
+              profile, "' device profile lists it as a host fallback (", reason,
+              "). TORCHFERRY_FALLBACK=error forbids host fallbacks; set TORCHFERRY_FALLBACK=warn "
+              "to allow it, or change the code so that it avoids the op.");
+  if (mode == FallbackMode::Warn && first) {
+    TORCH_WARN(name, " ran on the host, not the device: the '", profile,
+               "' device profile lists it as a host fallback (", reason,
+               "). It is counted in torch.neuron.get_fallback_ops(); set TORCHFERRY_FALLBACK=silent "
+               "to hide this warning or =error to make it fail.");
+  }
+}
+
+// ---------------------------------------------------------------- conversion
+bool is_neuron(const at::Tensor& t) { return t.defined() && t.device().type() == kNeuron; }
+
+bool is_generator_type(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  if (type->kind() == c10::TypeKind::OptionalType) {
+    return type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
+  }
+  return false;
+}
+
+at::Tensor make_tensor(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
+  impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
+  if (like.is_conj()) impl->_set_conj(true);
+  if (like.is_neg()) impl->_set_neg(true);
+  return at::Tensor(std::move(impl));
+}
+
+// One op call on the CPU kernels: the bookkeeping between device and host tensors.
+class HostCall {
+ public:
+  explicit HostCall(bool copy_inputs) : copy_inputs_(copy_inputs) {}
+
+  c10::DeviceIndex device() const { return device_ < 0 ? current_device() : device_; }
+
+  void convert_arguments(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+    const auto& args = schema.arguments();
+    const size_t begin = stack->size() - args.size();
+    c10::SmallVector<size_t, 2> default_generators;
+    for (size_t i = 0; i < args.size(); ++i) {
+      c10::IValue& iv = (*stack)[begin + i];
+      const bool writes = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
+      if (iv.isTensor()) {
+        iv = to_host(iv.toTensor(), writes);
+      } else if (iv.isList()) {
+        const auto kind = args[i].type()->kind();
+        if (kind == c10::TypeKind::ListType) convert_list(iv, writes);
+      } else if (iv.isDevice()) {
+        const c10::Device d = iv.toDevice();
+        if (d.type() == kNeuron) {
+          note_device(d.has_index() ? d.index() : current_device());
+          iv = c10::IValue(c10::Device(c10::kCPU));
+        }
+      } else if (iv.isGenerator()) {
+        const at::Generator& g = iv.toGenerator();
+        if (g.device().type() == kNeuron) {
+          note_device(g.device().index());
+          iv = c10::IValue(host_generator(g));
+        }
+      } else if (iv.isNone() && is_generator_type(args[i].type())) {
+        default_generators.push_back(i);
+      } else if (iv.isStorage()) {
+        const c10::Storage s = iv.toStorage();
+        if (s.device().type() == kNeuron) {
+          note_device(s.device().index());
+          iv = c10::IValue(alias_of(s));
+        }
+      }
+    }
+    // A random op without a generator draws from the device's default generator,
+    // never from the CPU's.
+    for (size_t i : default_generators) {
+      (*stack)[begin + i] = c10::IValue(host_generator(default_generator(device())));
+    }
+  }
+
+  void write_back_mutations() {
+    for (auto& [host, original] : mutated_) {
+      if (copy_inputs_) {
+        if (host.sizes() != original.sizes()) original.resize_(host.sizes());
+        make_tensor(host_alias(original.storage()), c10::DispatchKey::CPU, original).copy_(host);
+        continue;
+      }
+      c10::TensorImpl* orig_impl = original.unsafeGetTensorImpl();
+      c10::StorageImpl* host_storage = host.storage().unsafeGetStorageImpl();
+      c10::StorageImpl* device_storage = original.storage().unsafeGetStorageImpl();
+      const c10::Storage* alias = find_alias(device_storage);
+      if (alias != nullptr && alias->unsafeGetStorageImpl() == host_storage) {
+        // Same CPU storage: new bytes only if the kernel grew it.
+        if (host_storage->data() != device_storage->data()) {
+          rebind_device_storage(device_storage, host.storage(), device());
+        }
+      } else {
+        // The kernel pointed the tensor at another storage (`set_`).
+        orig_impl->set_storage_keep_dtype(to_device_storage(host.storage()));
+      }
+      if (host.sizes() != original.sizes() || host.strides() != original.strides() ||
+          host.storage_offset() != original.storage_offset()) {
+        orig_impl->set_sizes_and_strides(host.sizes(), host.strides(), host.storage_offset());
+      }
+    }
+  }
+
+  void convert_results(size_t num_returns, torch::jit::Stack* stack) {
+    const size_t begin = stack->size() - num_returns;
+    for (size_t i = begin; i < stack->size(); ++i) {
+      c10::IValue& iv = (*stack)[i];
+      if (iv.isTensor()) {
+        iv = to_device(iv.toTensor());
+      } else if (iv.isTensorList()) {
+        auto list = iv.toTensorList();
+        c10::List<at::Tensor> out;
+        out.reserve(list.size());
+        for (const at::Tensor& t : list) out.push_back(to_device(t));
+        iv = c10::IValue(std::move(out));
+      }
+    }
+  }
+
+ private:
+  void note_device(c10::DeviceIndex index) {
+    if (device_ < 0) device_ = index;
+  }
+
+  const c10::Storage* find_alias(c10::StorageImpl* device_storage) const {
+    for (const auto& [host, dev] : aliases_) {
+      if (dev.unsafeGetStorageImpl() == device_storage) return &host;
+    }
+    return nullptr;
+  }
+
+  // The CPU storage over a device storage's bytes, one per device storage per call.
+  c10::Storage alias_of(const c10::Storage& device_storage) {
+    if (const c10::Storage* host = find_alias(device_storage.unsafeGetStorageImpl())) return *host;
+    c10::Storage host = host_alias(device_storage);
+    aliases_.emplace_back(host, device_storage);
+    return host;
+  }
+
+  at::Tensor to_host(const at::Tensor& t, bool writes) {
+    if (!is_neuron(t)) {
+      if (t.defined() && t.has_storage()) cpu_inputs_.push_back(t.storage().unsafeGetStorageImpl());
+      return t;
+    }
+    note_device(t.device().index());
+    TORCH_CHECK(t.layout() == c10::kStrided, "the neuron device supports strided tensors only, got ",
+                t.layout());
+    at::Tensor host = make_tensor(alias_of(t.storage()), c10::DispatchKey::CPU, t);
+    if (copy_inputs_) host = host.clone(at::MemoryFormat::Preserve);
+    views_.emplace_back(host.unsafeGetTensorImpl(), t);
+    if (writes) mutated_.emplace_back(host, t);
+    return host;
+  }
+
+  void convert_list(c10::IValue& iv, bool writes) {
+    c10::List<c10::IValue> list = iv.toList();
+    bool any = false;
+    for (const c10::IValue& e : list) {
+      if (e.isTensor() && is_neuron(e.toTensor())) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) return;
+    c10::impl::GenericList out(list.elementType());
+    out.reserve(list.size());
+    for (const c10::IValue& e : list) {
+      out.push_back(e.isTensor() ? c10::IValue(to_host(e.toTensor(), writes)) : e);
+    }
+    iv = c10::IValue(std::move(out));
+  }
+
+  // The device storage for a CPU storage produced by the kernel: the input it
+  // aliases, or the same bytes adopted as device memory.
+  c10::Storage to_device_storage(const c10::Storage& host) {
+    c10::StorageImpl* impl = host.unsafeGetStorageImpl();
+    for (const auto& [h, dev] : aliases_) {
+      if (h.unsafeGetStorageImpl() == impl) return dev;
+    }
+    for (const auto& [h, dev] : adopted_) {
+      if (h.unsafeGetStorageImpl() == impl) return dev;
+    }
+    c10::Storage dev = adopt_host_storage(host, device());
+    adopted_.emplace_back(host, dev);
+    return dev;
+  }
+
+  at::Tensor to_device(const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != c10::kCPU) return t;
+    for (const auto& [host, original] : views_) {
+      if (host == t.unsafeGetTensorImpl()) return original;  // in-place and out= results
+    }
+    TORCH_CHECK(t.layout() == c10::kStrided, "the neuron device supports strided tensors only; the "
+                "CPU kernel returned a ", t.layout(), " tensor");
+    for (c10::StorageImpl* s : cpu_inputs_) {
+      if (s == t.storage().unsafeGetStorageImpl()) return t;  // a view of a genuine CPU input
+    }
+    if (copy_inputs_) {
+      // Explicit host fallback: the result is copied into fresh device memory.
+      at::Tensor out = make_tensor(c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+                                       c10::StorageImpl::use_byte_size_t(), t.storage().nbytes(),
+                                       allocate_on(device(), t.storage().nbytes()),
+                                       neuron_allocator(), true)),
+                                   c10::DispatchKey::PrivateUse1, t);
+      make_tensor(host_alias(out.storage()), c10::DispatchKey::CPU, t).copy_(t);
+      return out;
+    }
+    return make_tensor(to_device_storage(t.storage()), c10::DispatchKey::PrivateUse1, t);
+  }
+
+  const bool copy_inputs_;
+  c10::DeviceIndex device_ = -1;
+  c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 4> aliases_;  // host alias, device
+  c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 2> adopted_;  // kernel output, device
+  c10::SmallVector<std::pair<const c10::TensorImpl*, at::Tensor>, 6> views_;  // host view, device
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> mutated_;  // host view, device
+  c10::SmallVector<c10::StorageImpl*, 2> cpu_inputs_;
+};
+
+c10::OperatorHandle handle_of(const char* name, const char* overload) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+}
+
+// Runs `fn` with `index` as the current device (the allocator allocates there).
+template <typename Fn>
+auto on_device(c10::DeviceIndex index, Fn&& fn) {
+  const c10::DeviceIndex previous = current_device();
+  if (previous == index) return fn();
+  set_current_device(index);
+  struct Restore {
+    c10::DeviceIndex previous;
+    ~Restore() { set_current_device(previous); }
+  } restore{previous};
+  return fn();
+}
+
+// A CPU view of a device tensor (or the tensor itself when it is on the CPU).
+at::Tensor host_view_of(const at::Tensor& t) {
+  return is_neuron(t) ? make_tensor(host_alias(t.storage()), c10::DispatchKey::CPU, t) : t;
+}
+
+c10::DeviceIndex index_of(std::optional<at::Device> device) {
+  return device && device->has_index() ? device->index() : current_device();
+}
+
+}  // namespace
+
+void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/,
+                             torch::jit::Stack* stack) {
+  const bool on_host = account(op);
+  if (on_host) check_and_warn_host_fallback(op);
+  const auto& schema = op.schema();
+  HostCall call(/*copy_inputs=*/on_host);
+  call.convert_arguments(schema, stack);
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  call.write_back_mutations();
+  call.convert_results(schema.returns().size(), stack);
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> /*pin_memory*/,
+                               std::optional<at::MemoryFormat> memory_format) {
+  static const c10::OperatorHandle op = handle_of("aten::empty", "memory_format");
+  account(op);
+  TORCH_CHECK(!layout || *layout == c10::kStrided,
+              "the neuron device supports strided tensors only, got layout ", *layout);
+  return on_device(index_of(device), [&] {
+    return at::Tensor(at::detail::empty_generic(size, neuron_allocator(),
+                                                c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                c10::dtype_or_default(dtype), memory_format));
+  });
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                         std::optional<at::Device> device, std::optional<bool> /*pin_memory*/) {
+  static const c10::OperatorHandle op = handle_of("aten::empty_strided", "");
+  account(op);
+  TORCH_CHECK(!layout || *layout == c10::kStrided,
+              "the neuron device supports strided tensors only, got layout ", *layout);
+  return on_device(index_of(device), [&] {
+    return at::Tensor(at::detail::empty_strided_generic(
+        size, stride, neuron_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+        c10::dtype_or_default(dtype)));
+  });
+}
+
+// `copy_` is CompositeExplicitAutograd: for a device it does not know it calls
+// `_copy_from(src, dst)`, which lands here for host<->device and device<->device.
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
+  static const c10::OperatorHandle op = handle_of("aten::_copy_from", "");
+  account(op);
+  host_view_of(dst).copy_(host_view_of(self));
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  static const c10::OperatorHandle op = handle_of("aten::_copy_from_and_resize", "");
+  account(op);
+  if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
+  host_view_of(dst).copy_(host_view_of(self));
+  return dst;
+}
+
+// The CPU has no integer histc ("histogram_cpu" not implemented for 'Int'), but
+// accelerators do, and libraries call it on integers off the CPU (transformers'
+// mixture-of-experts routing). Integer inputs are counted in float64, exact for
+// every integer below 2**53, then cast back to the input's dtype as the
+// accelerator kernels return it.
+at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
+  at::Tensor out = at::empty({0}, self.options());
+  histc_out(self, bins, min, max, out);
+  return out;
+}
+
+at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& min,
+                      const at::Scalar& max, at::Tensor& out) {
+  static const c10::OperatorHandle op = handle_of("aten::histc", "out");
+  account(op);
+  const bool integral = at::isIntegralType(self.scalar_type(), /*includeBool=*/true);
+  at::Tensor host_self = host_view_of(self);
+  at::Tensor counts = at::_ops::histc::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                  integral ? host_self.to(at::kDouble) : host_self,
+                                                  bins, min, max);
+  out.resize_(counts.sizes());
+  host_view_of(out).copy_(counts);
+  return out;
+}
+
+// Dropout as the CPU computes it (noise = bernoulli(1-p) / (1-p); out = x * noise),
+// not the fused native_dropout path PyTorch picks for accelerators: the two round
+// differently, and the device must reproduce the CPU's numbers for the same seed.
+// The mask is drawn on the device, so from the neuron generator.
+at::Tensor dropout(const at::Tensor& input, double p, bool train) {
+  TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
+  if (p == 0 || !train || input.sym_numel() == 0) return input;
+  if (p == 1) return input.mul(at::zeros({}, input.options()));
+  at::Tensor noise = at::empty_like(input);
+  noise.bernoulli_(1 - p);
+  noise.div_(1 - p);
+  return input.mul(noise);
+}
+
+void set_host_fallback(const std::unordered_map<std::string, std::string>& reasons,
+                       FallbackMode mode, const std::string& profile_name) {
+  std::lock_guard<std::mutex> lock(g_ops_mutex);
+  g_host_fallback.reasons = reasons;
+  g_host_fallback.mode = mode;
+  g_host_fallback.profile = profile_name;
+  g_host_fallback.warned.clear();
+  for (auto& [schema, entry] : g_ops) entry.on_host = listed_on_host(entry.name);
+}
+
+std::unordered_map<std::string, int64_t> executed_ops() {
+  std::lock_guard<std::mutex> lock(g_ops_mutex);
+  std::unordered_map<std::string, int64_t> out;
+  for (const auto& [schema, entry] : g_ops) {
+    if (entry.executed > 0) out[entry.name] += entry.executed;
+  }
+  return out;
+}
+
+std::unordered_map<std::string, int64_t> fallback_ops() {
+  std::lock_guard<std::mutex> lock(g_ops_mutex);
+  std::unordered_map<std::string, int64_t> out;
+  for (const auto& [schema, entry] : g_ops) {
+    if (entry.fallback > 0) out[entry.name] += entry.fallback;
+  }
+  return out;
+}
+
+void clear_op_tracking() {
+  std::lock_guard<std::mutex> lock(g_ops_mutex);
+  for (auto& [schema, entry] : g_ops) {
+    entry.executed = 0;
+    entry.fallback = 0;
+  }
+}
+
+}  // namespace torchferry

@@ -1,0 +1,163 @@
+// Device guard and PrivateUse1 hooks of the built-in `neuron` device.
+//
+// Kernels run synchronously on the calling thread, so streams are bookkeeping
+// (ids a user can create, set and synchronise) and an event is the host clock
+// read when it is recorded; `elapsed_time` between two events is real wall time.
+#include "neuron.h"
+
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <atomic>
+#include <chrono>
+#include <vector>
+
+namespace torchferry {
+namespace {
+
+thread_local c10::DeviceIndex tls_current_device = 0;
+thread_local std::vector<c10::StreamId> tls_current_streams;
+std::atomic<c10::StreamId> g_next_stream_id{1};
+
+struct HostEvent {
+  std::chrono::steady_clock::time_point when;
+  bool recorded = false;
+};
+
+c10::StreamId& current_stream_slot(c10::DeviceIndex index) {
+  if (tls_current_streams.size() <= static_cast<size_t>(index)) {
+    tls_current_streams.resize(index + 1, 0);
+  }
+  return tls_current_streams[index];
+}
+
+struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kNeuron; }
+
+  c10::Device exchangeDevice(c10::Device device) const override {
+    const c10::Device old = getDevice();
+    if (old.index() != device.index()) setDevice(device);
+    return old;
+  }
+
+  c10::Device getDevice() const override { return c10::Device(kNeuron, current_device()); }
+
+  void setDevice(c10::Device device) const override {
+    TORCH_CHECK(device.type() == kNeuron, "expected a neuron device, got ", device);
+    set_current_device(device.index());
+  }
+
+  void uncheckedSetDevice(c10::Device device) const noexcept override {
+    tls_current_device = device.index();
+  }
+
+  c10::Stream getStream(c10::Device device) const override {
+    const auto index = device.has_index() ? device.index() : current_device();
+    return c10::Stream(c10::Stream::UNSAFE, c10::Device(kNeuron, index), current_stream_slot(index));
+  }
+
+  c10::Stream getDefaultStream(c10::Device device) const override {
+    return c10::Stream(c10::Stream::DEFAULT, device);
+  }
+
+  c10::Stream getNewStream(c10::Device device, int /*priority*/) const override {
+    return c10::Stream(c10::Stream::UNSAFE, device, g_next_stream_id.fetch_add(1));
+  }
+
+  c10::Stream getStreamFromGlobalPool(c10::Device device, bool is_high_priority) const override {
+    return getNewStream(device, is_high_priority ? -1 : 0);
+  }
+
+  c10::Stream exchangeStream(c10::Stream stream) const override {
+    const c10::Stream old = getStream(stream.device());
+    current_stream_slot(stream.device_index()) = stream.id();
+    return old;
+  }
+
+  c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
+
+  void record(void** event, const c10::Stream& /*stream*/, const c10::DeviceIndex /*index*/,
+              const c10::EventFlag /*flag*/) const override {
+    if (*event == nullptr) *event = new HostEvent();
+    auto* e = static_cast<HostEvent*>(*event);
+    e->when = std::chrono::steady_clock::now();
+    e->recorded = true;
+  }
+
+  void destroyEvent(void* event, const c10::DeviceIndex /*index*/) const noexcept override {
+    delete static_cast<HostEvent*>(event);
+  }
+
+  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
+  bool queryEvent(void* /*event*/) const override { return true; }
+  bool queryStream(const c10::Stream& /*stream*/) const override { return true; }
+  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
+  void synchronizeEvent(void* /*event*/) const override {}
+  void synchronizeDevice(const c10::DeviceIndex /*index*/) const override {}
+  void recordDataPtrOnStream(const c10::DataPtr& /*ptr*/, const c10::Stream& /*stream*/) const override {}
+
+  double elapsedTime(void* start, void* end, const c10::DeviceIndex /*index*/) const override {
+    TORCH_CHECK(start != nullptr && end != nullptr &&
+                    static_cast<HostEvent*>(start)->recorded &&
+                    static_cast<HostEvent*>(end)->recorded,
+                "Both events must be recorded before calculating elapsed time.");
+    const auto d = static_cast<HostEvent*>(end)->when - static_cast<HostEvent*>(start)->when;
+    return std::chrono::duration<double, std::milli>(d).count();
+  }
+};
+
+struct NeuronHooks final : public at::PrivateUse1HooksInterface {
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return device_count() > 0; }
+  bool hasPrimaryContext(c10::DeviceIndex index) const override {
+    return index >= 0 && index < device_count();
+  }
+  c10::DeviceIndex deviceCount() const override { return device_count(); }
+  void setCurrentDevice(c10::DeviceIndex index) const override { set_current_device(index); }
+  c10::DeviceIndex getCurrentDevice() const override { return current_device(); }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex index) const override {
+    const auto old = current_device();
+    set_current_device(index);
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex index) const override {
+    return exchangeDevice(index);
+  }
+  const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
+    return default_generator(index < 0 ? current_device() : index);
+  }
+  at::Generator getNewGenerator(c10::DeviceIndex index) const override {
+    return new_generator(index < 0 ? current_device() : index);
+  }
+  at::Device getDeviceFromPtr(void* /*data*/) const override {
+    return at::Device(kNeuron, current_device());
+  }
+  // Device memory *is* host memory; there is no separate pinned pool.
+  bool isPinnedPtr(const void* /*data*/) const override { return false; }
+  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_nbytes) const override {
+    resize_device_storage(storage, new_nbytes);
+  }
+};
+
+}  // namespace
+
+c10::DeviceIndex current_device() { return tls_current_device; }
+
+void set_current_device(c10::DeviceIndex index) {
+  check_device_index(index);
+  tls_current_device = index;
+}
+
+c10::impl::DeviceGuardImplInterface* guard_impl() {
+  static NeuronGuardImpl impl;
+  return &impl;
+}
+
+void register_hooks() {
+  static NeuronHooks hooks;
+  at::RegisterPrivateUse1HooksInterface(&hooks);
+}
+
+}  // namespace torchferry

@@ -1,0 +1,70 @@
+// Python bindings of the built-in `neuron` device (`torchferry.device._C`).
+// Thin glue: each function forwards to the file that implements it.
+#include "neuron.h"
+
+#include <torch/extension.h>
+
+namespace torchferry {
+namespace {
+
+c10::CachingDeviceAllocator::DeviceStats stats_of(c10::DeviceIndex index) {
+  return neuron_allocator()->getDeviceStats(index);
+}
+
+py::dict stat_dict(const c10::CachingAllocator::Stat& stat) {
+  py::dict d;
+  d["current"] = stat.current;
+  d["peak"] = stat.peak;
+  d["allocated"] = stat.allocated;
+  d["freed"] = stat.freed;
+  return d;
+}
+
+py::dict memory_stats(c10::DeviceIndex index) {
+  const auto s = stats_of(index);
+  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  py::dict d;
+  d["allocated_bytes"] = stat_dict(s.allocated_bytes[agg]);
+  d["reserved_bytes"] = stat_dict(s.reserved_bytes[agg]);
+  d["active_bytes"] = stat_dict(s.active_bytes[agg]);
+  d["requested_bytes"] = stat_dict(s.requested_bytes[agg]);
+  d["allocation"] = stat_dict(s.allocation[agg]);
+  d["segment"] = stat_dict(s.segment[agg]);
+  d["num_ooms"] = s.num_ooms;
+  d["num_device_alloc"] = s.num_device_alloc;
+  d["num_device_free"] = s.num_device_free;
+  d["capacity_bytes"] = device_capacity(index);
+  return d;
+}
+
+}  // namespace
+}  // namespace torchferry
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace torchferry;
+  m.doc() = "C++ core of torchferry's built-in neuron device (PrivateUse1).";
+  m.def("_init", [](int count, int64_t capacity) {
+    init_devices(static_cast<c10::DeviceIndex>(count), capacity);
+    register_hooks();
+  });
+  m.def("_device_count", [] { return int(device_count()); });
+  m.def("_current_device", [] { return int(current_device()); });
+  m.def("_set_device", [](int index) { set_current_device(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_memory_stats", [](int index) { return memory_stats(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_reset_peak_memory_stats", [](int index) {
+    neuron_allocator()->resetPeakStats(static_cast<c10::DeviceIndex>(index));
+  });
+  m.def("_reset_accumulated_memory_stats", [](int index) {
+    neuron_allocator()->resetAccumulatedStats(static_cast<c10::DeviceIndex>(index));
+  });
+  m.def("_default_generator", [](int index) {
+    return default_generator(static_cast<c10::DeviceIndex>(index));
+  });
+  m.def("_set_host_fallback", [](const std::unordered_map<std::string, std::string>& reasons,
+                                 int mode, const std::string& profile) {
+    set_host_fallback(reasons, static_cast<FallbackMode>(mode), profile);
+  });
+  m.def("_executed_ops", &executed_ops);
+  m.def("_fallback_ops", &fallback_ops);
+  m.def("_clear_op_tracking", &clear_op_tracking);
+}

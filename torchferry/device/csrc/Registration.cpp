@@ -1,0 +1,53 @@
+// Registers the built-in `neuron` device with PyTorch. Only registration lives
+// here; the implementations are in the other files of this directory.
+#include "neuron.h"
+
+#include <ATen/autocast_mode.h>
+#include <torch/library.h>
+
+namespace torchferry {
+namespace {
+
+// Device guard: current device, streams and events for `neuron`.
+c10::impl::DeviceGuardImplRegistrar g_guard_registrar(kNeuron, guard_impl());
+
+}  // namespace
+
+// Every op without a kernel of its own runs on the CPU kernels, zero-copy.
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&execute_on_host_kernels>());
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("histc", TORCH_FN(histc));
+  m.impl("histc.out", TORCH_FN(histc_out));
+}
+
+TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
+  m.impl("dropout", TORCH_FN(dropout));
+}
+
+// Autocast: the same op lists and casting policies as CUDA and XPU.
+TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+  using namespace at;
+  using namespace at::autocast;
+#define TORCHFERRY_LOWER(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+  AT_FORALL_LOWER_PRECISION_FP(TORCHFERRY_LOWER)
+#define TORCHFERRY_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+  AT_FORALL_FP32(TORCHFERRY_FP32)
+#define TORCHFERRY_FP32_SET_OPT_DTYPE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32_set_opt_dtype)
+  AT_FORALL_FP32_SET_OPT_DTYPE(TORCHFERRY_FP32_SET_OPT_DTYPE)
+  AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE(KERNEL_DIFFERENT_REDISPATCH_SIGNATURE_PRIVATEUSEONE)
+#define TORCHFERRY_PROMOTE(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, promote)
+  AT_FORALL_PROMOTE(TORCHFERRY_PROMOTE)
+}
+
+}  // namespace torchferry

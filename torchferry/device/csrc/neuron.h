@@ -1,0 +1,90 @@
+// Shared declarations of the built-in `neuron` device: a PrivateUse1 backend whose
+// memory is host memory and whose kernels are the CPU's.
+//
+// One .cpp per PyTorch interface:
+//   Allocator.cpp   device allocator, statistics, capacity, host<->device storage aliasing
+//   Guard.cpp       DeviceGuardImpl (current device, streams, events) and PrivateUse1 hooks
+//   Generator.cpp   per-device RNG generators
+//   Execution.cpp   zero-copy execution of ATen ops on the CPU kernels, op accounting,
+//                   the explicit host-fallback path, and kernels the CPU lacks
+//   Registration.cpp  only registers (dispatcher, autocast, guard)
+//   Module.cpp      Python bindings
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/Generator.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Storage.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+namespace torchferry {
+
+constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
+
+// ---- Allocator.cpp -------------------------------------------------------
+// Set once by `_C._init` before any tensor exists.
+void init_devices(c10::DeviceIndex count, int64_t capacity_bytes);
+c10::DeviceIndex device_count() noexcept;
+int64_t device_capacity(c10::DeviceIndex index);
+void check_device_index(c10::DeviceIndex index);
+
+c10::DeviceAllocator* neuron_allocator();
+// Allocation on an explicit device (the allocator's `allocate` uses the current device).
+c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes);
+// A CPU storage over the same bytes as `device_storage` (no copy); it keeps the device
+// storage alive. It is resizable with the CPU allocator, so a CPU kernel may grow an
+// `out=` tensor; the caller then moves the new bytes back with `adopt_host_storage`.
+c10::Storage host_alias(const c10::Storage& device_storage);
+// A device storage over the bytes of a CPU storage (no copy); it keeps the CPU storage
+// alive and charges its size to the device (raising OutOfMemoryError past capacity).
+c10::Storage adopt_host_storage(const c10::Storage& host_storage, c10::DeviceIndex index);
+// Gives `device_storage` the bytes of `host_storage` (after an in-kernel resize).
+void rebind_device_storage(c10::StorageImpl* device_storage, const c10::Storage& host_storage,
+                           c10::DeviceIndex index);
+void resize_device_storage(const c10::Storage& storage, size_t new_nbytes);
+
+// ---- Guard.cpp -----------------------------------------------------------
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+c10::impl::DeviceGuardImplInterface* guard_impl();
+void register_hooks();
+
+// ---- Generator.cpp -------------------------------------------------------
+const at::Generator& default_generator(c10::DeviceIndex index);
+at::Generator new_generator(c10::DeviceIndex index);
+// The CPU generator a CPU kernel should draw from for this neuron generator.
+at::Generator host_generator(const at::Generator& neuron_generator);
+
+// ---- Execution.cpp -------------------------------------------------------
+void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                             torch::jit::Stack* stack);
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory,
+                               std::optional<at::MemoryFormat> memory_format);
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                         std::optional<at::Device> device, std::optional<bool> pin_memory);
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
+// CPU-kernel gaps: results accelerators give that the CPU kernels refuse.
+at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max);
+at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& min,
+                      const at::Scalar& max, at::Tensor& out);
+// Dropout draws from the neuron generator and rounds like the CPU path.
+at::Tensor dropout(const at::Tensor& input, double p, bool train);
+
+enum class FallbackMode { Warn = 0, Silent = 1, Error = 2 };
+// op name ("aten::nonzero" or "aten::nonzero.out") -> why the target runs it on the host.
+void set_host_fallback(const std::unordered_map<std::string, std::string>& reasons,
+                       FallbackMode mode, const std::string& profile_name);
+std::unordered_map<std::string, int64_t> executed_ops();
+std::unordered_map<std::string, int64_t> fallback_ops();
+void clear_op_tracking();
+
+}  // namespace torchferry

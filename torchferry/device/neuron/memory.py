@@ -1,0 +1,95 @@
+"""Memory statistics of the built-in device, with `torch.cuda.memory`'s names.
+
+There is no caching: freed blocks return to the host at once, so "reserved" equals
+"allocated" and `empty_cache()` has nothing to release.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+from torchferry.device import _runtime
+
+
+def _index(device: Any) -> int:
+    from torchferry.device.neuron import _index
+
+    return _index(device)
+
+
+def memory_stats(device: Any = None) -> dict[str, Any]:
+    """Flat dict like `torch.cuda.memory_stats` (`allocated_bytes.all.current`, ...)."""
+    raw = _runtime.core()._memory_stats(_index(device))
+    flat: dict[str, Any] = {}
+    for key, value in raw.items():
+        if isinstance(value, dict):
+            for field, number in value.items():
+                flat[f"{key}.all.{field}"] = number
+        else:
+            flat[key] = value
+    return dict(sorted(flat.items()))
+
+
+def memory_allocated(device: Any = None) -> int:
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device: Any = None) -> int:
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device: Any = None) -> int:
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device: Any = None) -> int:
+    return memory_stats(device)["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device: Any = None) -> None:
+    _runtime.core()._reset_peak_memory_stats(_index(device))
+
+
+def reset_accumulated_memory_stats(device: Any = None) -> None:
+    _runtime.core()._reset_accumulated_memory_stats(_index(device))
+
+
+def empty_cache() -> None:
+    """Nothing is cached; kept so that `torch.neuron.empty_cache()` calls work unchanged."""
+
+
+def mem_get_info(device: Any = None) -> tuple[int, int]:
+    """(free, total) bytes of the device's capacity."""
+    stats = memory_stats(device)
+    total = stats["capacity_bytes"]
+    return total - stats["allocated_bytes.all.current"], total
+
+
+def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+    stats = memory_stats(device)
+    mib = 2**20
+    lines = [
+        f"neuron:{_index(device)} memory (torchferry host device, no caching)",
+        f"  allocated: {stats['allocated_bytes.all.current'] / mib:.1f} MiB "
+        f"(peak {stats['allocated_bytes.all.peak'] / mib:.1f} MiB)",
+        f"  capacity:  {stats['capacity_bytes'] / mib:.1f} MiB",
+        f"  allocations: {stats['allocation.all.allocated']} (live {stats['allocation.all.current']}), "
+        f"OOMs: {stats['num_ooms']}",
+    ]
+    return "\n".join(lines)
+
+
+__all__ = [
+    "empty_cache",
+    "max_memory_allocated",
+    "max_memory_reserved",
+    "mem_get_info",
+    "memory_allocated",
+    "memory_reserved",
+    "memory_stats",
+    "memory_summary",
+    "reset_accumulated_memory_stats",
+    "reset_peak_memory_stats",
+]
+
