@@ -19,7 +19,10 @@ from torchferry.status import ExitStatus
 
 # name -> (module, one-line help). Modules are imported only to build their parser;
 # they must stay light at import (torch and friends are imported inside `run`).
-COMMANDS: dict[str, tuple[str, str]] = {}
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("torchferry.check.command", "prove parity, full time, effective cost and reversible exit; give a verdict"),
+    "scan": ("torchferry.scan.command", "find the code that ties a project to CUDA, and fix what is safe to fix"),
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -45,3 +45,23 @@ class OutputError(FerryError):
     """A report, checkpoint or result store could not be written."""
 
     exit_status = ExitStatus.OUTPUT_ERROR
+
+
+class MissingDependencyError(UsageError):
+    """An optional package that the chosen workload or format needs is not installed."""
+
+
+class DeviceOutOfMemoryError(FerryError):
+    """A device ran out of memory while running the workload."""
+
+    exit_status = ExitStatus.OUT_OF_MEMORY
+
+
+class NonFiniteError(WorkloadError):
+    """The reference device produced NaN or Inf: the workload itself is numerically broken."""
+
+
+class StepTimeoutError(FerryError):
+    """A worker step ran past its time limit (--timeout)."""
+
+    exit_status = ExitStatus.TIMEOUT

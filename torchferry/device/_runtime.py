@@ -48,6 +48,7 @@ def start(profile_name: str | Path | None) -> None:
     from torchferry.device import _C as native
 
     native._init(count, capacity)
+    native._register_cpu_kernels(cpu_kernel_ops(torch))
     native._set_host_fallback(chosen.fallback_reasons(), _FALLBACK_CODES[mode], chosen.name)
     _C, _profile = native, chosen
 
@@ -58,6 +59,30 @@ def start(profile_name: str | Path | None) -> None:
     registration.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
+
+
+def cpu_kernel_ops(torch: ModuleType) -> list[str]:
+    """aten ops with a CPU kernel of their own that PrivateUse1 would otherwise run through
+    a composite (a decomposition, or `empty` + the `out=` variant).
+
+    Running the CPU's own kernel keeps the device's numbers the CPU's (e.g.
+    `silu_backward`, `native_layer_norm`) and saves a dispatch per op.
+    """
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    names = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::") or not has(name, "CPU") or has(name, "PrivateUse1"):
+            continue
+        if any(has(name, key) for key in _COMPOSITE_KEYS):
+            names.append(name.removeprefix("aten::"))
+    return sorted(names)
+
+
+_COMPOSITE_KEYS = (
+    "CompositeImplicitAutograd",
+    "CompositeExplicitAutogradNonFunctional",
+    "CompositeExplicitAutograd",
+)
 
 
 def set_fallback_mode(mode: str) -> None:

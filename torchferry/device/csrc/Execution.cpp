@@ -16,7 +16,7 @@
 #include "neuron.h"
 
 #include <ATen/EmptyTensor.h>
-#include <ATen/ops/histc_ops.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/util/SmallVector.h>
 
@@ -324,10 +324,17 @@ auto on_device(c10::DeviceIndex index, Fn&& fn) {
   return fn();
 }
 
-// A CPU view of a device tensor (or the tensor itself when it is on the CPU).
+}  // namespace
+
 at::Tensor host_view_of(const at::Tensor& t) {
   return is_neuron(t) ? make_tensor(host_alias(t.storage()), c10::DispatchKey::CPU, t) : t;
 }
+
+void count_op(const char* name, const char* overload) {
+  account(c10::Dispatcher::singleton().findSchemaOrThrow(name, overload));
+}
+
+namespace {
 
 c10::DeviceIndex index_of(std::optional<at::Device> device) {
   return device && device->has_index() ? device->index() : current_device();
@@ -393,29 +400,17 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return dst;
 }
 
-// The CPU has no integer histc ("histogram_cpu" not implemented for 'Int'), but
-// accelerators do, and libraries call it on integers off the CPU (transformers'
-// mixture-of-experts routing). Integer inputs are counted in float64, exact for
-// every integer below 2**53, then cast back to the input's dtype as the
-// accelerator kernels return it.
-at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max) {
-  at::Tensor out = at::empty({0}, self.options());
-  histc_out(self, bins, min, max, out);
-  return out;
-}
-
-at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& min,
-                      const at::Scalar& max, at::Tensor& out) {
-  static const c10::OperatorHandle op = handle_of("aten::histc", "out");
-  account(op);
-  const bool integral = at::isIntegralType(self.scalar_type(), /*includeBool=*/true);
-  at::Tensor host_self = host_view_of(self);
-  at::Tensor counts = at::_ops::histc::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                  integral ? host_self.to(at::kDouble) : host_self,
-                                                  bins, min, max);
-  out.resize_(counts.sizes());
-  host_view_of(out).copy_(counts);
-  return out;
+// scaled_dot_product_attention asks a per-device stub which fused kernel to use;
+// the device answers as the CPU does, so attention runs the same CPU kernel
+// (flash attention for CPU, or the math path) and gives the CPU's numbers.
+int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                   const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                   std::optional<double> scale, bool enable_gqa) {
+  std::optional<at::Tensor> host_mask;
+  if (attn_mask.has_value()) host_mask = host_view_of(*attn_mask);
+  return at::_ops::_fused_sdp_choice::redispatch(
+      c10::DispatchKeySet(c10::DispatchKey::CPU), host_view_of(query), host_view_of(key),
+      host_view_of(value), host_mask, dropout_p, is_causal, scale, enable_gqa);
 }
 
 // Dropout as the CPU computes it (noise = bernoulli(1-p) / (1-p); out = x * noise),

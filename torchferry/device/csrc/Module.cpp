@@ -64,6 +64,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                  int mode, const std::string& profile) {
     set_host_fallback(reasons, static_cast<FallbackMode>(mode), profile);
   });
+  m.def("_register_cpu_kernels", &register_cpu_kernels);
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops);
   m.def("_clear_op_tracking", &clear_op_tracking);

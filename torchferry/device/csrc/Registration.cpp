@@ -3,6 +3,7 @@
 #include "neuron.h"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/native/transformers/attention.h>
 #include <torch/library.h>
 
 namespace torchferry {
@@ -12,6 +13,15 @@ namespace {
 c10::impl::DeviceGuardImplRegistrar g_guard_registrar(kNeuron, guard_impl());
 
 }  // namespace
+
+}  // namespace torchferry
+
+namespace at::native {
+// scaled_dot_product_attention picks its kernel as the CPU would.
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &torchferry::sdp_choice)
+}  // namespace at::native
+
+namespace torchferry {
 
 // Every op without a kernel of its own runs on the CPU kernels, zero-copy.
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
@@ -29,6 +39,20 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("dropout", TORCH_FN(dropout));
+}
+
+// Ops for which the CPU has a kernel of its own while PrivateUse1 would inherit a
+// composite one (a decomposition, or `empty` + the `out=` variant): the device runs
+// the CPU's kernel instead, so it computes what the CPU computes, in one dispatch.
+// The list is found at start-up from the dispatcher (see _runtime.py).
+void register_cpu_kernels(const std::vector<std::string>& op_names) {
+  static std::vector<std::unique_ptr<torch::Library>> libraries;
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",
+                                                  c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
+  for (const std::string& name : op_names) {
+    library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&execute_on_host_kernels>());
+  }
+  libraries.push_back(std::move(library));
 }
 
 // Autocast: the same op lists and casting policies as CUDA and XPU.

@@ -60,7 +60,14 @@ at::Generator new_generator(c10::DeviceIndex index);
 // The CPU generator a CPU kernel should draw from for this neuron generator.
 at::Generator host_generator(const at::Generator& neuron_generator);
 
+// ---- Registration.cpp ----------------------------------------------------
+void register_cpu_kernels(const std::vector<std::string>& op_names);
+
 // ---- Execution.cpp -------------------------------------------------------
+// A CPU view of a device tensor over the same bytes (the tensor itself if not on the device).
+at::Tensor host_view_of(const at::Tensor& t);
+// Counts a kernel registered for the device (not through the fallback) as executed.
+void count_op(const char* name, const char* overload);
 void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                              torch::jit::Stack* stack);
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
@@ -72,7 +79,11 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<at::Device> device, std::optional<bool> pin_memory);
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
-// CPU-kernel gaps: results accelerators give that the CPU kernels refuse.
+int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                   const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                   std::optional<double> scale, bool enable_gqa);
+// ---- CpuGaps.cpp ---------------------------------------------------------
+// Results accelerators give that the CPU kernels refuse.
 at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max);
 at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& min,
                       const at::Scalar& max, at::Tensor& out);

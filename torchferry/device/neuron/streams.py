@@ -19,19 +19,24 @@ def _device(device: Any = None) -> torch.device:
     return torch.device("neuron", _index(device))
 
 
-class Stream(torch.Stream):
-    """A neuron stream (`torch.Stream` on the `neuron` device)."""
+class Stream:
+    """`torch.neuron.Stream(device=None, priority=0)`: a `torch.Stream` on a neuron device.
 
-    def __new__(cls, device: Any = None, priority: int = 0) -> "Stream":
-        return super().__new__(cls, device=_device(device), priority=priority)
+    It returns PyTorch's own `torch.Stream`, because PyTorch's stream and event
+    methods accept only that exact type.
+    """
+
+    def __new__(cls, device: Any = None, priority: int = 0) -> torch.Stream:  # type: ignore[misc]
+        return torch.Stream(device=_device(device), priority=priority)
 
 
-class Event(torch.Event):
-    """A neuron event (`torch.Event` on the `neuron` device); timing is always on."""
+class Event:
+    """`torch.neuron.Event(enable_timing=True, ...)`: a `torch.Event` on the current neuron device."""
 
-    def __new__(cls, enable_timing: bool = True, blocking: bool = False, interprocess: bool = False) -> "Event":
-        return super().__new__(cls, device=_device(), enable_timing=enable_timing, blocking=blocking,
-                               interprocess=interprocess)
+    def __new__(cls, enable_timing: bool = True, blocking: bool = False,  # type: ignore[misc]
+                interprocess: bool = False) -> torch.Event:
+        return torch.Event(device=_device(), enable_timing=enable_timing, blocking=blocking,
+                           interprocess=interprocess)
 
 
 def synchronize(device: Any = None) -> None:

@@ -1,0 +1,1 @@
+"""Fixture workloads of the `ferry check` tests live in ./fixtures (also used by tests/cli)."""

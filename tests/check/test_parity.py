@@ -1,0 +1,66 @@
+"""The fp64-relative parity rule (dynamo `same()`), its multipliers, and per-module localisation."""
+
+import torch
+
+from torchferry.check import parity
+
+
+def test_allclose_passes_without_consulting_fp64():
+    x = torch.randn(2000)
+    c = parity.compare("x", x, x + 1e-6, None, tol=1e-3)
+    assert c.passed and c.status == "pass_allclose" and c.cosine > 0.999999
+
+
+def test_target_no_further_from_fp64_than_ref_times_multiplier_passes():
+    golden = torch.randn(2000, dtype=torch.float64)
+    ref = (golden + 0.01 * torch.randn(2000, dtype=torch.float64)).float()
+    target = (golden + 0.015 * torch.randn(2000, dtype=torch.float64)).float()
+    c = parity.compare("x", ref, target, golden, tol=1e-3)
+    assert not c.allclose and c.multiplier == 2.0
+    assert c.passed and c.status == "pass" and c.rmse_target <= 2 * c.rmse_ref + 1e-4
+
+
+def test_target_far_from_fp64_fails_with_both_rmses_reported():
+    golden = torch.randn(2000, dtype=torch.float64)
+    ref = (golden + 0.001 * torch.randn(2000, dtype=torch.float64)).float()
+    target = (golden + 0.1 * torch.randn(2000, dtype=torch.float64)).float()
+    c = parity.compare("x", ref, target, golden, tol=1e-3)
+    assert not c.passed and c.status == "fail_accuracy"
+    assert c.rmse_target > 10 * c.rmse_ref
+
+
+def test_multiplier_is_three_for_bf16_small_tensors_or_large_tol():
+    assert parity.multiplier(torch.float32, 5000, 1e-3, False) == 2.0
+    assert parity.multiplier(torch.bfloat16, 5000, 1e-3, False) == 3.0
+    assert parity.multiplier(torch.float32, 999, 1e-3, False) == 3.0
+    assert parity.multiplier(torch.float32, 5000, 2e-2, False) == 3.0
+    assert parity.multiplier(torch.float32, 5000, 1e-3, True) == 3.0
+
+
+def test_shape_dtype_and_non_finite_mismatches_fail():
+    x = torch.ones(4)
+    assert parity.compare("x", x, torch.ones(5), None, 1e-3).status == "fail_shape"
+    assert parity.compare("x", x, x.double(), None, 1e-3).status == "fail_dtype"
+    assert parity.compare("x", x, torch.tensor([1.0, float("nan"), 1, 1]), None, 1e-3).status == "non_finite"
+
+
+def test_tolerance_policy_per_mode_and_dtype_and_override():
+    assert parity.tolerance("inference", "float32") == 1e-3
+    assert parity.tolerance("training", "float32") == 1e-2
+    assert parity.tolerance("training", "bfloat16") == 2e-2
+    assert parity.tolerance("training", "float32", 0.5) == 0.5
+
+
+def test_localise_names_the_first_module_in_execution_order_that_leaves_tolerance():
+    golden = {n: torch.randn(2000, dtype=torch.float64) for n in ("a", "b", "c")}
+    ref = {n: g.float() for n, g in golden.items()}
+    target = {"a": ref["a"].clone(), "b": ref["b"] + 1.0, "c": ref["c"] + 1.0}
+    modules, first = parity.localise(ref, target, golden, 1e-3, False)
+    assert [m.name for m in modules] == ["a", "b", "c"]
+    assert first.name == "b" and modules[0].passed
+
+
+def test_ratio_is_the_plotted_per_module_error():
+    golden = torch.zeros(2000, dtype=torch.float64)
+    c = parity.compare("x", torch.full((2000,), 0.1), torch.full((2000,), 0.3), golden, 1e-3)
+    assert abs(parity.ratio(c) - 3.0) < 1e-5

@@ -1,0 +1,120 @@
+"""`ferry check` end to end, in-process through `torchferry.cli.main`: results, exit codes, partial reports."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import FAST, FIXTURES
+
+from torchferry.check.results import FORMAT_VERSION
+from torchferry.status import ExitStatus
+
+
+@pytest.mark.slow  # ~25 s on 2 cores: four processes with transformers
+def test_cpu_to_cpu_training_run_writes_a_go_report_with_every_result(check):
+    result = check("--target", "cpu", *FAST)
+    assert result.exit_status == ExitStatus.SUCCESS, result.stdout + result.stderr
+    report = result.report
+    assert report["meta"]["format_version"] == FORMAT_VERSION
+    assert {"python", "torch", "transformers", "torchferry", "devices", "seeds"} <= set(report["environment"])
+    assert report["parity"]["status"] == "pass" and report["parity"]["deterministic"] is True
+    assert len(report["parity"]["loss_curve"]["target"]) == 2
+    assert report["resume"]["status"] == "pass"
+    assert report["exit"]["status"] == "pass" and report["exit"]["torchferry_absent"] is True
+    assert {f["name"] for f in report["exit"]["formats"]} == {
+        "torch.save state dict", "safetensors", "save_pretrained", "optimizer state"}
+    target = report["timing"]["target"]
+    assert target["time_to_n_s"] >= target["cold_start_s"] > 0 and len(target["steps"]) == 2
+    assert target["steady"]["samples"] == 1
+    assert report["verdict"] in ("go", "go-with-conditions")
+    assert "verdict:" in result.stdout and "time to 2 steps (headline)" in result.stdout
+
+
+def test_progress_is_shown_on_stderr_unless_quiet(check):
+    result = check("--target", "cpu", "-w", "mlp", "--mode", "inference", "--steps", "2", "--rounds", "1", "--reps", "1")
+    assert result.exit_status == ExitStatus.SUCCESS, result.stderr
+    assert "ferry check: [ref cpu] first result" in result.stderr
+    assert result.report["resume"]["status"] == "not-run"
+
+
+@pytest.mark.slow  # ~30 s on 2 cores: generation with the fp64 golden run
+def test_generation_mode_compares_greedy_tokens_exactly(check):
+    result = check("--target", "cpu", "--mode", "generation", "--new-tokens", "4", *FAST)
+    assert result.exit_status == ExitStatus.SUCCESS, result.stdout + result.stderr
+    tokens = result.report["parity"]["tokens"]
+    assert tokens["match"] is True and len(tokens["target"][0]) == 32 + 4
+
+
+def test_a_diverging_layer_fails_parity_and_is_named(check):
+    result = check("--target", "cpu", "-w", f"{FIXTURES / 'diverging.py'}:build", *FAST)
+    assert result.exit_status == ExitStatus.NEGATIVE_RESULT, result.stdout
+    parity = result.report["parity"]
+    assert parity["status"] == "fail_accuracy"
+    assert parity["first_divergent_module"]["name"] == "skew"
+    assert parity["modules"][0]["name"] == "fc1" and parity["modules"][0]["passed"] is True
+    assert result.report["verdict"] == "no-go"
+    assert "first divergent module: skew" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("build", "status", "failure_kind"),
+    [
+        ("raises", ExitStatus.WORKLOAD_ERROR, "WorkloadError"),
+        ("nan", ExitStatus.WORKLOAD_ERROR, "NonFiniteError"),
+        ("oom", ExitStatus.OUT_OF_MEMORY, "DeviceOutOfMemoryError"),
+        ("missing_dependency", ExitStatus.USAGE, "MissingDependencyError"),
+        ("build_raises", ExitStatus.WORKLOAD_ERROR, "WorkloadError"),
+    ],
+)
+def test_bad_workloads_give_their_exit_code_and_a_partial_report(check, build, status, failure_kind):
+    result = check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:{build}", *FAST)
+    assert result.exit_status == status, result.stderr
+    assert result.report["failure"]["kind"] == failure_kind
+    assert result.report["verdict"] == "no-go"
+    assert result.stderr.strip().splitlines()[-1].startswith("ferry: on the reference device 'cpu'")
+
+
+def test_user_traceback_is_shown_apart_from_the_message(check):
+    result = check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:raises", *FAST)
+    assert "ValueError: the user's forward is broken" in result.stderr
+
+
+def test_nan_names_the_first_module_with_a_non_finite_output(check):
+    result = check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:nan", *FAST)
+    assert "first module with a non-finite output" in result.report["failure"]["message"]
+
+
+def test_a_target_crash_is_reported_as_no_go_not_fatal(check):
+    result = check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:crash_target", *FAST)
+    assert result.exit_status == ExitStatus.NEGATIVE_RESULT, result.stderr
+    report = result.report
+    assert report["parity"]["status"] == "fail_to_run"
+    assert "died" in report["failure"]["message"] and "signal 6" in report["failure"]["message"]
+    assert report["timing"]["ref"]["time_to_n_s"] is not None  # the reference's measurements are kept
+
+
+def test_unknown_workload_is_a_usage_error_listing_the_built_ins(check):
+    result = check("-w", "resnet9000", *FAST)
+    assert result.exit_status == ExitStatus.USAGE
+    assert "llama, gpt2, bert, mlp" in result.stderr
+
+
+def test_unknown_device_is_device_unavailable(check):
+    result = check("--target", "warpdrive", *FAST)
+    assert result.exit_status == ExitStatus.DEVICE_UNAVAILABLE
+    assert "unknown device 'warpdrive'" in result.stderr and "cpu" in result.stderr
+
+
+def test_unwritable_output_is_an_output_error_before_measuring(tmp_path):
+    from conftest import run_check
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = run_check(["--target", "cpu", *FAST], blocker / "report")
+    assert result.exit_status == ExitStatus.OUTPUT_ERROR
+    assert "not writable" in result.stderr and "--output" in result.stderr
+
+
+def test_bert_cannot_generate(check):
+    result = check("--target", "cpu", "-w", "bert", "--mode", "generation", *FAST)
+    assert result.exit_status == ExitStatus.USAGE
+    assert "training, inference" in result.stderr

@@ -1,0 +1,76 @@
+"""Built-in workloads and the user-workload protocol loader."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torchferry.errors import MissingDependencyError, UsageError, WorkloadError
+from torchferry.workloads import BUILTIN
+from torchferry.workloads.protocol import load_workload, resolve_source
+
+FIXTURES = __import__("pathlib").Path(__file__).parents[1] / "check" / "fixtures"
+
+
+@pytest.mark.parametrize("name", BUILTIN)
+def test_builtin_trains_one_step_with_the_same_batch_for_the_same_seed(name):
+    torch.manual_seed(0)
+    wl = load_workload(name, {"size": "tiny", "mode": "training"})
+    a, b = wl.batch("cpu", 3), wl.batch("cpu", 3)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not all(torch.equal(a[k], wl.batch("cpu", 4)[k]) for k in a)
+    loss = wl.loss_of(wl.forward(wl.model, a), a)
+    loss.backward()
+    assert torch.isfinite(loss) and any(p.grad is not None for p in wl.model.parameters())
+
+
+@pytest.mark.parametrize(("name", "generates"), [("llama", True), ("gpt2", True), ("bert", False), ("mlp", False)])
+def test_generation_support_is_declared(name, generates):
+    assert load_workload(name, {"mode": "generation"}).generates is generates
+
+
+def test_options_are_passed_only_when_build_accepts_them():
+    wl = load_workload("llama", {"size": "tiny", "batch_size": 3, "seq_len": 5, "mode": "inference", "dtype": "float32"})
+    batch = wl.batch("cpu", 0)
+    assert batch["input_ids"].shape == (3, 5) and "labels" not in batch
+
+
+def test_user_file_spec_and_tuple_return_are_normalised():
+    wl = load_workload(f"{FIXTURES / 'failing.py'}:oom", {})
+    assert wl.source["kind"] == "file" and wl.loss is not None and wl.generates is False
+
+
+def test_module_spec_resolves_without_importing():
+    assert resolve_source("torchferry.workloads.mlp:build") == {
+        "kind": "module", "module": "torchferry.workloads.mlp", "attr": "build"}
+
+
+@pytest.mark.parametrize("spec", ["nope", "missing.py:build", ":build", "x.py:"])
+def test_bad_specs_are_usage_errors(spec):
+    with pytest.raises(UsageError):
+        resolve_source(spec)
+
+
+def test_missing_dependency_and_raising_build_are_told_apart():
+    with pytest.raises(MissingDependencyError, match="ferry_no_such_package.*pip install"):
+        load_workload(f"{FIXTURES / 'failing.py'}:missing_dependency", {})
+    with pytest.raises(WorkloadError) as info:
+        load_workload(f"{FIXTURES / 'failing.py'}:build_raises", {})
+    assert "build itself is broken" in info.value.user_traceback
+
+
+def test_missing_build_attribute_is_a_usage_error():
+    with pytest.raises(UsageError, match="no callable 'nothing'"):
+        load_workload(f"{FIXTURES / 'failing.py'}:nothing", {})
+
+
+def test_mlp_imports_only_torch_so_exit_can_rebuild_it_without_torchferry():
+    import ast
+    from pathlib import Path
+
+    import torchferry.workloads.mlp as mlp
+
+    tree = ast.parse(Path(mlp.__file__).read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= {"torch", "__future__"}

@@ -1,0 +1,151 @@
+"""Device resolution, synchronisation and memory, through torch.accelerator and the device module.
+
+Nothing here branches on a device name except ``BACKEND_PROVIDERS``, the data that says
+which package registers a PrivateUse1 name when ``torch.device(name)`` does not know it yet.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import resource
+import sys
+from typing import Any
+
+from torchferry.errors import DeviceUnavailableError
+
+# device type -> packages that can register it, in order of preference: a real backend
+# first, then torchferry's built-in device (whose `enable()` registers PrivateUse1).
+BACKEND_PROVIDERS: dict[str, tuple[str, ...]] = {"neuron": ("torch_neuronx", "torchferry.device")}
+
+
+def builtin_device_present() -> bool:
+    """Whether torchferry's built-in device is built (its C++ core is importable), without importing it."""
+    try:
+        return importlib.util.find_spec("torchferry.device._C") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def default_target() -> tuple[str, str]:
+    """The first available of: a real neuron backend, the current accelerator, the built-in device.
+
+    Returns (device, why). Falls back to ``cpu`` (stated in ``why``) when none exists, so that
+    the default run still proves the harness end to end.
+    """
+    import torch
+
+    if importlib.util.find_spec("torch_neuronx") is not None:
+        return "neuron", "torch_neuronx is installed"
+    if torch.accelerator.is_available():
+        acc = torch.accelerator.current_accelerator()
+        return acc.type, f"current accelerator is {acc.type!r}"
+    if builtin_device_present():
+        return "neuron", "torchferry's built-in neuron device"
+    return "cpu", (
+        "no accelerator, no torch_neuronx and torchferry's built-in device is not built "
+        "(torchferry.device._C missing): checking cpu against cpu; pass --target to choose"
+    )
+
+
+def _register(device_type: str) -> None:
+    """Make ``device_type`` known to torch by importing/enabling the package that provides it."""
+    for name in BACKEND_PROVIDERS.get(device_type, ()):
+        if importlib.util.find_spec(name.split(".")[0]) is None:
+            continue
+        try:
+            module = importlib.import_module(name)
+            if name.startswith("torchferry."):
+                module.enable()  # the built-in device registers only when asked
+            return
+        except (ImportError, AttributeError) as exc:
+            raise DeviceUnavailableError(
+                f"device {device_type!r} needs {name}, which failed to load ({type(exc).__name__}: {exc}). "
+                "Rebuild torchferry (pip install --no-build-isolation -e .) or choose another --target."
+            ) from exc
+
+
+def resolve(name: str) -> Any:
+    """``torch.device(name)``, registering its backend first when needed; usable or a clear error."""
+    import torch
+
+    device_type = name.split(":")[0]
+    try:
+        torch.device(name)
+    except RuntimeError:  # not a type torch knows yet: a PrivateUse1 name whose package registers it
+        _register(device_type)
+    try:
+        device = torch.device(name)
+        torch.empty(1, device=device)
+    except Exception as exc:
+        raise DeviceUnavailableError(
+            f"device {name!r} is not usable here ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}). "
+            f"Available: {', '.join(available_devices())}. Pass one of them to --ref/--target."
+        ) from exc
+    return device
+
+
+def _registered_types() -> set[str]:
+    import torch
+
+    types = {"cpu", "meta"}
+    if torch.accelerator.is_available():
+        types.add(torch.accelerator.current_accelerator().type)
+    backend = torch._C._get_privateuse1_backend_name()
+    if backend != "privateuseone":
+        types.add(backend)
+    return types
+
+
+def available_devices() -> list[str]:
+    """Device names that would work here (for error messages)."""
+    names = sorted(_registered_types() - {"meta"})
+    for device_type, providers in BACKEND_PROVIDERS.items():
+        if device_type not in names and (
+            importlib.util.find_spec(providers[0]) is not None or builtin_device_present()
+        ):
+            names.append(device_type)
+    return names
+
+
+def synchronize(device: Any) -> None:
+    """Wait for all work queued on ``device``: timings are meaningless without it."""
+    import torch
+
+    acc = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if acc is not None and acc.type == device.type:
+        torch.accelerator.synchronize(device)
+        return
+    module = torch.get_device_module(device.type)
+    if hasattr(module, "synchronize"):
+        module.synchronize()
+
+
+def device_module(device: Any) -> Any:
+    import torch
+
+    return torch.get_device_module(device.type)
+
+
+def reset_peak_memory(device: Any) -> None:
+    module = device_module(device)
+    if hasattr(module, "reset_peak_memory_stats"):
+        module.reset_peak_memory_stats()
+
+
+def peak_memory(device: Any) -> dict:
+    """Peak memory: the device allocator's when it reports one, else the host process RSS peak."""
+    module = device_module(device)
+    if hasattr(module, "max_memory_allocated"):
+        try:
+            return {"bytes": int(module.max_memory_allocated()), "source": f"torch.{device.type}.max_memory_allocated"}
+        except Exception:  # a device module that declares but cannot answer: fall through to RSS
+            pass
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"bytes": int(rss if sys.platform == "darwin" else rss * 1024), "source": "host RSS"}
+
+
+def op_tracking(device: Any) -> Any | None:
+    """The device module if it tracks fallback/executed ops (torchferry's built-in device does)."""
+    module = device_module(device)
+    return module if all(hasattr(module, n) for n in ("get_fallback_ops", "get_executed_ops", "clear_op_tracking")) else None

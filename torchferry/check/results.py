@@ -1,0 +1,147 @@
+"""The one result model of `ferry check`; every reporter (terminal, JSON, HTML) renders it.
+
+``FORMAT_VERSION`` is the schema version of ``report.json``; bump it with a line below on
+every incompatible change.
+
+- 1: first version (meta, environment, config, parity, timing, resume, exit, cost, verdict, failure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+FORMAT_VERSION = 1
+
+GO, CONDITIONS, NO_GO, NOT_RUN = "go", "go-with-conditions", "no-go", "not-run"
+
+
+@dataclass
+class Comparison:
+    """One tensor (or tensor family) judged by the fp64-relative rule, with figures beside it."""
+
+    name: str
+    passed: bool
+    status: str  # pass | pass_allclose | fail_accuracy | fail_shape | fail_dtype | non_finite
+    rmse_target: float | None = None  # target vs fp64 golden
+    rmse_ref: float | None = None  # reference device vs fp64 golden
+    multiplier: float | None = None
+    tol: float | None = None
+    allclose: bool | None = None  # target vs reference at atol = rtol = tol
+    cosine: float | None = None  # target vs reference
+    max_abs_diff: float | None = None
+    numel: int = 0
+
+
+@dataclass
+class ParityResult:
+    status: str = NOT_RUN  # pass | fail_accuracy | eager_two_runs_differ | non_finite | not-run
+    deterministic: bool | None = None
+    tolerance: dict = field(default_factory=dict)
+    outputs: list[Comparison] = field(default_factory=list)
+    gradients: list[Comparison] = field(default_factory=list)
+    loss_curve: dict = field(default_factory=dict)  # ref, target, fp64 lists + comparison
+    tokens: dict = field(default_factory=dict)  # match, ref, target, first_mismatch
+    modules: list[Comparison] = field(default_factory=list)  # execution order
+    first_divergent_module: Comparison | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DeviceTiming:
+    device: str
+    python_start_s: float | None = None  # process spawn -> interpreter running torchferry
+    import_s: float | None = None  # import torch (+ transformers)
+    load_s: float | None = None  # build the workload and move it to the device
+    first_call_s: float | None = None  # first step, compilation included when --compile
+    cold_start_s: float | None = None  # process spawn -> first result
+    time_to_n_s: float | None = None  # process spawn -> N steps done: the headline
+    steps: list[float] = field(default_factory=list)  # warm-up curve, per step (synchronised)
+    steady: dict = field(default_factory=dict)  # median_s, p90_s, samples, rounds
+    units_per_step: float = 0.0
+    unit: str = "tokens"
+    throughput_per_s: float | None = None
+    peak_memory: dict = field(default_factory=dict)  # bytes, source
+    fallback_ops: dict = field(default_factory=dict)  # op -> count (devices that track them)
+    fallback_share: float | None = None  # fallback op calls / all op calls
+    compile: dict = field(default_factory=dict)  # backend, graphs, recompilations
+    flops_per_step: float | None = None
+
+
+@dataclass
+class TimingResult:
+    status: str = NOT_RUN
+    ref: DeviceTiming | None = None
+    target: DeviceTiming | None = None
+    speedup_time_to_n: float | None = None  # ref / target: > 1 means the target is faster
+    speedup_steady: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ResumeResult:
+    status: str = NOT_RUN  # pass | fail | not-run
+    saved_at_step: int | None = None
+    uninterrupted: list[float] = field(default_factory=list)
+    resumed: list[float] = field(default_factory=list)
+    max_abs_diff: float | None = None
+    exact: bool | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ExitFormat:
+    name: str  # torch.save state dict | safetensors | save_pretrained | optimizer state
+    path: str = ""
+    saved: bool = False
+    loads_plain: bool = False  # loads with no map_location and without torchferry
+    location_tags: list[str] = field(default_factory=list)
+    needs_map_location: bool = False
+    needs_package: str | None = None
+    parity: Comparison | None = None
+    error: str | None = None
+    fix: str | None = None
+
+
+@dataclass
+class ExitResult:
+    status: str = NOT_RUN  # pass | conditions | fail | not-run
+    torchferry_absent: bool | None = None
+    loader_device: str = ""
+    formats: list[ExitFormat] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CostResult:
+    status: str = NOT_RUN
+    devices: list[dict] = field(default_factory=list)  # device, instance, price, cost per unit, utilisation
+    break_even: dict = field(default_factory=dict)
+    assumptions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class VerdictItem:
+    result: str
+    verdict: str
+    reason: str
+
+
+@dataclass
+class CheckReport:
+    meta: dict
+    environment: dict
+    config: dict
+    parity: ParityResult = field(default_factory=ParityResult)
+    timing: TimingResult = field(default_factory=TimingResult)
+    resume: ResumeResult = field(default_factory=ResumeResult)
+    exit: ExitResult = field(default_factory=ExitResult)
+    cost: CostResult = field(default_factory=CostResult)
+    verdict: str = NOT_RUN
+    verdicts: list[VerdictItem] = field(default_factory=list)
+    failure: dict | None = None  # kind, message, exit_status: set when the run stopped early
+    progress: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

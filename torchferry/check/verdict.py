@@ -1,0 +1,86 @@
+"""The verdict: go, go-with-conditions or no-go, with the reason per result."""
+
+from __future__ import annotations
+
+from torchferry.check import parity as parity_mod
+from torchferry.check.results import CONDITIONS, GO, NO_GO, NOT_RUN, CheckReport, VerdictItem
+
+
+def _parity(report: CheckReport) -> VerdictItem:
+    p = report.parity
+    if p.status == "pass":
+        return VerdictItem("parity", GO, f"outputs, gradients, loss curve and tokens within the fp64-relative rule (tol {p.tolerance.get('tol')})")
+    if p.status == "eager_two_runs_differ":
+        return VerdictItem("parity", CONDITIONS, "target within tolerance, but the reference is not deterministic; " + "; ".join(p.notes))
+    if p.status == NOT_RUN:
+        return VerdictItem("parity", NOT_RUN, "; ".join(p.notes) or "not measured")
+    where = ""
+    if p.first_divergent_module is not None:
+        m = p.first_divergent_module
+        where = f"; first divergent module {m.name} ({parity_mod.describe(m)})"
+    return VerdictItem("parity", NO_GO, f"{p.status}: {p.notes[0] if p.notes else ''}{where}")
+
+
+def _timing(report: CheckReport) -> VerdictItem:
+    t = report.timing
+    if t.status != "measured" or t.target is None or t.target.time_to_n_s is None:
+        return VerdictItem("time", NOT_RUN, "not measured to the end")
+    conditions = []
+    if t.speedup_time_to_n is not None and t.speedup_time_to_n < 1:
+        conditions.append(f"target takes {1 / t.speedup_time_to_n:.2f}x the reference's time to {report.config['steps']} steps")
+    if t.target.fallback_ops:
+        conditions.append(f"{sum(t.target.fallback_ops.values())} fallback op calls ({len(t.target.fallback_ops)} ops)")
+    if conditions:
+        return VerdictItem("time", CONDITIONS, "; ".join(conditions))
+    return VerdictItem("time", GO, f"time to {report.config['steps']} steps {t.target.time_to_n_s:.2f} s vs {t.ref.time_to_n_s:.2f} s")
+
+
+def _resume(report: CheckReport) -> VerdictItem:
+    r = report.resume
+    if r.status == "pass":
+        return VerdictItem("resume", GO, f"resumed at step {r.saved_at_step} in a fresh process; losses match "
+                                         f"({'exactly' if r.exact else f'max |diff| {r.max_abs_diff:.3g}'})")
+    if r.status == "fail":
+        return VerdictItem("resume", NO_GO, "; ".join(r.notes) or "resumed losses differ")
+    return VerdictItem("resume", NOT_RUN, "; ".join(r.notes) or "not measured")
+
+
+def _exit(report: CheckReport) -> VerdictItem:
+    e = report.exit
+    if e.status == "pass":
+        return VerdictItem("exit", GO, f"all formats reload on {e.loader_device} without torchferry and keep parity")
+    if e.status == "conditions":
+        tagged = [f.name for f in e.formats if f.needs_map_location]
+        return VerdictItem("exit", CONDITIONS, f"{', '.join(tagged)} load only with map_location (device-tagged storages)")
+    if e.status == "fail":
+        bad = [f"{f.name}: {f.error or f.fix or 'parity lost'}" for f in e.formats
+               if not f.saved or f.needs_package or (f.error and not f.needs_map_location) or (f.parity and not f.parity.passed)]
+        return VerdictItem("exit", NO_GO, "; ".join(bad + e.notes) or "exit failed")
+    return VerdictItem("exit", NOT_RUN, "; ".join(e.notes) or "not measured")
+
+
+def _cost(report: CheckReport) -> VerdictItem:
+    c = report.cost
+    if c.status == NOT_RUN:
+        return VerdictItem("cost", NOT_RUN, "not estimated")
+    status = c.break_even.get("status", "")
+    if status == "reached":
+        months = c.break_even.get("months")
+        return VerdictItem("cost", GO, f"target cheaper per unit; engineering cost recovered after "
+                                       f"{c.break_even['units']:,.0f} units" + (f" ({months:.1f} months)" if months else ""))
+    return VerdictItem("cost", CONDITIONS, f"break-even {status}")
+
+
+def decide(report: CheckReport) -> None:
+    """Fill ``report.verdicts`` and ``report.verdict``: no-go if any result is no-go, conditions if any is not go."""
+    items = [_parity(report), _timing(report), _resume(report), _exit(report), _cost(report)]
+    if report.failure:
+        items.append(VerdictItem("run", NO_GO, report.failure["message"]))
+    report.verdicts = items
+    decided = [i.verdict for i in items if i.verdict != NOT_RUN]
+    if NO_GO in decided:
+        report.verdict = NO_GO
+    elif CONDITIONS in decided or any(i.verdict == NOT_RUN and i.result in ("parity", "exit") for i in items):
+        report.verdict = CONDITIONS
+    else:
+        report.verdict = GO if decided else NOT_RUN

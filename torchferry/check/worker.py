@@ -1,0 +1,449 @@
+"""One device's side of `ferry check`, run in its own process: `python -m torchferry.check.worker JOB.json`.
+
+A crash here (segfault, abort, OOM kill) ends this process only; the runner reports it.
+Protocol: JSON lines on the original stdout (the user's prints are sent to stderr, which the
+runner keeps in a log); commands arrive as JSON lines on stdin after the main job. Tensors go
+to ``<outdir>/<role>.pt`` on the CPU. Wall-clock times are relative to ``TORCHFERRY_T0``, the
+runner's clock just before it spawned this process.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+T_MAIN = time.time()
+ROLE_ENV = "TORCHFERRY_CHECK_ROLE"  # "ref" | "target" | "resume": visible to workloads, for test fixtures
+
+
+class Channel:
+    """The protocol stream: the real stdout, kept apart from anything the workload prints."""
+
+    def __init__(self) -> None:
+        self.stream = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+
+    def send(self, event: str, **data: Any) -> None:
+        self.stream.write(json.dumps({"event": event, **data}, default=float) + "\n")
+        self.stream.flush()
+
+
+class NonFinite(Exception):
+    """NaN or Inf where a finite value was expected (step, tensor or module in the message)."""
+
+
+def _floating(x: Any) -> bool:
+    return hasattr(x, "is_floating_point") and x.is_floating_point()
+
+
+def flatten(output: Any, prefix: str = "") -> dict:
+    """The tensors of a model output, by name: ModelOutput/dict keys, tuple indices, or `output`."""
+    import torch
+
+    if isinstance(output, torch.Tensor):
+        return {prefix or "output": output}
+    items = output.items() if hasattr(output, "items") else enumerate(output) if isinstance(output, (tuple, list)) else []
+    found = {}
+    for key, value in items:
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, torch.Tensor):
+            found[name] = value
+        elif isinstance(value, (tuple, list, dict)) and not prefix:
+            found.update(flatten(value, name))
+    return found
+
+
+def to_cpu(tensors: dict) -> dict:
+    return {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}
+
+
+class Session:
+    """The workload on one device: the runs, probes and saves the runner asks for."""
+
+    def __init__(self, job: dict, channel: Channel) -> None:
+        self.job, self.cfg, self.channel = job, job["config"], channel
+        self.t0 = float(os.environ.get("TORCHFERRY_T0", T_MAIN))
+        self.outdir = Path(job["outdir"])
+        self.timing: dict[str, Any] = {"python_start_s": T_MAIN - self.t0}
+        self.excluded_s = 0.0  # time spent saving checkpoints inside the timed run
+
+    # -- setup -------------------------------------------------------------------------
+    def setup(self) -> None:
+        t = time.perf_counter()
+        import torch
+
+        from torchferry.check import devices
+        from torchferry.workloads.protocol import load_workload
+
+        self.torch, self.devices = torch, devices
+        self.timing["import_s"] = time.perf_counter() - t
+        self.channel.send("progress", msg=f"imported torch {torch.__version__} ({self.timing['import_s']:.1f} s)")
+        self.device = devices.resolve(self.job["device"])
+        t = time.perf_counter()
+        torch.manual_seed(self.cfg["seed"])
+        self.workload = load_workload(self.cfg["workload"], self.cfg)
+        if self.cfg["mode"] == "generation" and not self.workload.generates:
+            from torchferry.errors import UsageError
+
+            raise UsageError(
+                f"workload {self.cfg['workload']!r} does not generate (no `generate`). Valid modes for it: "
+                "training, inference."
+            )
+        self.pristine = self.workload.model  # CPU, initial weights: every run starts from a copy
+        self.model = self.fresh()
+        devices.synchronize(self.device)
+        self.timing["load_s"] = time.perf_counter() - t
+        self.channel.send("progress", msg=f"built {self.cfg['workload']} on {self.device} ({self.timing['load_s']:.1f} s)")
+
+    def fresh(self, fp64: bool = False) -> Any:
+        model = copy.deepcopy(self.pristine).to(self.device)
+        return model.to(self.torch.float64) if fp64 else model
+
+    def batch(self, seed_offset: int, fp64: bool = False) -> Any:
+        batch = self.workload.batch(self.device, self.cfg["seed"] + seed_offset)
+        if not fp64:
+            return batch
+        cast = lambda t: t.to(self.torch.float64) if _floating(t) else t  # noqa: E731
+        if isinstance(batch, dict):
+            return {k: cast(v) for k, v in batch.items()}
+        if isinstance(batch, (tuple, list)):
+            return type(batch)(cast(v) for v in batch)
+        return cast(batch)
+
+    def autocast(self, fp64: bool) -> Any:
+        import contextlib
+
+        if fp64 or self.cfg["dtype"] == "float32":
+            return contextlib.nullcontext()
+        return self.torch.autocast(device_type=self.device.type, dtype=getattr(self.torch, self.cfg["dtype"]))
+
+    def optimizer(self, model: Any) -> Any:
+        return self.torch.optim.AdamW(model.parameters(), lr=self.cfg["lr"])
+
+    # -- one step of the mode ------------------------------------------------------------
+    def step(self, model: Any, opt: Any, index: int, fp64: bool = False) -> tuple[float, Any]:
+        """Run step ``index``, synchronised; returns (seconds, loss or tokens)."""
+        torch, mode = self.torch, self.cfg["mode"]
+        batch = self.batch(index, fp64)
+        t = time.perf_counter()
+        if mode == "training":
+            opt.zero_grad(set_to_none=True)
+            with self.autocast(fp64):
+                loss = self.workload.loss_of(self.workload.forward(model, batch), batch)
+            loss.backward()
+            opt.step()
+            result = loss
+        elif mode == "inference":
+            with torch.no_grad(), self.autocast(fp64):
+                result = self.workload.forward(model, batch)
+        else:
+            with torch.no_grad(), self.autocast(fp64):
+                result = model.generate(**self.generate_kwargs(model, batch))
+        self.devices.synchronize(self.device)
+        return time.perf_counter() - t, result
+
+    def generate_kwargs(self, model: Any, batch: dict) -> dict:
+        kwargs = {**batch, "max_new_tokens": self.cfg["new_tokens"], "do_sample": False}
+        if getattr(model, "_can_compile_fullgraph", False):
+            kwargs["cache_implementation"] = "static"  # where the model allows: no dynamic shapes per token
+        return kwargs
+
+    def units_per_step(self) -> tuple[float, str]:
+        batch = self.workload.batch("cpu", self.cfg["seed"])
+        ids = batch.get("input_ids") if isinstance(batch, dict) else None
+        if self.cfg["mode"] == "generation":
+            return float(ids.shape[0] * self.cfg["new_tokens"]), "tokens"
+        if ids is not None:
+            return float(ids.numel()), "tokens"
+        first = next(iter(batch.values())) if isinstance(batch, dict) else batch[0] if isinstance(batch, (tuple, list)) else batch
+        return float(first.shape[0]), "samples"
+
+    # -- the runs ------------------------------------------------------------------------
+    def run(self, model: Any, fp64: bool = False, primary: bool = False, start: int = 0, opt: Any = None) -> dict:
+        """All steps of the mode from ``start``; the primary run also reports timings and saves checkpoints."""
+        torch = self.torch
+        opt = opt or (self.optimizer(model) if self.cfg["mode"] == "training" else None)
+        record: dict[str, Any] = {"losses": [], "times": [], "grads": {}, "tokens": None}
+        for index in range(start, self.cfg["steps"]):
+            seconds, result = self.step(model, opt, index, fp64)
+            record["times"].append(seconds)
+            if self.cfg["mode"] == "training":
+                loss = float(result.detach().float().item())
+                if not torch.isfinite(torch.tensor(loss)):
+                    raise NonFinite(f"loss is {loss} at training step {index + 1}{self.first_nonfinite_module(index, fp64)}")
+                record["losses"].append(loss)
+                if index == start:
+                    record["grads"] = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+                    record["grads"] = to_cpu(record["grads"])
+            elif index == start:
+                if self.cfg["mode"] == "generation":
+                    record["tokens"] = result.detach().to("cpu")
+                else:
+                    self.check_finite(flatten(result), f"step {index + 1}", index, fp64)
+            if primary:
+                self.after_primary_step(index, seconds, model, opt)
+        record["opt"] = opt
+        return record
+
+    def after_primary_step(self, index: int, seconds: float, model: Any, opt: Any) -> None:
+        now = time.time() - self.t0 - self.excluded_s
+        if index == 0:
+            self.timing["first_call_s"] = seconds
+            self.timing["cold_start_s"] = now
+            self.channel.send("progress", msg=f"first result after {now:.1f} s (first call {seconds * 1e3:.0f} ms)")
+        if self.job["role"] == "target" and self.cfg["mode"] == "training" and index + 1 == self.cfg["resume_step"]:
+            t = time.perf_counter()
+            self.save_resume(model, opt, index + 1)
+            self.excluded_s += time.perf_counter() - t
+        if index + 1 == self.cfg["steps"]:
+            self.timing["time_to_n_s"] = now
+
+    def probe(self, fp64: bool = False, model: Any = None, index: int = 0) -> dict:
+        """A hooked forward pass on step ``index``'s batch: per-module outputs in execution order."""
+        torch = self.torch
+        model = model if model is not None else self.fresh(fp64)
+        modules: dict[str, Any] = {}
+
+        def hook(name: str):
+            def capture(_module, _inputs, output):
+                tensors = [t for t in flatten(output).values() if _floating(t)]
+                if tensors and name not in modules:
+                    modules[name] = tensors[0].detach().to("cpu", copy=True)
+
+            return capture
+
+        handles = [m.register_forward_hook(hook(n or "<model>")) for n, m in model.named_modules()]
+        try:
+            batch = self.batch(index, fp64)
+            with torch.no_grad(), self.autocast(fp64):
+                output = self.workload.forward(model, batch)
+        finally:
+            for h in handles:
+                h.remove()
+        return {"outputs": to_cpu({k: v for k, v in flatten(output).items() if _floating(v)}), "modules": modules}
+
+    def check_finite(self, tensors: dict, where: str, index: int, fp64: bool) -> None:
+        bad = [n for n, t in tensors.items() if _floating(t) and not bool(self.torch.isfinite(t).all())]
+        if bad:
+            raise NonFinite(f"output {bad[0]!r} has NaN/Inf at {where}{self.first_nonfinite_module(index, fp64)}")
+
+    def first_nonfinite_module(self, index: int, fp64: bool) -> str:
+        try:
+            modules = self.probe(fp64, model=self.fresh(fp64), index=index)["modules"]
+        except Exception:  # the diagnosis must not hide the finding
+            return ""
+        for name, t in modules.items():
+            if not bool(self.torch.isfinite(t).all()):
+                return f"; first module with a non-finite output: {name!r}"
+        return ""
+
+    # -- checkpoints ---------------------------------------------------------------------
+    def rng_state(self) -> dict:
+        module = self.devices.device_module(self.device)
+        state = {"cpu": self.torch.get_rng_state()}
+        if self.device.type != "cpu" and hasattr(module, "get_rng_state"):
+            state["device"] = module.get_rng_state()
+        return state
+
+    def save_resume(self, model: Any, opt: Any, step: int) -> None:
+        path = self.outdir / "resume" / "checkpoint.pt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "rng": self.rng_state()}, path)
+
+    def resume(self) -> dict:
+        """Fresh process: load the mid-training checkpoint on the target and finish the run."""
+        ckpt = self.torch.load(self.outdir / "resume" / "checkpoint.pt", map_location=self.device, weights_only=True)
+        model = self.fresh()
+        model.load_state_dict(ckpt["model"])
+        opt = self.optimizer(model)
+        opt.load_state_dict(ckpt["optimizer"])
+        self.torch.set_rng_state(ckpt["rng"]["cpu"].cpu())  # map_location moved it to the device
+        module = self.devices.device_module(self.device)
+        if "device" in ckpt["rng"] and hasattr(module, "set_rng_state"):
+            module.set_rng_state(ckpt["rng"]["device"].cpu())
+        return {"step": ckpt["step"], "losses": self.run(model, start=ckpt["step"], opt=opt)["losses"]}
+
+    def save_exit(self, model: Any, opt: Any) -> dict:
+        """Save what the target produced in the standard formats, as a user would, no `.cpu()` first."""
+        exit_dir = self.outdir / "exit"
+        exit_dir.mkdir(parents=True, exist_ok=True)
+        saved: dict[str, Any] = {}
+
+        def attempt(name: str, path: Path, save) -> None:
+            try:
+                save(path)
+                saved[name] = {"path": str(path)}
+            except Exception as exc:  # a format that cannot be saved from this device is a finding
+                saved[name] = {"path": str(path), "error": f"{type(exc).__name__}: {exc}"}
+
+        attempt("torch.save state dict", exit_dir / "state_dict.pt", lambda p: self.torch.save(model.state_dict(), p))
+
+        def save_safetensors(p: Path) -> None:
+            from safetensors.torch import save_model
+
+            save_model(model, str(p))
+
+        attempt("safetensors", exit_dir / "model.safetensors", save_safetensors)
+        if hasattr(model, "save_pretrained"):
+            attempt("save_pretrained", exit_dir / "pretrained", lambda p: model.save_pretrained(str(p)))
+        if opt is not None:
+            attempt("optimizer state", exit_dir / "optimizer.pt", lambda p: self.torch.save(opt.state_dict(), p))
+        if hasattr(model, "config") and hasattr(model.config, "to_json_file"):
+            model.config.to_json_file(str(exit_dir / "config.json"))  # the architecture, for the state-dict formats
+        eval_batch = self.workload.batch("cpu", self.cfg["seed"] + 10_000)
+        self.torch.save(eval_batch, exit_dir / "eval_batch.pt")
+        return saved
+
+    def architecture(self) -> dict:
+        """How a process without torchferry rebuilds this model: a transformers class, or the workload file."""
+        import importlib.util
+
+        model = self.pristine
+        if hasattr(model, "save_pretrained") and hasattr(model, "config"):
+            return {"kind": "transformers", "class": type(model).__name__}
+        source = dict(self.workload.source)
+        if source["kind"] == "module":
+            source = {"kind": "file", "path": importlib.util.find_spec(source["module"]).origin, **{
+                k: v for k, v in source.items() if k in ("attr", "options")}}
+        return source
+
+    def flops_per_step(self) -> float | None:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        model = self.fresh()
+        opt = self.optimizer(model) if self.cfg["mode"] == "training" else None
+        counter = FlopCounterMode(display=False)
+        with counter:
+            self.step(model, opt, 0)
+        return float(counter.get_total_flops())
+
+    def op_counts(self) -> dict:
+        tracker = self.devices.op_tracking(self.device)
+        if tracker is None:
+            return {}
+        fallback, executed = dict(tracker.get_fallback_ops()), dict(tracker.get_executed_ops())
+        return {"fallback": fallback, "executed_total": sum(executed.values())}
+
+    def compile_counters(self) -> dict:
+        if not self.cfg.get("compile"):
+            return {}
+        from torch._dynamo.utils import counters
+
+        return {
+            "backend": self.cfg["compile"],
+            "graphs": int(counters["stats"].get("unique_graphs", 0)),
+            "recompilations": int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0,
+        }
+
+    # -- jobs ----------------------------------------------------------------------------
+    def main_job(self) -> dict:
+        role, torch = self.job["role"], self.torch
+        if role == "resume":
+            return {"resume": self.resume()}
+        tracker = self.devices.op_tracking(self.device)
+        if tracker is not None:
+            tracker.clear_op_tracking()
+        self.devices.reset_peak_memory(self.device)
+        model = self.model
+        if role == "target" and self.cfg.get("compile"):
+            model = torch.compile(model, backend=self.cfg["compile"])
+        primary = self.run(model, primary=True)
+        self.channel.send("progress", msg=f"{self.cfg['steps']} steps in {self.timing['time_to_n_s']:.1f} s from process start")
+        self.timing.update(
+            steps=primary["times"], peak_memory=self.devices.peak_memory(self.device), ops=self.op_counts(),
+            compile=self.compile_counters(),
+        )
+        self.timing["units_per_step"], self.timing["unit"] = self.units_per_step()
+        self.live = (model, primary.pop("opt"))
+        tensors: dict[str, Any] = {"run": primary, "probe": self.probe()}
+        summary: dict[str, Any] = {"timing": self.timing}
+        if role == "ref":
+            self.channel.send("progress", msg="second reference run (determinism check)")
+            again = self.run(self.fresh())
+            again.pop("opt")
+            summary["determinism"] = self.compare_runs(primary, again, self.probe(), tensors["probe"])
+            self.channel.send("progress", msg="float64 golden run")
+            golden = self.run(self.fresh(fp64=True), fp64=True)
+            golden.pop("opt")
+            tensors["golden"] = {"run": golden, "probe": self.probe(fp64=True)}
+            summary["timing"]["flops_per_step"] = self.flops_per_step()
+        else:
+            summary["exit"] = {"saved": self.save_exit(self.model, self.live[1]), "architecture": self.architecture()}
+            tensors["eval_outputs"] = self.eval_outputs(self.live[0])
+        torch.save(tensors, self.outdir / f"{role}.pt")
+        summary["tensors"] = str(self.outdir / f"{role}.pt")
+        return summary
+
+    def eval_outputs(self, model: Any) -> dict:
+        batch = self.workload.batch(self.device, self.cfg["seed"] + 10_000)
+        with self.torch.no_grad(), self.autocast(False):
+            return to_cpu({k: v for k, v in flatten(self.workload.forward(model, batch)).items() if _floating(v)})
+
+    def compare_runs(self, a: dict, b: dict, probe_a: dict, probe_b: dict) -> dict:
+        """Two reference runs must agree bitwise (the dynamo harness's eager_two_runs_differ check)."""
+        torch = self.torch
+        pairs = [("loss curve", torch.tensor(a["losses"]), torch.tensor(b["losses"]))]
+        pairs += [(f"output {k}", v, probe_b["outputs"][k]) for k, v in probe_a["outputs"].items()]
+        pairs += [(f"grad {k}", v, b["grads"][k]) for k, v in a["grads"].items()]
+        if a["tokens"] is not None:
+            pairs.append(("tokens", a["tokens"], b["tokens"]))
+        for name, x, y in pairs:
+            if x.shape != y.shape or not torch.equal(x, y):
+                return {"deterministic": False, "first_difference": name}
+        return {"deterministic": True, "first_difference": None}
+
+    def steady(self, reps: int, offset: int) -> list[float]:
+        """Timed repetitions of one step, for the runner to interleave across devices."""
+        model, opt = self.live
+        return [self.step(model, opt, self.cfg["steps"] + offset + i)[0] for i in range(reps)]
+
+
+def error_kind(exc: BaseException) -> str:
+    from torchferry import errors
+
+    oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", MemoryError)
+    if isinstance(exc, (MemoryError, oom)):
+        return "oom"
+    if isinstance(exc, NonFinite):
+        return "nonfinite"
+    for cls, kind in (
+        (errors.DeviceUnavailableError, "device"),
+        (errors.MissingDependencyError, "dependency"),
+        (errors.UsageError, "usage"),
+        (errors.WorkloadError, "workload"),
+    ):
+        if isinstance(exc, cls):
+            return kind
+    return "workload"
+
+
+def main(argv: list[str]) -> int:
+    channel = Channel()
+    job = json.loads(Path(argv[0]).read_text())
+    os.environ[ROLE_ENV] = job["role"]
+    session = Session(job, channel)
+    try:
+        session.setup()
+        channel.send("result", data=session.main_job())
+        for line in sys.stdin:
+            command = json.loads(line)
+            if command["cmd"] == "steady":
+                channel.send("steady", times=session.steady(command["reps"], command["offset"]))
+            else:
+                break
+    except BaseException as exc:  # report every failure to the runner, then exit non-zero
+        tb = getattr(exc, "user_traceback", None) or traceback.format_exc()
+        channel.send("error", kind=error_kind(exc), type=type(exc).__name__, message=str(exc), traceback=tb,
+                     timing=session.timing)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

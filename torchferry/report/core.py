@@ -1,0 +1,40 @@
+"""Writing reports: all or nothing (temp file + ``os.replace``), parent folders created."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from torchferry.errors import OutputError
+
+
+def ensure_writable(folder: Path) -> None:
+    """Fail before measuring anything if the report folder cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".ferry-probe-"):
+            pass
+    except OSError as exc:
+        raise OutputError(
+            f"the output folder {str(folder)!r} is not writable ({exc.strerror or exc}). Pass a writable folder with "
+            "--output DIR."
+        ) from exc
+
+
+def write_atomic(path: Path, text: str) -> Path:
+    """Write ``text`` to ``path`` via a temp file in the same folder, so readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a report is an ordinary file
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path

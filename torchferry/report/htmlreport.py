@@ -1,0 +1,136 @@
+"""One self-contained HTML file: inline CSS and SVG plots, no script, nothing fetched.
+
+Data preparation (``sections``) is kept apart from the markup (``PAGE`` and the small
+table helper), as coverage.py's HTML reporter does.
+"""
+
+from __future__ import annotations
+
+import math
+from html import escape
+
+from torchferry.check.parity import describe, ratio
+from torchferry.check.results import CheckReport
+from torchferry.report import svg
+from torchferry.report.text import money, seconds
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
+<title>ferry check: {title}</title>
+<style>
+body{{font-family:system-ui,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;color:#222}}
+table{{border-collapse:collapse;margin:.5em 0}} td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}}
+.go{{color:#1a7f37}} .no-go{{color:#cf222e}} .go-with-conditions{{color:#9a6700}} .not-run{{color:#777}}
+.plots{{display:flex;flex-wrap:wrap;gap:12px}} section{{margin-bottom:2em}} code{{background:#f4f4f4}}
+</style></head><body>
+<h1>ferry check: {title}</h1>
+<p class="verdict {verdict}" id="verdict"><strong>Verdict: {verdict}</strong></p>
+{body}
+</body></html>
+"""
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def section(sid: str, title: str, *parts: str) -> str:
+    return f'<section id="{sid}"><h2>{escape(title)}</h2>\n' + "\n".join(parts) + "\n</section>"
+
+
+def notes(items: list[str]) -> str:
+    return "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in items) + "</ul>" if items else ""
+
+
+def _parity(r: CheckReport) -> str:
+    p = r.parity
+    rows = [[c.name, "pass" if c.passed else "FAIL", c.status, describe(c)] for c in p.outputs + p.gradients]
+    if p.loss_curve:
+        c = p.loss_curve["comparison"]
+        rows.append([c.name, "pass" if c.passed else "FAIL", c.status, describe(c)])
+    plots = []
+    if p.loss_curve:
+        plots.append(svg.line_chart("loss", "Loss curves", {f"ref {r.config['ref']}": p.loss_curve["ref"],
+                                                          f"target {r.config['target']}": p.loss_curve["target"],
+                                                          "fp64 golden": p.loss_curve["fp64"]}, "step", "loss"))
+    bars = [(m.name, ratio(m)) for m in p.modules]
+    bars = [(n, v if v is not None and math.isfinite(v) else None) for n, v in bars]
+    plots.append(svg.bar_chart("module-error", "Per-module error: rmse(target) / rmse(ref) vs fp64", bars, "ratio",
+                               highlight=p.first_divergent_module.name if p.first_divergent_module else None))
+    first = (f"<p id=\"first-divergent\">First divergent module: <code>{escape(p.first_divergent_module.name)}</code>: "
+             f"{escape(describe(p.first_divergent_module))}</p>") if p.first_divergent_module else ""
+    tokens = (f"<p>Generated tokens: {'exact match' if p.tokens['match'] else 'mismatch at ' + str(p.tokens['first_mismatch'])}</p>"
+              if p.tokens else "")
+    return section("parity", "Parity",
+                   f"<p>Status <strong>{escape(p.status)}</strong>; reference deterministic: {p.deterministic}; "
+                   f"rule: {escape(str(p.tolerance.get('rule', '')))}; tol {p.tolerance.get('tol')}; "
+                   f"multiplier {escape(str(p.tolerance.get('multiplier', '')))}.</p>",
+                   first, tokens, table(["tensor", "result", "status", "figures"], rows),
+                   f'<div class="plots">{"".join(plots)}</div>',
+                   table(["module (execution order)", "result", "figures"],
+                         [[m.name, "pass" if m.passed else "FAIL", describe(m)] for m in p.modules]), notes(p.notes))
+
+
+def _timing(r: CheckReport) -> str:
+    t = r.timing
+    if not (t.ref and t.target):
+        return section("timing", "Full time", "<p>Not measured.</p>", notes(t.notes))
+    from torchferry.report.text import _timing_rows
+
+    rows = [list(row) for row in _timing_rows(t.ref, t.target, r.config["steps"])]
+    warm = svg.line_chart("warmup", "Warm-up curve (per-step time, synchronised)",
+                          {f"ref {t.ref.device}": [s * 1e3 for s in t.ref.steps],
+                           f"target {t.target.device}": [s * 1e3 for s in t.target.steps]}, "step", "ms")
+    time_bars = svg.bar_chart("time-to-n", f"Time to {r.config['steps']} steps from process start",
+                              [(f"ref {t.ref.device}", t.ref.time_to_n_s), (f"target {t.target.device}", t.target.time_to_n_s)], "s")
+    return section("timing", "Full time", table(["", f"ref {t.ref.device}", f"target {t.target.device}"], rows),
+                   f'<div class="plots">{warm}{time_bars}</div>', notes(t.notes))
+
+
+def _cost(r: CheckReport) -> str:
+    c = r.cost
+    rows = [[row["role"], row["device"], row.get("instance") or "unpriced", f"{money(row.get('cost_per_unit'))} per {row['unit']}",
+             f"{row['utilisation']:.2%}" if row.get("utilisation") is not None else "n/a",
+             f"{row.get('price_per_hour', '-')} ({row.get('price_kind', '-')}, {row.get('price_date', '-')})"] for row in c.devices]
+    bars = svg.bar_chart("cost", "Cost per unit (USD)", [(f"{row['role']} {row['device']}", row.get("cost_per_unit")) for row in c.devices],
+                         "USD") if any(row.get("cost_per_unit") for row in c.devices) else svg.empty(
+        "cost", "Cost per unit (USD)", "no priced instance: pass --ref-instance/--target-instance")
+    be = c.break_even
+    return section("cost", "Effective cost", table(["role", "device", "instance", "cost", "utilisation", "$/h (kind, date)"], rows),
+                   f"<p>Break-even: {escape(str(be.get('status', '-')))}"
+                   + (f" after {be['units']:,.0f} units" if be.get("units") else "") + "</p>",
+                   f'<div class="plots">{bars}</div>', "<h3>Assumptions</h3>", notes(c.assumptions))
+
+
+def _resume_exit(r: CheckReport) -> str:
+    res, ex = r.resume, r.exit
+    resume_plot = svg.line_chart("resume", "Resumed vs uninterrupted loss", {"uninterrupted": res.uninterrupted,
+                                                                             "resumed": res.resumed}, "step after resume", "loss")
+    rows = [[f.name, "yes" if f.loads_plain else "no", ", ".join(f.location_tags) or "-",
+             ("pass" if f.parity.passed else "FAIL") if f.parity else "-", f.error or "", f.fix or ""] for f in ex.formats]
+    return "\n".join([
+        section("resume", "Checkpoint resume", f"<p>Status <strong>{escape(res.status)}</strong>; saved after step "
+                f"{res.saved_at_step}; max |diff| {res.max_abs_diff}; exact {res.exact}.</p>", resume_plot, notes(res.notes)),
+        section("exit", "Reversible exit", f"<p>Status <strong>{escape(ex.status)}</strong>; reloaded on {escape(ex.loader_device)}; "
+                f"torchferry absent in the loading process: {ex.torchferry_absent}.</p>",
+                table(["format", "loads plainly", "location tags", "parity", "error", "fix"], rows), notes(ex.notes)),
+    ])
+
+
+def render(report: CheckReport) -> str:
+    cfg = report.config
+    verdicts = table(["result", "verdict", "reason"], [[v.result, v.verdict, v.reason] for v in report.verdicts])
+    failure = (f'<p class="no-go" id="failure">Stopped early ({escape(report.failure["kind"])}): '
+               f'{escape(report.failure["message"])}</p>') if report.failure else ""
+    env_rows = [[k, str(v)] for k, v in report.environment.items()] + [["format_version", str(report.meta["format_version"])]]
+    body = "\n".join([
+        failure, section("verdicts", "Verdict per result", verdicts),
+        _parity(report), _timing(report), _resume_exit(report), _cost(report),
+        section("environment", "Environment and configuration", table(["", ""], env_rows),
+                table(["option", "value"], [[k, str(v)] for k, v in cfg.items()])),
+    ])
+    title = f"{cfg['workload']} {cfg['mode']} {cfg['ref']} -> {cfg['target']}"
+    return PAGE.format(title=escape(title), verdict=escape(report.verdict), body=body)

@@ -1,0 +1,165 @@
+"""The workload protocol and its loader.
+
+A workload is a ``build(**options)`` callable. torchferry passes the options it accepts
+among ``size``, ``batch_size``, ``seq_len`` and ``mode`` and expects back a dict (or an
+object with these attributes, or a ``(model, batch[, loss])`` tuple):
+
+- ``model``: a ``torch.nn.Module`` built on the CPU;
+- ``batch(device, seed)``: a batch (dict of tensors, tuple, or tensor) on ``device``; the
+  same seed must give the same values on every device (draw on the CPU, then ``.to``);
+- ``loss(output, batch)`` (optional): the training loss; default ``output.loss``;
+- ``inputs(batch)`` (optional): positional arguments for the model; default ``model(**batch)``
+  for a dict, ``model(*batch)`` for a tuple, ``model(batch)`` for a tensor;
+- ``generates`` (optional, default: the model has ``generate``): whether generation mode applies.
+
+Specs: a built-in name (``llama``), ``path/to/file.py:build`` or ``package.module:build``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torchferry.errors import MissingDependencyError, UsageError, WorkloadError
+from torchferry.workloads import BUILTIN
+
+OPTION_NAMES = ("size", "batch_size", "seq_len", "mode")
+
+
+@dataclass
+class Workload:
+    """A loaded workload, normalised from whatever shape ``build`` returned."""
+
+    spec: str
+    model: Any
+    batch: Callable[[Any, int], Any]
+    loss: Callable[[Any, Any], Any] | None
+    inputs: Callable[[Any], tuple] | None
+    generates: bool
+    source: dict  # how a fresh process rebuilds the architecture: {"kind": "file"|"module", ...}
+
+    def forward(self, model: Any, batch: Any) -> Any:
+        """Call ``model`` on ``batch`` following the protocol's calling convention."""
+        if self.inputs is not None:
+            return model(*self.inputs(batch))
+        if isinstance(batch, dict):
+            return model(**batch)
+        if isinstance(batch, (tuple, list)):
+            return model(*batch)
+        return model(batch)
+
+    def loss_of(self, output: Any, batch: Any) -> Any:
+        """The training loss: the workload's own function, else the model output's ``loss``."""
+        if self.loss is not None:
+            return self.loss(output, batch)
+        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        if loss is None:
+            raise UsageError(
+                f"workload {self.spec!r} gives no loss: its model output has no `loss` and build() returned no "
+                "`loss(output, batch)`. Return a loss function from build(), or use --mode inference."
+            )
+        return loss
+
+
+def resolve_source(spec: str) -> dict:
+    """Where ``spec``'s build function lives, without importing it."""
+    if spec in BUILTIN:
+        return {"kind": "module", "module": f"torchferry.workloads.{spec}", "attr": "build"}
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise UsageError(
+            f"unknown workload {spec!r}. Valid: a built-in ({', '.join(BUILTIN)}), 'path/to/file.py:build' "
+            "or 'package.module:build'."
+        )
+    if target.endswith(".py"):
+        path = Path(target).expanduser().resolve()
+        if not path.is_file():
+            raise UsageError(f"workload file {target!r} does not exist (from {spec!r}); check the path.")
+        return {"kind": "file", "path": str(path), "attr": attr}
+    return {"kind": "module", "module": target, "attr": attr}
+
+
+def import_build(source: dict) -> Callable[..., Any]:
+    """Import the build function named by ``source`` (a user import error is reported as theirs)."""
+    try:
+        if source["kind"] == "file":
+            name = f"_ferry_workload_{abs(hash(source['path']))}"
+            module_spec = importlib.util.spec_from_file_location(name, source["path"])
+            module = importlib.util.module_from_spec(module_spec)
+            sys.modules[name] = module
+            module_spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(source["module"])
+    except ModuleNotFoundError as exc:
+        where = source.get("path") or source.get("module")
+        if exc.name and where and exc.name == source.get("module"):
+            raise UsageError(f"workload module {where!r} cannot be imported: no module named {exc.name!r}.") from exc
+        raise MissingDependencyError(
+            f"workload {where!r} needs the module {exc.name!r}, which is not installed. "
+            f"Install it (pip install {exc.name}) or choose another workload."
+        ) from exc
+    except Exception as exc:
+        raise WorkloadError(
+            f"importing workload {source.get('path') or source.get('module')!r} raised {type(exc).__name__}: {exc}",
+            traceback.format_exc(),
+        ) from exc
+    build = getattr(module, source["attr"], None)
+    if not callable(build):
+        raise UsageError(
+            f"workload {source.get('path') or source.get('module')!r} has no callable {source['attr']!r}; "
+            "define `def build(**options)` returning model, batch and optional loss."
+        )
+    return build
+
+
+def load_workload(spec: str, options: dict) -> Workload:
+    """Build the workload named by ``spec`` with the options its ``build`` accepts."""
+    source = resolve_source(spec)
+    build = import_build(source)
+    accepted = inspect.signature(build).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    kwargs = {k: v for k, v in options.items() if k in OPTION_NAMES and v is not None and (takes_all or k in accepted)}
+    try:
+        built = build(**kwargs)
+    except ModuleNotFoundError as exc:
+        raise MissingDependencyError(
+            f"workload {spec!r} needs the module {exc.name!r}, which is not installed. "
+            f"Install it (pip install {exc.name}) or choose another workload."
+        ) from exc
+    except (UsageError, MissingDependencyError):
+        raise
+    except Exception as exc:
+        raise WorkloadError(f"workload {spec!r}: build() raised {type(exc).__name__}: {exc}", traceback.format_exc()) from exc
+    source = {**source, "options": kwargs}
+    return _normalise(spec, built, source)
+
+
+def _normalise(spec: str, built: Any, source: dict) -> Workload:
+    if isinstance(built, (tuple, list)):
+        if len(built) not in (2, 3):
+            raise UsageError(f"workload {spec!r}: build() returned a {len(built)}-tuple; expected (model, batch[, loss]).")
+        built = dict(zip(("model", "batch", "loss"), built))
+    get = built.get if isinstance(built, dict) else (lambda key, default=None: getattr(built, key, default))
+    model, batch = get("model"), get("batch")
+    if model is None or not callable(batch):
+        raise UsageError(
+            f"workload {spec!r}: build() must return `model` and a callable `batch(device, seed)` "
+            f"(got {type(built).__name__})."
+        )
+    generates = get("generates")
+    return Workload(
+        spec=spec,
+        model=model,
+        batch=batch,
+        loss=get("loss"),
+        inputs=get("inputs"),
+        generates=hasattr(model, "generate") if generates is None else bool(generates),
+        source=source,
+    )
