@@ -32,9 +32,9 @@ class DeviceProfile:
     host_fallback: tuple[HostFallback, ...] = ()
 
     def fallback_reasons(self) -> dict[str, str]:
-        """op name -> 'reason; source: ...' as the device reports it."""
+        """op name -> the reason the device reports (sources stay in the profile file)."""
         return {
-            entry.op: f"{entry.reason}; source: " + "; ".join(self.sources[s] for s in entry.sources)
+            entry.op: f"{entry.reason}; sources: {', '.join(entry.sources)} in the {self.name} profile"
             for entry in self.host_fallback
         }
 
