@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import torch
 
 from torchferry.device import _runtime
+from torchferry.device.compile import get_dynamo_metrics, reset_dynamo_metrics
 from torchferry.device.neuron.accounting import clear_op_tracking, get_executed_ops, get_fallback_ops
 from torchferry.device.neuron.memory import (
     empty_cache,
@@ -123,7 +124,7 @@ def get_device_properties(device: _device_t = None) -> _NeuronDeviceProperties:
     index = _index(device)
     profile = _runtime.profile()
     return _NeuronDeviceProperties(
-        name=f"torchferry neuron (host rehearsal of {profile.description})",
+        name=f"torchferry neuron ({profile.name}, host rehearsal)",
         total_memory=_runtime.core()._memory_stats(index)["capacity_bytes"],
         profile=profile.name,
     )
@@ -154,6 +155,7 @@ __all__ = [
     "get_amp_supported_dtype",
     "get_device_name",
     "get_device_properties",
+    "get_dynamo_metrics",
     "get_executed_ops",
     "get_fallback_ops",
     "get_rng_state",
@@ -174,6 +176,7 @@ __all__ = [
     "memory_stats",
     "memory_summary",
     "reset_accumulated_memory_stats",
+    "reset_dynamo_metrics",
     "reset_peak_memory_stats",
     "seed",
     "seed_all",

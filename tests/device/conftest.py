@@ -1,0 +1,48 @@
+"""Fixtures of the built-in device tests.
+
+`neuron` enables the device in this process (once; enabling is idempotent).
+`run_python` runs a snippet in a fresh interpreter, for behaviour fixed at start-up
+(environment variables, registration conflicts, autoload, out-of-memory).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def neuron():
+    import torchferry.device
+
+    torchferry.device.enable()
+    import torch
+
+    return torch.neuron
+
+
+@dataclass
+class Completed:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def _run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120) -> Completed:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHFERRY_", "NEURON_RT_"))}
+    environ.update(env or {})
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, env=environ, timeout=timeout,
+    )
+    return Completed(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.fixture
+def run_python():
+    return _run_python

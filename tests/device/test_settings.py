@@ -1,0 +1,65 @@
+"""Environment knobs of the built-in device: parsing and the errors for bad values."""
+
+import pytest
+
+from torchferry.device._settings import (
+    DeviceSettingError,
+    device_memory,
+    fallback_mode,
+    parse_bytes,
+    visible_device_count,
+)
+
+
+@pytest.mark.parametrize(
+    ("environ", "count"),
+    [
+        ({}, 1),
+        ({"NEURON_RT_VISIBLE_CORES": "0-3"}, 4),
+        ({"NEURON_RT_VISIBLE_CORES": "0,2,5"}, 3),
+        ({"NEURON_RT_VISIBLE_CORES": "4"}, 1),
+        ({"NEURON_RT_VISIBLE_CORES": "2-5,8"}, 5),
+        ({"NEURON_RT_NUM_CORES": "2"}, 2),
+        ({"NEURON_RT_NUM_CORES": "0"}, 1),
+        ({"NEURON_RT_VISIBLE_CORES": "0-1", "NEURON_RT_NUM_CORES": "8"}, 2),
+    ],
+)
+def test_device_count_follows_the_neuron_runtime_variables(environ, count):
+    assert visible_device_count(environ) == count
+
+
+@pytest.mark.parametrize("bad", ["a-b", "3-1", "0,,1", "0-", "1,1"])
+def test_bad_visible_cores_name_the_variable_and_the_valid_forms(bad):
+    with pytest.raises(DeviceSettingError) as err:
+        visible_device_count({"NEURON_RT_VISIBLE_CORES": bad})
+    assert "NEURON_RT_VISIBLE_CORES" in str(err.value) and repr(bad) in str(err.value)
+
+
+def test_bad_num_cores_is_rejected():
+    with pytest.raises(DeviceSettingError, match="NEURON_RT_NUM_CORES='two'"):
+        visible_device_count({"NEURON_RT_NUM_CORES": "two"})
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("24GiB", 24 * 2**30), ("512MiB", 512 * 2**20), ("16GB", 16 * 10**9), ("1000", 1000), ("1.5 KiB", 1536)],
+)
+def test_memory_sizes_parse_with_units(text, value):
+    assert parse_bytes(text, "X") == value
+
+
+@pytest.mark.parametrize("bad", ["lots", "-1GiB", "0", "12 parsecs"])
+def test_bad_memory_size_names_the_variable(bad):
+    with pytest.raises(DeviceSettingError, match="TORCHFERRY_DEVICE_MEMORY"):
+        device_memory({"TORCHFERRY_DEVICE_MEMORY": bad}, default=1)
+
+
+def test_memory_defaults_to_the_profile():
+    assert device_memory({}, default=123) == 123
+
+
+def test_fallback_mode_values():
+    assert fallback_mode({}) == "warn"
+    assert fallback_mode({"TORCHFERRY_FALLBACK": "ERROR"}) == "error"
+    with pytest.raises(DeviceSettingError, match="warn, silent, error"):
+        fallback_mode({"TORCHFERRY_FALLBACK": "loud"})
