@@ -22,6 +22,7 @@ from torchferry.status import ExitStatus
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("torchferry.check.command", "prove parity, full time, effective cost and reversible exit; give a verdict"),
     "scan": ("torchferry.scan.command", "find the code that ties a project to CUDA, and fix what is safe to fix"),
+    "coverage": ("torchferry.coverage.command", "measure what share of transformers' causal-LM architectures run on a device"),
 }
 
 

@@ -42,8 +42,8 @@ def test_cost_per_million_tokens_utilisation_and_break_even():
     ref_row, tgt_row = result.devices
     assert ref_row["cost_per_unit"] == pytest.approx(1.861 / (1000 * 3600) * 1e6)
     assert tgt_row["instance"] == "trn2.48xlarge"  # the table's default for the device type
-    assert tgt_row["cost_per_unit"] == pytest.approx(35.76 / 16 / (4000 * 3600) * 1e6)
-    assert tgt_row["utilisation"] == pytest.approx(4e12 / (10.7e15 / 16))
+    assert tgt_row["cost_per_unit"] == pytest.approx(35.76 / 64 / (4000 * 3600) * 1e6)
+    assert tgt_row["utilisation"] == pytest.approx(4e12 / (10.7e15 / 64))
     assert result.break_even["status"] == "reached"
     saving = (ref_row["cost_per_unit"] - tgt_row["cost_per_unit"]) / 1e6
     assert result.break_even["units"] == pytest.approx(1000 / saving)

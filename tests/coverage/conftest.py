@@ -1,0 +1,39 @@
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from torchferry.cli import main
+from torchferry.env import Environment
+
+PLUGIN = str(Path(__file__).with_name("plugins.py"))
+
+
+def ferry(*argv: str) -> tuple[int, str, str]:
+    """`ferry ARGV` in-process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), Environment(stdout=out, stderr=err, stdout_isatty=False))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="session")
+def run_ferry():
+    return ferry
+
+
+@pytest.fixture(scope="session")
+def plugin():
+    return PLUGIN
+
+
+@pytest.fixture(scope="session")
+def planted_sweep(tmp_path_factory):
+    """One forward-only sweep: a real architecture, the planted failing one and the hanging one."""
+    out = tmp_path_factory.mktemp("coverage")
+    code, stdout, stderr = ferry("coverage", "llama", "ferry-planted", "ferry-hang", "--modes", "forward",
+                                 "--plugin", PLUGIN, "--timeout", "8", "--jobs", "2", "-o", str(out / "run"),
+                                 "--target", "neuron", "--write-baseline", str(out / "baseline.json"))
+    doc = json.loads((out / "run" / "coverage.json").read_text())
+    return {"out": out, "code": code, "stdout": stdout, "stderr": stderr, "doc": doc,
+            "rows": {r["arch"]: r for r in doc["rows"]}}

@@ -1,0 +1,129 @@
+"""`ferry coverage`: shrinking rules, row categories, store resume, baseline gate and reports."""
+
+import json
+
+import pytest
+
+from torchferry.coverage import configs, results
+from torchferry.status import ExitStatus
+
+
+def test_shrink_makes_llama_tiny_with_consistent_heads():
+    from transformers import LlamaConfig
+
+    cfg = configs.shrink(LlamaConfig())
+    assert (cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size) == (configs.LAYERS, configs.HIDDEN, configs.INTERMEDIATE)
+    assert cfg.vocab_size == configs.VOCAB and cfg.bos_token_id < cfg.vocab_size and cfg.eos_token_id < cfg.vocab_size
+    assert cfg.head_dim * cfg.num_attention_heads == cfg.hidden_size
+    assert cfg.num_attention_heads % cfg.num_key_value_heads == 0
+
+
+def test_shrink_keeps_every_layer_kind_of_a_hybrid_model():
+    from transformers import CONFIG_MAPPING
+
+    base = CONFIG_MAPPING["qwen3_next"]()
+    kinds = set(base.layer_types)
+    cfg = configs.shrink(base)
+    assert set(cfg.layer_types) == kinds and len(cfg.layer_types) == cfg.num_hidden_layers
+    assert cfg.num_experts <= configs.EXPERTS and cfg.num_experts_per_tok <= configs.EXPERTS_PER_TOKEN
+
+
+def test_shrink_reaches_the_text_config_of_a_composite_model():
+    from transformers import CONFIG_MAPPING
+
+    cfg = configs.shrink(CONFIG_MAPPING["gemma3"]())
+    assert cfg.text_config.num_hidden_layers <= 3 and cfg.text_config.hidden_size == configs.HIDDEN
+
+
+def test_planted_device_only_failure_is_an_error_row_naming_the_op(planted_sweep):
+    row = planted_sweep["rows"]["ferry-planted"]
+    assert row["category"] == results.ERROR
+    assert row["reason"].startswith("NotImplementedError: planted_op has no kernel for device 'neuron'")
+
+
+def test_hanging_architecture_costs_one_timeout_row(planted_sweep):
+    row = planted_sweep["rows"]["ferry-hang"]
+    assert row["category"] == results.TIMEOUT and "8 s" in row["reason"]
+    assert planted_sweep["rows"]["llama"]["category"] == results.PASS
+
+
+def test_every_row_has_a_category_and_a_reason(planted_sweep):
+    for row in planted_sweep["doc"]["rows"]:
+        assert row["category"] in results.CATEGORIES and row["reason"]
+
+
+def test_headline_states_numerator_denominator_and_versions(planted_sweep):
+    doc = planted_sweep["doc"]
+    assert doc["meta"]["format_version"] == results.FORMAT_VERSION
+    assert doc["headline"][0].startswith("1 of 3 architectures pass on neuron (forward, eager)")
+    assert "transformers" in doc["headline"][-1] and "torch" in doc["headline"][-1]
+    assert "1 of 3 architectures pass on neuron (forward, eager)" in planted_sweep["stdout"]
+
+
+def test_html_is_self_contained_with_sortable_table_and_charts(planted_sweep):
+    html = (planted_sweep["out"] / "run" / "coverage.html").read_text()
+    assert 'id="rows"' in html and "<script>" in html
+    assert "src=" not in html and "href=" not in html  # nothing fetched
+    assert 'data-plot="pass-share"' in html and 'data-plot="categories"' in html
+
+
+def test_resume_runs_nothing_already_stored_and_ignores_a_torn_line(planted_sweep, run_ferry, plugin):
+    store = planted_sweep["out"] / "run" / "rows.jsonl"
+    with open(store, "a") as f:
+        f.write('{"kind": "row", "arch": "llama", "mo')  # a crash in the middle of a write
+    code, stdout, stderr = run_ferry("coverage", "llama", "ferry-planted", "ferry-hang", "--modes", "forward", "--plugin",
+                                 plugin, "--timeout", "8", "-o", str(planted_sweep["out"] / "run"), "--target", "neuron")
+    assert code == 0 and "resuming, 3 rows stored" in stderr
+    assert "[" not in stderr.split("\n", 1)[1]  # no progress line: no case ran again
+
+
+def test_store_refuses_rows_measured_with_other_settings(planted_sweep, run_ferry):
+    code, _, stderr = run_ferry("coverage", "llama", "--modes", "forward", "--seed", "7", "-o",
+                            str(planted_sweep["out"] / "run"), "--target", "neuron")
+    assert code == ExitStatus.USAGE and "seed: stored 1337, now 7" in stderr
+
+
+def test_baseline_regression_exits_negative_and_names_the_row(planted_sweep, run_ferry, plugin):
+    base = json.loads((planted_sweep["out"] / "baseline.json").read_text())
+    assert base["rows"] == {"ferry-hang/forward": "timeout", "ferry-planted/forward": "error", "llama/forward": "pass"}
+    argv = ["coverage", "llama", "ferry-planted", "ferry-hang", "--modes", "forward", "--plugin", plugin,
+            "-o", str(planted_sweep["out"] / "run"), "--target", "neuron"]
+    code, stdout, _ = run_ferry(*argv, "--baseline", str(planted_sweep["out"] / "baseline.json"))
+    assert code == ExitStatus.SUCCESS and "regressed 0" in stdout
+    base["rows"]["ferry-planted/forward"] = "pass"
+    base["rows"]["llama/forward"] = "fail-parity"
+    (planted_sweep["out"] / "worse.json").write_text(json.dumps(base))
+    code, stdout, _ = run_ferry(*argv, "--baseline", str(planted_sweep["out"] / "worse.json"))
+    assert code == ExitStatus.NEGATIVE_RESULT
+    assert "REGRESSED ferry-planted/forward" in stdout and "fixed 1" in stdout
+
+
+def test_rerun_measures_only_rows_of_the_named_categories(planted_sweep, run_ferry, plugin):
+    code, _, stderr = run_ferry("coverage", "llama", "ferry-planted", "ferry-hang", "--modes", "forward", "--plugin",
+                                plugin, "--timeout", "8", "-o", str(planted_sweep["out"] / "run"), "--target", "neuron",
+                                "--rerun", "error")
+    progress = [line for line in stderr.splitlines() if line.startswith("[")]
+    assert code == 0 and len(progress) == 1 and "ferry-planted" in progress[0] and " error " in progress[0]
+
+
+def test_compare_baseline_marks_each_transition():
+    rows = [{"arch": a, "mode": "forward", "category": c} for a, c in
+            (("a", "pass"), ("b", "error"), ("c", "pass"), ("d", "timeout"), ("e", "pass"))]
+    out = results.compare_baseline(rows, {"rows": {"a/forward": "pass", "b/forward": "pass", "c/forward": "fail-parity",
+                                                   "d/forward": "error", "z/forward": "pass"}})
+    assert [r["baseline"] for r in rows] == ["unchanged", "regressed", "fixed", "unchanged", "new"]
+    assert out["regressed"] == ["b/forward"] and out["missing"] == ["z/forward"]
+
+
+def test_unknown_architecture_is_a_usage_error_with_suggestions(tmp_path, run_ferry):
+    code, _, stderr = run_ferry("coverage", "lama", "-o", str(tmp_path))
+    assert code == ExitStatus.USAGE and "did you mean" in stderr and "llama" in stderr
+
+
+@pytest.mark.slow
+def test_small_architectures_pass_all_modes(tmp_path, run_ferry):
+    code, stdout, _ = run_ferry("coverage", "mistral", "qwen2", "--jobs", "2", "-o", str(tmp_path), "--target", "neuron")
+    doc = json.loads((tmp_path / "coverage.json").read_text())
+    assert code == 0 and len(doc["rows"]) == 6
+    assert {r["mode"] for r in doc["rows"]} == set(results.MODES)
+    assert all(r["category"] == results.PASS for r in doc["rows"]), [(r["arch"], r["mode"], r["reason"]) for r in doc["rows"]]

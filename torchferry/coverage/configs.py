@@ -1,0 +1,206 @@
+"""Shrinking rules: the one place that turns a transformers config into a tiny one.
+
+Coverage asks whether an *architecture* runs on a device, not whether a 70B checkpoint fits,
+so every model is built from its default config with few layers, small widths, a small
+vocabulary and few experts, random weights, and nothing downloaded. Rules go by attribute
+name because transformers spells the same idea many ways (``num_hidden_layers``, ``n_layer``,
+``decoder_layers``...). Composite configs (a text config inside a multimodal one) are shrunk
+recursively. Per-layer lists and patterns (``layer_types``, ``hybrid_override_pattern``) are
+cut to the new depth keeping every distinct layer kind, so hybrid models still exercise each
+block type.
+
+``variants`` yields the full shrink first, then a milder one (depth, vocabulary and experts
+only) for architectures whose width constraints the generic rules break; callers use the first
+variant that builds and runs on the reference device.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+LAYERS = 2
+HIDDEN = 64
+HEADS = 4
+KV_HEADS = 2
+HEAD_DIM = HIDDEN // HEADS
+INTERMEDIATE = 128
+EXPERT_INTERMEDIATE = 64
+VOCAB = 512
+EXPERTS = 4
+EXPERTS_PER_TOKEN = 2
+LORA_RANK = 32
+STATE_SIZE = 16
+
+# attribute -> value (set when the config has the attribute with a non-None value)
+WIDTH_RULES: dict[str, int] = {
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model", "embed_dim", "dim", "word_embed_proj_dim"), HIDDEN),
+    **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_attention_heads",
+                     "encoder_attention_heads"), HEADS),
+    **dict.fromkeys(("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num",
+                     "num_key_value_groups"), KV_HEADS),
+    **dict.fromkeys(("head_dim", "attention_head_dim", "v_head_dim"), HEAD_DIM),
+    **dict.fromkeys(("intermediate_size", "n_inner", "ffn_dim", "decoder_ffn_dim", "encoder_ffn_dim", "d_ff",
+                     "ffn_hidden_size", "mlp_dim"), INTERMEDIATE),
+    **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
+                     "moe_ffn_hidden_size", "ffn_dim_expert"), EXPERT_INTERMEDIATE),
+    **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), LORA_RANK),
+    **dict.fromkeys(("qk_rope_head_dim", "qk_nope_head_dim"), HEAD_DIM // 2),
+    **dict.fromkeys(("state_size", "ssm_state_size", "mamba_d_state"), STATE_SIZE),
+    "d_kv": HEAD_DIM,
+    "projection_dim": HIDDEN,
+}
+DEPTH_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "decoder_layers", "encoder_layers",
+              "num_decoder_layers", "num_encoder_layers")
+VOCAB_KEYS = ("vocab_size",)
+# experts: count -> EXPERTS, per-token -> at most EXPERTS_PER_TOKEN, groups -> 1
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
+EXPERT_TOPK_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k", "moe_k")
+EXPERT_GROUP_KEYS = ("n_group", "topk_group", "num_expert_group")
+TOKEN_ID_SUFFIX = "_token_id"
+
+
+def _distinct_first(seq: list, n: int) -> list:
+    """``n`` entries of a per-layer list that keep every distinct kind in first-seen order."""
+    picked, seen = [], []
+    for i, item in enumerate(seq):
+        key = json.dumps(item, sort_keys=True, default=str)
+        if key not in seen:
+            seen.append(key)
+            picked.append(i)
+    for i in range(len(seq)):
+        if len(picked) >= n:
+            break
+        if i not in picked:
+            picked.append(i)
+    return [seq[i] for i in sorted(picked[:max(n, len(seen))])]
+
+
+def _depth(cfg: Any) -> int | None:
+    for key in DEPTH_KEYS:
+        value = getattr(cfg, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _shrink_one(cfg: Any, widths: bool) -> None:
+    """Shrink one (non-composite) config in place."""
+    old_depth = _depth(cfg)
+    attrs = cfg.__dict__
+    new_depth = LAYERS
+    # per-layer lists and patterns, cut to the new depth with every distinct kind kept
+    if old_depth:
+        for key, value in list(attrs.items()):
+            if key.startswith("_") or key in DEPTH_KEYS:
+                continue
+            if isinstance(value, (list, str)) and len(value) == old_depth and old_depth > LAYERS and not (
+                    isinstance(value, str) and key.endswith(("_type", "_act", "implementation", "name_or_path"))):
+                cut = _distinct_first(list(value), LAYERS)
+                new_depth = max(new_depth, len(cut))
+        for key, value in list(attrs.items()):
+            if key.startswith("_") or key in DEPTH_KEYS:
+                continue
+            if isinstance(value, (list, str)) and len(value) == old_depth and old_depth > LAYERS and not (
+                    isinstance(value, str) and key.endswith(("_type", "_act", "implementation", "name_or_path"))):
+                cut = _distinct_first(list(value), new_depth)
+                cut += [cut[-1]] * (new_depth - len(cut))
+                setattr(cfg, key, "".join(cut) if isinstance(value, str) else cut)
+        for key in DEPTH_KEYS:
+            value = attrs.get(key)
+            if isinstance(value, int) and value > new_depth:
+                setattr(cfg, key, new_depth)
+        # layer-index lists (e.g. mlp_only_layers, attn_layer_indices) must stay in range
+        for key, value in list(attrs.items()):
+            if (key.endswith(("layers", "layer_indices", "_layers_idx")) and isinstance(value, list)
+                    and value and all(isinstance(v, int) for v in value)):
+                setattr(cfg, key, sorted({min(v, new_depth - 1) for v in value}))
+        for key in ("first_k_dense_replace", "num_dense_layers"):
+            if isinstance(attrs.get(key), int):
+                setattr(cfg, key, min(attrs[key], 1))
+    for key in VOCAB_KEYS:
+        if isinstance(attrs.get(key), int) and attrs[key] > VOCAB:
+            setattr(cfg, key, VOCAB)
+    vocab = attrs.get("vocab_size") if isinstance(attrs.get("vocab_size"), int) else None
+    if vocab:
+        for key, value in list(attrs.items()):
+            if key.endswith(TOKEN_ID_SUFFIX):
+                if isinstance(value, int) and value >= vocab:
+                    setattr(cfg, key, vocab - 1 - (hash(key) % 4))
+                elif isinstance(value, list):
+                    setattr(cfg, key, [v if v < vocab else vocab - 1 for v in value if isinstance(v, int)] or None)
+    for key in EXPERT_COUNT_KEYS:
+        if isinstance(attrs.get(key), int) and attrs[key] > EXPERTS:
+            setattr(cfg, key, EXPERTS)
+    for key in EXPERT_TOPK_KEYS:
+        if isinstance(attrs.get(key), int) and attrs[key] > EXPERTS_PER_TOKEN:
+            setattr(cfg, key, EXPERTS_PER_TOKEN)
+    for key in EXPERT_GROUP_KEYS:
+        if isinstance(attrs.get(key), int) and attrs[key] > 1:
+            setattr(cfg, key, 1)
+    # randomness that differs by device would make parity meaningless (the dynamo harness does the same)
+    for key, value in list(attrs.items()):
+        if isinstance(value, float) and ("drop" in key or "jitter" in key) and value > 0:
+            setattr(cfg, key, 0.0)
+    if widths:
+        for key, value in WIDTH_RULES.items():
+            if attrs.get(key) is not None and isinstance(attrs.get(key), int) and attrs[key] > value:
+                setattr(cfg, key, value)
+        heads = next((attrs[k] for k in ("num_attention_heads", "n_head", "n_heads") if isinstance(attrs.get(k), int)), None)
+        if heads and "head_dim" in attrs and attrs["head_dim"] is not None:
+            hidden = next((attrs[k] for k in ("hidden_size", "n_embd", "d_model") if isinstance(attrs.get(k), int)), None)
+            if hidden:
+                cfg.head_dim = hidden // heads
+        # rotary parts must fit the (new) head: MLA rotates qk_rope_head_dim, GPT-J style models rotary_dim
+        if isinstance(attrs.get("qk_rope_head_dim"), int) and "head_dim" in attrs:
+            cfg.head_dim = attrs["qk_rope_head_dim"]
+        if isinstance(attrs.get("rotary_dim"), int):
+            cfg.rotary_dim = min(attrs["rotary_dim"], HEAD_DIM)
+    if isinstance(attrs.get("sliding_window"), int) and attrs["sliding_window"] > 32:
+        cfg.sliding_window = 32  # small enough that a 16-token prompt + 8 new tokens crosses it
+    cfg.use_cache = True
+
+
+def _sub_configs(cfg: Any) -> list[Any]:
+    from transformers import PretrainedConfig
+
+    return [v for k, v in vars(cfg).items() if not k.startswith("_") and isinstance(v, PretrainedConfig)]
+
+
+def shrink(cfg: Any, widths: bool = True) -> Any:
+    """A shrunk deep copy of ``cfg`` (composite configs recursively)."""
+    cfg = copy.deepcopy(cfg)
+    stack = [cfg]
+    while stack:
+        c = stack.pop()
+        _shrink_one(c, widths)
+        stack.extend(_sub_configs(c))
+    return cfg
+
+
+def base_config(spec: str) -> Any:
+    """The default config of a model type (``llama``), or a config file (``path/config.json``)."""
+    from transformers import CONFIG_MAPPING
+
+    if spec.endswith(".json") or Path(spec).is_file():
+        data = json.loads(Path(spec).read_text())
+        model_type = data.pop("model_type", None)
+        if model_type not in CONFIG_MAPPING:
+            raise KeyError(f"{spec}: model_type {model_type!r} is not a transformers architecture")
+        return CONFIG_MAPPING[model_type](**{k: v for k, v in data.items() if k != "architectures"})
+    return CONFIG_MAPPING[spec]()
+
+
+def variants(spec: str) -> list[tuple[str, Any]]:
+    """Configs to try in order: full shrink, then depth/vocab/experts only."""
+    base = base_config(spec)
+    return [("tiny", shrink(base, widths=True)), ("shallow", shrink(base, widths=False))]
+
+
+def causal_lm_architectures() -> dict[str, str]:
+    """model_type -> causal-LM class name, as the installed transformers maps them."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return dict(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)

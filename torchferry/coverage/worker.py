@@ -1,0 +1,380 @@
+"""Coverage cases of one architecture in their own process: ``python -m torchferry.coverage.worker JOB``.
+
+The parent (sweep.py) gives a JSON job: an architecture, the modes still to run, and one
+result path per mode. This process caps its own address space (RLIMIT_AS), builds the shrunk
+model once on the reference device (imports dominate a case's time, so the modes of one
+architecture share a process), and for each mode copies it to the target, runs it on both plus
+a float64 golden run on the reference, judges with the decision test's parity rule
+(torchferry.check.parity) and writes that mode's row before starting the next. A crash or hang
+still costs one row: the parent times each mode, kills the process group, records the mode in
+progress, and runs the remaining modes in a fresh process.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from torchferry.coverage.results import (ERROR, FAIL_COMPILE, FAIL_FALLBACK, FAIL_PARITY, FAIL_RECOMPILE, OOM, PASS,
+                                         SKIPPED, error_signature)
+
+SEQ, BATCH, PROMPT, NEW_TOKENS = 16, 2, 8, 8
+MAX_PARAMS = 60_000_000  # the milder shrink variant must stay small enough to run three copies
+PARITY_MODE = {"forward": "inference", "generate": "generation", "train": "training"}
+
+
+class Skip(Exception):
+    """The case cannot be measured for a reason that is not the target device's fault."""
+
+
+class CompileFailure(Exception):
+    """torch.compile (dynamo, AOT or the backend) failed on the target."""
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+
+
+def _is_compile_error(exc: BaseException) -> bool:
+    import torch._dynamo.exc as dexc
+
+    if isinstance(exc, dexc.TorchDynamoException):
+        return True
+    frames = traceback.extract_tb(exc.__traceback__)
+    return any(("torch/_dynamo" in f.filename or "torch/_inductor" in f.filename) for f in frames)
+
+
+class Case:
+    def __init__(self, job: dict) -> None:
+        import torch
+
+        self.job, self.torch = job, torch
+        self.mode = job["modes"][0]
+        self.row: dict[str, Any] = {}
+        self.start_row(self.mode)
+
+    def start_row(self, mode: str) -> None:
+        built = {k: self.row[k] for k in ("model_class", "variant", "params") if k in self.row}
+        self.mode = mode
+        self.row = {"arch": self.job["arch"], "mode": mode, "device": self.job["target"], "ref": self.job["ref"],
+                    "compile": self.job.get("compile"), **built}
+
+    # -- setup -------------------------------------------------------------------------
+    def setup(self) -> None:
+        from torchferry.check import devices
+
+        torch = self.torch
+        torch.set_num_threads(max(1, int(self.job.get("threads", 1))))
+        for plugin in self.job.get("plugins", []):
+            _import_plugin(plugin)
+        self.ref = devices.resolve(self.job["ref"])
+        self.target = devices.resolve(self.job["target"])
+        self.tracker = devices.op_tracking(self.target)
+
+    def build(self) -> None:
+        """The first shrink variant that builds and runs a forward on the reference device."""
+        from transformers import AutoModelForCausalLM
+
+        from torchferry.coverage import configs
+
+        torch = self.torch
+        try:
+            candidates = configs.variants(self.job["spec"])
+        except Exception as exc:  # an unknown type, or a config that needs files/extra packages
+            raise Skip(f"cannot build the config: {error_signature(exc)}") from exc
+        problems = []
+        for name, cfg in candidates:
+            try:
+                with torch.device("meta"):
+                    meta = AutoModelForCausalLM.from_config(cfg)
+                params = sum(p.numel() for p in meta.parameters())
+                if params > MAX_PARAMS:
+                    problems.append(f"{name}: {params / 1e6:.0f}M parameters after shrinking (limit {MAX_PARAMS / 1e6:.0f}M)")
+                    continue
+                torch.manual_seed(self.job["seed"])
+                model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+                self.vocab = self._vocab(model)
+                with torch.no_grad():
+                    model(self.ids(1, 4))
+            except Exception as exc:
+                if _is_oom(exc):
+                    raise
+                problems.append(f"{name}: {error_signature(exc)}")
+                continue
+            self.model, self.variant = model, name
+            self.row.update(model_class=type(model).__name__, variant=name, params=params)
+            return
+        raise Skip("no shrunk config builds and runs on the reference: " + " | ".join(problems))
+
+    def _vocab(self, model: Any) -> int:
+        emb = model.get_input_embeddings()
+        n = getattr(emb, "num_embeddings", None) or model.config.get_text_config().vocab_size
+        return int(n)
+
+    def ids(self, batch: int, seq: int, seed: int = 0) -> Any:
+        g = self.torch.Generator().manual_seed(self.job["seed"] + seed)
+        low = min(4, self.vocab - 1)
+        return self.torch.randint(low, self.vocab, (batch, seq), generator=g)
+
+    def copies(self) -> tuple[Any, Any, Any | None]:
+        """(reference model, target model, float64 golden model or None when fp64 cannot be built)."""
+        ref = copy.deepcopy(self.model).to(self.ref)
+        target = copy.deepcopy(self.model).to(self.target)
+        try:
+            golden = copy.deepcopy(self.model).double().to(self.ref)
+        except Exception:
+            golden = None
+        return ref, target, golden
+
+    def compiled(self, model: Any) -> Any:
+        if not self.job.get("compile"):
+            return model
+        import torch._dynamo
+
+        torch._dynamo.reset()
+        return self.torch.compile(model, backend=self.job["compile"])
+
+    def on_target(self, fn: Any) -> Any:
+        try:
+            return fn()
+        except Exception as exc:
+            if _is_oom(exc):
+                raise
+            if self.job.get("compile") and _is_compile_error(exc):
+                raise CompileFailure(error_signature(exc)) from exc
+            raise
+
+    def on_ref(self, what: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except Exception as exc:
+            if _is_oom(exc):
+                raise
+            raise Skip(f"the reference ({self.job['ref']}) fails {what}: {error_signature(exc)}") from exc
+
+    # -- modes -------------------------------------------------------------------------
+    def forward(self) -> tuple[list, int]:
+        torch = self.torch
+        ref, target, golden = self.copies()
+        shapes = [(BATCH, SEQ), (BATCH, SEQ - 4)] if self.job.get("compile") else [(BATCH, SEQ)]
+        run_target = self.compiled(target)
+        comps = []
+        with torch.no_grad():
+            for i, shape in enumerate(shapes):
+                x = self.ids(*shape, seed=i)
+                r = self.on_ref("a forward", lambda: ref(x).logits)
+                g = _golden(lambda: golden(x.to(self.ref)).logits, golden)
+                t = self.on_target(lambda: run_target(x.to(self.target)).logits)
+                comps.append(self._compare(f"logits {tuple(shape)}", r, t, g))
+        return comps, len(shapes)
+
+    def generate(self) -> tuple[list, int]:
+        torch = self.torch
+        ref, target, golden = self.copies()
+        x = self.ids(1, PROMPT)
+        # eager means eager: transformers would otherwise torch.compile a static-cache generate on accelerators
+        kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, output_scores=True,
+                      return_dict_in_generate=True, pad_token_id=0, disable_compile=not self.job.get("compile"))
+        cache = "static" if getattr(ref, "_can_compile_fullgraph", False) else "dynamic"
+        if cache == "static":
+            try:
+                out_ref = ref.generate(x, cache_implementation="static", **kwargs)
+            except Exception:
+                cache = "dynamic (static cache failed on the reference)"
+        if not cache.startswith("static"):
+            out_ref = self.on_ref("greedy generation", lambda: ref.generate(x, **kwargs))
+        extra = {"cache_implementation": "static"} if cache == "static" else {}
+        self.row["cache"] = cache
+        if self.job.get("compile"):
+            target.forward = self.compiled(target.forward)
+        out_t = self.on_target(lambda: target.generate(x.to(self.target), **kwargs, **extra))
+        out_g = _golden(lambda: golden.generate(x, **kwargs, **extra), golden)
+        tok_r, tok_t = out_ref.sequences.cpu(), out_t.sequences.cpu()
+        scores_r, scores_t = torch.stack(out_ref.scores), torch.stack([s.cpu() for s in out_t.scores])
+        scores_g = torch.stack(out_g.scores) if out_g is not None else None
+        comps = [self._compare("step logits", scores_r, scores_t, scores_g if scores_g is not None and
+                               out_g.sequences.shape == tok_r.shape and torch.equal(out_g.sequences, tok_r) else None)]
+        from torchferry.check.results import Comparison
+
+        if tok_r.shape != tok_t.shape or not torch.equal(tok_r, tok_t):
+            first = int((tok_r != tok_t).flatten().nonzero()[0]) if tok_r.shape == tok_t.shape else 0
+            ambiguous = out_g is not None and not torch.equal(out_g.sequences, tok_r)
+            # when the fp64 golden also disagrees with the reference, the argmax is a near-tie: not the device's fault
+            comps.append(Comparison("generated tokens", ambiguous, "pass" if ambiguous else "fail_accuracy"))
+            self.row["tokens"] = {"ref": tok_r.tolist(), "target": tok_t.tolist(), "first_mismatch": first,
+                                  "near_tie": ambiguous}
+        return comps, 1
+
+    def train(self) -> tuple[list, int]:
+        torch = self.torch
+        ref, target, golden = self.copies()
+        x = self.ids(BATCH, SEQ)
+
+        def step(model: Any, device: Any) -> dict:
+            model.train()
+            run = self.compiled(model) if device == self.target else model
+            opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+            ids = x.to(device)
+            losses = []
+            for _ in range(2):
+                opt.zero_grad(set_to_none=True)
+                logits = run(ids).logits
+                loss = torch.nn.functional.cross_entropy(
+                    logits[:, :-1].reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1))
+                loss.backward()
+                if not losses:
+                    grads = {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
+                opt.step()
+                losses.append(loss.detach().cpu())
+            return {"losses": torch.stack(losses), "grads": grads}
+
+        r = self.on_ref("a training step", lambda: step(ref, self.ref))
+        t = self.on_target(lambda: step(target, self.target))
+        g = _golden(lambda: step(golden, self.ref), golden)
+        comps = [self._compare("loss", r["losses"], t["losses"], g["losses"] if g else None)]
+        for name, grad in r["grads"].items():
+            if name not in t["grads"]:
+                from torchferry.check.results import Comparison
+
+                comps.append(Comparison(f"grad {name}", False, "missing"))
+                continue
+            comps.append(self._compare(f"grad {name}", grad, t["grads"][name], g["grads"].get(name) if g else None))
+        return comps, 1
+
+    def _compare(self, name: str, ref: Any, target: Any, golden: Any | None) -> Any:
+        from torchferry.check import parity
+
+        tol = parity.tolerance(PARITY_MODE[self.mode], "float32", self.job.get("tol"))
+        return parity.compare(name, ref.detach().cpu().float(), target.detach().cpu().float(),
+                              golden.detach().cpu() if golden is not None else None, tol)
+
+    def graphs(self) -> int | None:
+        """Graphs compiled so far: the device's own dynamo metrics when it has them, else dynamo's counter."""
+        module = self.torch.get_device_module(self.target.type)
+        metrics = getattr(module, "get_dynamo_metrics", None)
+        if callable(metrics):
+            try:
+                m = metrics()
+                for key in ("graphs", "unique_graphs", "graph_count", "compiled_graphs"):
+                    if isinstance(m, dict) and isinstance(m.get(key), int):
+                        return int(m[key])
+            except Exception:
+                pass
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"].get("unique_graphs", 0))
+
+    # -- the row -----------------------------------------------------------------------
+    def run(self) -> dict:
+        from torchferry.check.parity import describe
+
+        if self.tracker is not None:
+            self.tracker.clear_op_tracking()
+        comps, signatures = getattr(self, self.mode)()
+        fallback = dict(self.tracker.get_fallback_ops()) if self.tracker is not None else {}
+        failed = [c for c in comps if not c.passed]
+        self.row.update(checks=len(comps), failed_checks=len(failed), fallback_ops=fallback)
+        if self.job.get("compile"):
+            self.row.update(graphs=self.graphs(), signatures=signatures)
+        if failed:
+            c = failed[0]
+            more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+            return self._row(FAIL_PARITY, f"{c.name}: {describe(c)}{more}")
+        if fallback:
+            ops = ", ".join(f"{op} x{n}" for op, n in sorted(fallback.items(), key=lambda kv: -kv[1]))
+            return self._row(FAIL_FALLBACK, f"host fallback: {ops}")
+        if self.mode == "forward" and self.job.get("compile") and (self.row["graphs"] or 0) > signatures:
+            return self._row(FAIL_RECOMPILE, f"{self.row['graphs']} graphs for {signatures} input signatures")
+        return self._row(PASS, f"{len(comps)} checks within tolerance")
+
+    def _row(self, category: str, reason: str) -> dict:
+        self.row.update(category=category, reason=reason)
+        return self.row
+
+
+def _golden(fn: Any, golden: Any | None) -> Any | None:
+    """The float64 run, or None when the model has no fp64 path (the rule then falls back to allclose)."""
+    if golden is None:
+        return None
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def _import_plugin(path: str) -> None:
+    """Import a file that registers custom architectures (AutoConfig/AutoModelForCausalLM.register)."""
+    import importlib.util
+
+    name = "ferry_coverage_plugin_" + Path(path).stem
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+def _limit_memory(gib: float | None) -> None:
+    if gib:
+        limit = int(gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _finish(case: Case | None, job: dict, mode: str, run: Any) -> None:
+    """Run one mode (or the shared setup) and write its row; every failure becomes a row."""
+    start = time.perf_counter()
+    base = case.row if case else {"arch": job["arch"], "mode": mode, "device": job["target"], "ref": job["ref"],
+                                  "compile": job.get("compile")}
+    try:
+        row = run()
+    except Skip as exc:
+        row = {**base, "category": SKIPPED, "reason": str(exc)}
+    except CompileFailure as exc:
+        row = {**base, "category": FAIL_COMPILE, "reason": str(exc)}
+    except BaseException as exc:  # the parent never has to parse a traceback
+        if _is_oom(exc):
+            row = {**base, "category": OOM, "reason": error_signature(exc)}
+        else:
+            row = {**base, "category": ERROR, "reason": error_signature(exc), "traceback": traceback.format_exc()[-4000:]}
+    row["case_s"] = round(time.perf_counter() - start, 3)
+    result = job["results"][mode]
+    Path(result + ".tmp").write_text(json.dumps(row, default=str))
+    os.replace(result + ".tmp", result)
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[0]).read_text())
+    _limit_memory(job.get("memory_gib"))
+    try:
+        case = Case(job)
+        case.setup()
+        case.build()
+    except BaseException as exc:  # the architecture cannot run at all: every mode gets the same row
+        def fail() -> dict:
+            raise exc
+        for mode in job["modes"]:
+            _finish(None, job, mode, fail)
+        return 0
+    if job.get("ready"):
+        Path(job["ready"]).touch()  # the parent's per-mode clock starts here, after imports and the build
+    for mode in job["modes"]:
+        case.start_row(mode)
+        _finish(case, job, mode, case.run)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
