@@ -335,11 +335,26 @@ class Session:
             return {}
         from torch._dynamo.utils import counters
 
-        return {
+        found = {
             "backend": self.cfg["compile"],
             "graphs": int(counters["stats"].get("unique_graphs", 0)),
             "recompilations": int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0,
+            "graph_breaks": int(sum(counters["graph_break"].values())),
         }
+        module = self.devices.device_module(self.device)
+        if hasattr(module, "get_dynamo_metrics"):  # the device's backend reports per compiled graph
+            metrics = module.get_dynamo_metrics()
+            graphs = metrics["graphs"]
+            found.update(
+                compiled_graphs=len(graphs),
+                compile_s=sum(g["torch_neuronx_compile_us"] for g in graphs) / 1e6,
+                cache_hits=sum(g["cache"] == "hit" for g in graphs),
+                cache_misses=sum(g["cache"] == "miss" for g in graphs),
+                graph_break_reasons=metrics["graph_breaks"],
+                per_graph=[{k: g[k] for k in ("graph_name", "graph_node_count", "torch_neuronx_compile_us", "cache")}
+                           for g in graphs],
+            )
+        return found
 
     # -- jobs ----------------------------------------------------------------------------
     def main_job(self) -> dict:
@@ -352,6 +367,9 @@ class Session:
         self.devices.reset_peak_memory(self.device)
         model = self.model
         if role == "target" and self.cfg.get("compile"):
+            module = self.devices.device_module(self.device)
+            if hasattr(module, "reset_dynamo_metrics"):
+                module.reset_dynamo_metrics()
             model = torch.compile(model, backend=self.cfg["compile"])
         primary = self.run(model, primary=True)
         self.channel.send("progress", msg=f"{self.cfg['steps']} steps in {self.timing['time_to_n_s']:.1f} s from process start")

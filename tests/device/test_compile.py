@@ -1,0 +1,185 @@
+"""`torch.compile(backend="neuron")`: TorchNeuron's contract on the built-in device.
+
+Models are tiny so that Inductor's C++ compilation dominates; each test resets Dynamo so
+that compilations are counted from zero.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+import torchferry.device
+
+
+@pytest.fixture
+def compile_env(neuron, tmp_path, monkeypatch):
+    """A clean Dynamo state, metrics from zero and a private compile cache."""
+    import torch
+
+    monkeypatch.setenv("TORCHFERRY_CACHE_DIR", str(tmp_path / "cache"))
+    torch._dynamo.reset()
+    neuron.reset_dynamo_metrics()
+    yield neuron
+    torch._dynamo.reset()
+
+
+def _tiny_llama():
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        attn_implementation="eager",  # sdpa: see docs/device/compile.md, known limits
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def _forward_graphs(metrics: dict) -> list[dict]:
+    return [g for g in metrics["graphs"] if g["kind"] in ("forward", "inference")]
+
+
+def test_enable_registers_the_backend(neuron):
+    import torch
+
+    torchferry.device.enable()  # idempotent
+    assert "neuron" in torch._dynamo.list_backends()
+
+
+@pytest.mark.slow
+def test_compiled_llama_forward_and_backward_match_eager(compile_env):
+    import torch
+
+    model = _tiny_llama().to("neuron")
+    ids = torch.randint(0, 96, (2, 12)).to("neuron")
+    loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    eager_loss = loss.detach().cpu()
+    eager_grads = {n: p.grad.cpu().clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+
+    compiled = torch.compile(model, backend="neuron")
+    loss = compiled(input_ids=ids, labels=ids).loss
+    loss.backward()
+
+    assert loss.device.type == "neuron"
+    torch.testing.assert_close(loss.detach().cpu(), eager_loss, rtol=1e-5, atol=1e-5)
+    for name, param in model.named_parameters():
+        assert param.grad is not None and param.grad.device.type == "neuron", name
+        torch.testing.assert_close(param.grad.cpu(), eager_grads[name], rtol=1e-4, atol=1e-5, msg=name)
+    kinds = {g["kind"] for g in compile_env.get_dynamo_metrics()["graphs"]}
+    assert {"forward", "backward"} <= kinds
+
+
+def test_compiled_results_are_device_memory_not_copies(compile_env):
+    import torch
+
+    x = torch.randn(8, 8, device="neuron")
+    f = torch.compile(lambda t: (t * 2, t[1:]), backend="neuron")
+    doubled, view = f(x)
+    assert doubled.device.type == "neuron"
+    torch.testing.assert_close(doubled.cpu(), x.cpu() * 2)
+    x.add_(1)  # a view of an input stays a view of the device input
+    torch.testing.assert_close(view.cpu(), x.cpu()[1:])
+
+
+@pytest.mark.slow
+def test_three_sequence_lengths_compile_three_forward_graphs(compile_env):
+    import torch
+
+    model = _tiny_llama().to("neuron")
+    compiled = torch.compile(model, backend="neuron")
+    with torch.no_grad():
+        for length in (8, 12, 16, 8, 12):
+            compiled(input_ids=torch.randint(0, 96, (1, length)).to("neuron"))
+    graphs = _forward_graphs(compile_env.get_dynamo_metrics())
+    assert len(graphs) == 3, graphs
+    assert len({g["input_signature"] for g in graphs}) == 3
+    assert all(g["graph_node_count"] > 0 and g["torch_neuronx_compile_us"] > 0 for g in graphs)
+
+
+def test_dynamic_true_is_rejected_with_the_rule_and_the_fix(compile_env):
+    import torch
+
+    f = torch.compile(lambda t: t.sin(), backend="neuron", dynamic=True)
+    with pytest.raises(Exception, match=r"static shapes only.*pad or bucket") as info:
+        f(torch.randn(4, 5, device="neuron"))
+    assert "dynamic=True" in str(info.value)
+
+
+def test_fullgraph_with_a_graph_break_raises(compile_env):
+    import torch
+
+    def breaks(t):
+        t = t + 1
+        torch._dynamo.graph_break()
+        return t * 2
+
+    with pytest.raises(Exception, match="graph_break|graph break"):
+        torch.compile(breaks, backend="neuron", fullgraph=True)(torch.randn(3, device="neuron"))
+
+
+def test_graph_break_compiles_each_subgraph_and_reports_the_reason(compile_env):
+    import torch
+
+    def breaks(t):
+        t = t + 1
+        print("side effect")  # a graph break
+        return t * 2
+
+    x = torch.randn(3, device="neuron")
+    out = torch.compile(breaks, backend="neuron")(x)
+    torch.testing.assert_close(out.cpu(), (x.cpu() + 1) * 2)
+    metrics = compile_env.get_dynamo_metrics()
+    assert len(_forward_graphs(metrics)) == 2
+    assert metrics["graph_breaks"] and all(b["reason"] and b["count"] >= 1 for b in metrics["graph_breaks"])
+
+
+def test_other_modes_warn_once_and_are_ignored(compile_env):
+    import torch
+
+    x = torch.randn(4, device="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f = torch.compile(lambda t: t.cos(), backend="neuron", mode="max-autotune-no-cudagraphs")
+        f(x)
+        f(torch.randn(5, device="neuron"))  # a second graph, no second warning
+    about_mode = [w for w in caught if "max-autotune-no-cudagraphs" in str(w.message)]
+    assert len(about_mode) == 1
+    torch.testing.assert_close(f(x).cpu(), x.cpu().cos())
+
+
+def test_cache_disabled_records_disabled(compile_env, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("TORCHFERRY_DISABLE_COMPILE_CACHE", "1")
+    torch.compile(lambda t: t.exp(), backend="neuron")(torch.randn(3, device="neuron"))
+    assert [g["cache"] for g in compile_env.get_dynamo_metrics()["graphs"]] == ["disabled"]
+
+
+_SECOND_PROCESS = """
+import json, torch, torchferry.device
+torchferry.device.enable()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to("neuron")
+compiled = torch.compile(model, backend="neuron")
+compiled(torch.randn(8, 16, device="neuron")).sum().backward()
+print(json.dumps(torch.neuron.get_dynamo_metrics()))
+"""
+
+
+@pytest.mark.slow
+def test_a_second_process_hits_the_cache(neuron, run_python, tmp_path):
+    env = {"TORCHFERRY_CACHE_DIR": str(tmp_path / "cache")}
+    runs = []
+    for _ in range(2):
+        done = run_python(_SECOND_PROCESS, env=env, timeout=280)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    first, second = ([g["cache"] for g in r["graphs"]] for r in runs)
+    assert first == ["miss", "miss"], first  # forward and backward compiled
+    assert second and set(second) == {"hit"}, second
