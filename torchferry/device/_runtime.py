@@ -5,6 +5,7 @@ Kept apart from `torchferry.device` so that importing the package loads no C++.
 
 from __future__ import annotations
 
+import atexit
 import os
 from pathlib import Path
 from types import ModuleType
@@ -48,10 +49,12 @@ def start(profile_name: str | Path | None) -> None:
     from torchferry.device import _C as native
 
     native._init(count, capacity)
+    atexit.register(native._release_autograd_workers)
     native._register_cpu_kernels(cpu_kernel_ops(torch))
     native._set_host_fallback(chosen.fallback_reasons(), _FALLBACK_CODES[mode], chosen.name)
     _C, _profile = native, chosen
 
+    from torchferry.device import compile as compile_backend
     from torchferry.device import neuron
 
     registration.rename_privateuse1_backend("neuron")
@@ -59,6 +62,11 @@ def start(profile_name: str | Path | None) -> None:
     registration.generate_methods_for_privateuse1_backend(
         for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
     )
+    compile_backend.register()
+
+    from torchferry.device import distributed
+
+    distributed.register()
 
 
 def cpu_kernel_ops(torch: ModuleType) -> list[str]:

@@ -4,7 +4,7 @@
 |---|---|---|
 | `TORCHFERRY_DEVICE` | `neuron` enables the device at `import torch` (autoload) | unset |
 | `NEURON_RT_VISIBLE_CORES` | cores this process sees: `0-3`, `0,2,5`, `1` | unset |
-| `NEURON_RT_NUM_CORES` | number of cores when VISIBLE_CORES is unset | 1 |
+| `NEURON_RT_NUM_CORES` | number of cores when VISIBLE_CORES is unset | `LOCAL_WORLD_SIZE` under `torchrun`, else 1 |
 | `TORCHFERRY_DEVICE_MEMORY` | capacity per device: `24GiB`, `512MiB`, `16GB`, bytes | profile's (24 GiB for trn2) |
 | `TORCHFERRY_FALLBACK` | host-fallback ops: `warn`, `silent`, `error` | `warn` |
 | `TORCHFERRY_PROFILE` | device profile: a shipped name (`trn2`) or a TOML path | `trn2` |
@@ -31,13 +31,19 @@ class DeviceSettingError(UsageError):
 
 
 def visible_device_count(environ: Mapping[str, str]) -> int:
-    """Number of logical NeuronCores this process sees, as the Neuron runtime counts them."""
+    """Number of logical NeuronCores this process sees, as the Neuron runtime counts them.
+
+    Under `torchrun` (LOCAL_WORLD_SIZE set) with neither NEURON_RT variable set, a
+    process sees one core per local rank, so that `neuron:LOCAL_RANK` exists on every
+    rank; NEURON_RT_VISIBLE_CORES and NEURON_RT_NUM_CORES always win.
+    """
     visible = environ.get("NEURON_RT_VISIBLE_CORES", "").strip()
     if visible:
         return len(_parse_core_list(visible))
     num = environ.get("NEURON_RT_NUM_CORES", "").strip()
     if not num:
-        return 1
+        local = environ.get("LOCAL_WORLD_SIZE", "").strip()
+        return int(local) if local.isdigit() and int(local) > 0 else 1
     if not num.isdigit():
         raise DeviceSettingError(
             f"NEURON_RT_NUM_CORES={num!r} is not a whole number. Set it to the number of cores "

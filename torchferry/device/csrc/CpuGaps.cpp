@@ -4,9 +4,28 @@
 // Each gap has a test in tests/device/test_cpu_gaps.py.
 #include "neuron.h"
 
+#include <ATen/ops/convolution.h>
+#include <ATen/ops/convolution_backward.h>
 #include <ATen/ops/histc_ops.h>
 
 namespace torchferry {
+namespace {
+
+// A CPU result adopted as device memory without a copy.
+at::Tensor adopt(const at::Tensor& host, c10::DeviceIndex index) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(adopt_host_storage(host.storage(), index),
+                                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                   host.dtype());
+  impl->set_sizes_and_strides(host.sizes(), host.strides(), host.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
+std::optional<at::Tensor> optional_host_view(const std::optional<at::Tensor>& t) {
+  if (!t.has_value() || !t->defined()) return std::nullopt;
+  return torchferry::host_view_of(*t);
+}
+
+}  // namespace
 
 // The CPU has no integer histc ("histogram_cpu" not implemented for 'Int'), but
 // accelerators do, and libraries call it on integers off the CPU (transformers'
@@ -30,6 +49,41 @@ at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& mi
   out.resize_(counts.sizes());
   host_view_of(out).copy_(counts);
   return out;
+}
+
+}  // namespace torchferry
+
+namespace torchferry {
+
+// PyTorch's convolution picks the `Overrideable` backend for every PrivateUse1
+// device and calls `convolution_overrideable`, which has no kernel unless the device
+// brings one ("convolution_overrideable not implemented"), so Conv1d/Conv2d and the
+// causal-conv layers of state-space models fail on a naive host-backed device. The
+// device runs the CPU's convolution (same backend choice, so the CPU's numbers).
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                   const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                   c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                   bool transposed, c10::IntArrayRef output_padding,
+                                   int64_t groups) {
+  count_op("aten::convolution_overrideable", "");
+  at::Tensor out = at::convolution(host_view_of(input), host_view_of(weight), optional_host_view(bias),
+                                   stride, padding, dilation, transposed, output_padding, groups);
+  return adopt(out, input.device().index());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
+  count_op("aten::convolution_backward_overrideable", "");
+  const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
+  auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
+      host_view_of(grad_output), host_view_of(input), host_view_of(weight),
+      c10::IntArrayRef{bias_size}, stride, padding, dilation, transposed, output_padding, groups,
+      output_mask);
+  const c10::DeviceIndex index = input.device().index();
+  auto to_device = [index](const at::Tensor& t) { return t.defined() ? adopt(t, index) : t; };
+  return {to_device(grad_input), to_device(grad_weight), to_device(grad_bias)};
 }
 
 }  // namespace torchferry

@@ -400,6 +400,18 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return dst;
 }
 
+// `module.to("neuron")` swaps parameter data in place (`param.data = moved`) only
+// when PyTorch deems the two tensors shallow-copy compatible; its built-in rule
+// knows dense CPU/CUDA/... but not PrivateUse1, so without this a move would make
+// new Parameters and silently untie shared weights (embeddings and lm_head).
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && (t.device().is_cpu() || t.device().type() == kNeuron) &&
+           !t.is_quantized() && !t.is_nested();
+  };
+  return dense(self) && dense(from);
+}
+
 // scaled_dot_product_attention asks a per-device stub which fused kernel to use;
 // the device answers as the CPU does, so attention runs the same CPU kernel
 // (flash attention for CPU, or the math path) and gives the CPU's numbers.

@@ -2,6 +2,7 @@
 // Thin glue: each function forwards to the file that implements it.
 #include "neuron.h"
 
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/extension.h>
 
 namespace torchferry {
@@ -65,6 +66,24 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     set_host_fallback(reasons, static_cast<FallbackMode>(mode), profile);
   });
   m.def("_register_cpu_kernels", &register_cpu_kernels);
+  // Called at interpreter exit (atexit). The autograd engine's worker thread for
+  // each device keeps its last graph task, and with it Python objects from the
+  // thread-local state of the `backward()` call, until the thread ends. The thread
+  // ends during interpreter finalisation, cannot take the GIL to release them, and
+  // the process aborts ("terminate called without an active exception"). One tiny
+  // backward per device from C++ (no Python state attached) replaces that task while
+  // Python is alive; the GIL is released so that the worker can drop the old one.
+  m.def("_release_autograd_workers", [] {
+    py::gil_scoped_release no_gil;
+    try {
+      for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
+        at::Tensor x = at::ones({1}, at::TensorOptions().device(kNeuron, i)).requires_grad_();
+        torch::autograd::backward({x.sum()});
+      }
+    } catch (const std::exception&) {
+      // Exiting anyway: never turn a clean exit into an error.
+    }
+  });
   // A CPU tensor over a device tensor's bytes (no copy): for collectives and compiled
   // code that run on host kernels. Writes through it change the device tensor.
   m.def("_host_view", [](const at::Tensor& t) { return host_view_of(t); });

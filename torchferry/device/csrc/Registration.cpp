@@ -33,8 +33,11 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty_strided", TORCH_FN(empty_strided));
   m.impl("_copy_from", TORCH_FN(copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("histc", TORCH_FN(histc));
   m.impl("histc.out", TORCH_FN(histc_out));
+  m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
 }
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {

@@ -79,6 +79,7 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<at::Device> device, std::optional<bool> pin_memory);
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from);
 int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                    const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                    std::optional<double> scale, bool enable_gqa);
@@ -87,6 +88,15 @@ int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Ten
 at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max);
 at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& min,
                       const at::Scalar& max, at::Tensor& out);
+// PyTorch's convolution calls these for any PrivateUse1 device.
+at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& weight,
+                                   const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                                   c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                                   bool transposed, c10::IntArrayRef output_padding, int64_t groups);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+    c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask);
 // Dropout draws from the neuron generator and rounds like the CPU path.
 at::Tensor dropout(const at::Tensor& input, double p, bool train);
 
