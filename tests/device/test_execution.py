@@ -106,3 +106,16 @@ def test_device_to_device_copy_across_indices(run_python):
     lines = result.stdout.splitlines()
     assert lines[0] == "neuron:1 neuron:1 [0.0, 2.0, 4.0, 6.0] True"
     assert lines[1] == "neuron:1"
+
+
+def test_lazily_conjugated_and_negated_views_copy_off_the_device(neuron):
+    # The Conjugate/Negative fallbacks must let `_copy_from` handle the bits itself;
+    # materialising first recursed without end (a stack overflow) before.
+    x = torch.randn(4, dtype=torch.complex64)
+    dev = x.to("neuron")
+    assert torch.equal(dev.conj().cpu(), x.conj())
+    assert torch.equal(dev.conj().clone().cpu(), x.conj())
+    assert torch.equal(torch._neg_view(dev).cpu(), -x)
+    into = torch.empty(4, dtype=torch.complex64, device="neuron")
+    into.copy_(x.conj())
+    assert torch.equal(into.cpu(), x.conj())

@@ -414,15 +414,25 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 
 // scaled_dot_product_attention asks a per-device stub which fused kernel to use;
 // the device answers as the CPU does, so attention runs the same CPU kernel
-// (flash attention for CPU, or the math path) and gives the CPU's numbers.
+// (flash attention for CPU, or the math path) and gives the CPU's numbers. The
+// choice reads only metadata, so it is asked with byte-less CPU tensors of the same
+// shape: that also works for the fake tensors torch.compile traces with.
+static at::Tensor shape_only_host_tensor(const at::Tensor& t) {
+  c10::Storage none(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)),
+      nullptr, /*resizable=*/false));
+  return make_tensor(std::move(none), c10::DispatchKey::CPU, t);
+}
+
 int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                    const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                    std::optional<double> scale, bool enable_gqa) {
   std::optional<at::Tensor> host_mask;
-  if (attn_mask.has_value()) host_mask = host_view_of(*attn_mask);
+  if (attn_mask.has_value() && attn_mask->defined()) host_mask = shape_only_host_tensor(*attn_mask);
   return at::_ops::_fused_sdp_choice::redispatch(
-      c10::DispatchKeySet(c10::DispatchKey::CPU), host_view_of(query), host_view_of(key),
-      host_view_of(value), host_mask, dropout_p, is_causal, scale, enable_gqa);
+      c10::DispatchKeySet(c10::DispatchKey::CPU), shape_only_host_tensor(query),
+      shape_only_host_tensor(key), shape_only_host_tensor(value), host_mask, dropout_p, is_causal,
+      scale, enable_gqa);
 }
 
 // Dropout as the CPU computes it (noise = bernoulli(1-p) / (1-p); out = x * noise),

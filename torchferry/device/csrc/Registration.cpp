@@ -40,6 +40,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
 }
 
+// `_copy_from` copies lazily conjugated or negated views itself (the host views keep
+// the conj/neg bits), so the Conjugate and Negative fallbacks must not materialise them
+// first: their `clone` would call `_copy_from` again, without end.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("dropout", TORCH_FN(dropout));
 }
