@@ -347,7 +347,10 @@ class _Recorder:
 
         before = dict(counters["inductor"])
         start = time.perf_counter_ns()
-        compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+        # The backward graph is compiled lazily, at the first backward, outside the scope
+        # the forward was compiled in: enter it again so both use torchferry's cache.
+        with compile_cache.scope():
+            compiled = compile_fx_inner(gm, example_inputs, **kwargs)
         elapsed_us = (time.perf_counter_ns() - start) // 1000
         delta = {k: counters["inductor"][k] - before.get(k, 0) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")}
         if not self.cache_on:
