@@ -11,15 +11,6 @@
 namespace torchferry {
 namespace {
 
-// A CPU result adopted as device memory without a copy.
-at::Tensor adopt(const at::Tensor& host, c10::DeviceIndex index) {
-  auto impl = c10::make_intrusive<c10::TensorImpl>(adopt_host_storage(host.storage(), index),
-                                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                                   host.dtype());
-  impl->set_sizes_and_strides(host.sizes(), host.strides(), host.storage_offset());
-  return at::Tensor(std::move(impl));
-}
-
 std::optional<at::Tensor> optional_host_view(const std::optional<at::Tensor>& t) {
   if (!t.has_value() || !t->defined()) return std::nullopt;
   return torchferry::host_view_of(*t);
@@ -68,7 +59,7 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
   count_op("aten::convolution_overrideable", "");
   at::Tensor out = at::convolution(host_view_of(input), host_view_of(weight), optional_host_view(bias),
                                    stride, padding, dilation, transposed, output_padding, groups);
-  return adopt(out, input.device().index());
+  return adopt_host_result(out, input.device().index());
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable(
@@ -82,7 +73,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
       c10::IntArrayRef{bias_size}, stride, padding, dilation, transposed, output_padding, groups,
       output_mask);
   const c10::DeviceIndex index = input.device().index();
-  auto to_device = [index](const at::Tensor& t) { return t.defined() ? adopt(t, index) : t; };
+  auto to_device = [index](const at::Tensor& t) { return t.defined() ? adopt_host_result(t, index) : t; };
   return {to_device(grad_input), to_device(grad_weight), to_device(grad_bias)};
 }
 

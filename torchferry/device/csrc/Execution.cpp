@@ -330,6 +330,10 @@ at::Tensor host_view_of(const at::Tensor& t) {
   return is_neuron(t) ? make_tensor(host_alias(t.storage()), c10::DispatchKey::CPU, t) : t;
 }
 
+at::Tensor adopt_host_result(const at::Tensor& host, c10::DeviceIndex index) {
+  return make_tensor(adopt_host_storage(host.storage(), index), c10::DispatchKey::PrivateUse1, host);
+}
+
 void count_op(const char* name, const char* overload) {
   account(c10::Dispatcher::singleton().findSchemaOrThrow(name, overload));
 }

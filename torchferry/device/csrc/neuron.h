@@ -66,6 +66,8 @@ void register_cpu_kernels(const std::vector<std::string>& op_names);
 // ---- Execution.cpp -------------------------------------------------------
 // A CPU view of a device tensor over the same bytes (the tensor itself if not on the device).
 at::Tensor host_view_of(const at::Tensor& t);
+// A CPU kernel's result taken over as device memory without a copy.
+at::Tensor adopt_host_result(const at::Tensor& host, c10::DeviceIndex index);
 // Counts a kernel registered for the device (not through the fallback) as executed.
 void count_op(const char* name, const char* overload);
 void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
