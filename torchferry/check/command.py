@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d.add_argument("--ref", default="cpu", help="reference device (default: cpu)")
     d.add_argument("--target", help="device to check (default: real neuron, else the current accelerator, else the built-in neuron)")
     d.add_argument("--compile", metavar="BACKEND", help="torch.compile the target with this backend (the reference stays eager)")
+    d.add_argument("--nproc", type=int, default=1, metavar="N",
+                   help="run the target data-parallel (DDP) in N processes, each on 1/N of every batch; the reference "
+                        "stays one process on the whole batch (default: 1)")
     m = parser.add_argument_group("measurement")
     m.add_argument("--tol", type=float, help="parity tolerance (default: per mode and dtype, docs/check/parity.md)")
     m.add_argument("--rounds", type=int, default=3, help="interleaved steady-state rounds (default: 3)")
@@ -63,14 +66,17 @@ def config_from(args: argparse.Namespace) -> dict:
     """The resolved configuration, written into the report as is."""
     from torchferry.check import devices
 
-    for name in ("steps", "rounds", "reps", "new_tokens"):
-        if getattr(args, name) < 1:
-            from torchferry.errors import UsageError
+    from torchferry.errors import UsageError
 
+    for name in ("steps", "rounds", "reps", "new_tokens", "nproc"):
+        if getattr(args, name) < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
+    if args.nproc > 1 and args.mode == "generation":
+        raise UsageError(f"--nproc {args.nproc} applies to training and inference, not generation (greedy tokens are "
+                         "compared for the whole batch). Use --mode training or inference, or --nproc 1.")
     target, reason = (args.target, "chosen with --target") if args.target else devices.default_target()
     cfg = {k: getattr(args, k) for k in (
-        "workload", "mode", "size", "batch_size", "seq_len", "dtype", "steps", "new_tokens", "seed", "lr", "ref", "compile",
+        "workload", "mode", "size", "batch_size", "seq_len", "dtype", "steps", "new_tokens", "seed", "lr", "ref", "compile", "nproc",
         "tol", "rounds", "reps", "timeout", "prices", "ref_instance", "target_instance", "eng_hours", "eng_rate", "volume")}
     cfg.update(target=target, target_reason=reason, resume_step=max(1, args.steps // 2), output=str(args.output))
     return cfg

@@ -4,6 +4,8 @@
 every incompatible change.
 
 - 1: first version (meta, environment, config, parity, timing, resume, exit, cost, verdict, failure).
+- 2: ``config.nproc``; ``timing.ranks`` (the target's per-rank timings under ``--nproc N``, N > 1)
+  and ``rank`` in each device timing (null outside a process group).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 GO, CONDITIONS, NO_GO, NOT_RUN = "go", "go-with-conditions", "no-go", "not-run"
 
@@ -51,6 +53,7 @@ class ParityResult:
 @dataclass
 class DeviceTiming:
     device: str
+    rank: int | None = None  # the target's process-group rank under --nproc N > 1
     python_start_s: float | None = None  # process spawn -> interpreter running torchferry
     import_s: float | None = None  # import torch (+ transformers)
     load_s: float | None = None  # build the workload and move it to the device
@@ -76,6 +79,7 @@ class TimingResult:
     target: DeviceTiming | None = None
     speedup_time_to_n: float | None = None  # ref / target: > 1 means the target is faster
     speedup_steady: float | None = None
+    ranks: list[DeviceTiming] = field(default_factory=list)  # the target's ranks under --nproc N > 1; target is rank 0
     notes: list[str] = field(default_factory=list)
 
 

@@ -22,9 +22,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def device_timing(device: str, worker_timing: dict, steady: list[list[float]]) -> DeviceTiming:
-    """A device's timing from the worker's figures and the steady-state rounds run for it."""
-    t = DeviceTiming(device=device)
+def device_timing(device: str, worker_timing: dict, steady: list[list[float]], rank: int | None = None) -> DeviceTiming:
+    """A device's (or one rank's) timing from the worker's figures and the steady-state rounds run for it."""
+    t = DeviceTiming(device=device, rank=rank)
     for key in ("python_start_s", "import_s", "load_s", "first_call_s", "cold_start_s", "time_to_n_s", "flops_per_step"):
         setattr(t, key, worker_timing.get(key))
     t.steps = list(worker_timing.get("steps", []))

@@ -5,6 +5,13 @@ Protocol: JSON lines on the original stdout (the user's prints are sent to stder
 runner keeps in a log); commands arrive as JSON lines on stdin after the main job. Tensors go
 to ``<outdir>/<role>.pt`` on the CPU. Wall-clock times are relative to ``TORCHFERRY_T0``, the
 runner's clock just before it spawned this process.
+
+Under ``--nproc N`` the runner starts N target workers, one rank each (``rank``/``world`` in
+the job, torchrun's variables in the environment). They join the device's default
+process-group backend, train one DistributedDataParallel model, each on its 1/N shard of
+every batch, and average the loss over ranks, so the run equals one process on the global
+batch. Rank 0 speaks for the group (tensors, checkpoints, exit formats); every rank reports
+its own timings.
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ class Session:
         self.outdir = Path(job["outdir"])
         self.timing: dict[str, Any] = {"python_start_s": T_MAIN - self.t0}
         self.excluded_s = 0.0  # time spent saving checkpoints inside the timed run
+        self.rank, self.world = job.get("rank", 0), job.get("world", 1)
 
     # -- setup -------------------------------------------------------------------------
     def setup(self) -> None:
@@ -85,6 +93,8 @@ class Session:
         self.timing["import_s"] = time.perf_counter() - t
         self.channel.send("progress", msg=f"imported torch {torch.__version__} ({self.timing['import_s']:.1f} s)")
         self.device = devices.resolve(self.job["device"])
+        if self.world > 1:
+            self.join_group()
         t = time.perf_counter()
         torch.manual_seed(self.cfg["seed"])
         self.workload = load_workload(self.cfg["workload"], self.cfg)
@@ -96,10 +106,49 @@ class Session:
                 "training, inference."
             )
         self.pristine = self.workload.model  # CPU, initial weights: every run starts from a copy
+        if self.world > 1:
+            self.shard(self.workload.batch("cpu", self.cfg["seed"]))  # an indivisible batch fails here, on every rank
         self.model = self.fresh()
         devices.synchronize(self.device)
         self.timing["load_s"] = time.perf_counter() - t
         self.channel.send("progress", msg=f"built {self.cfg['workload']} on {self.device} ({self.timing['load_s']:.1f} s)")
+
+    def join_group(self) -> None:
+        """This rank's device (index LOCAL_RANK when the device has several) and the device's own backend."""
+        import datetime
+
+        import torch.distributed as dist
+
+        local_rank = int(os.environ["LOCAL_RANK"])
+        module = self.devices.device_module(self.device)
+        count = module.device_count() if hasattr(module, "device_count") else 1
+        if self.device.index is None and count > 1:
+            self.device = self.torch.device(self.device.type, local_rank % count)
+            if hasattr(module, "set_device"):
+                module.set_device(self.device)
+        backend = dist.get_default_backend_for_device(self.device.type)
+        dist.init_process_group(backend, rank=self.rank, world_size=self.world,
+                                timeout=datetime.timedelta(seconds=self.cfg["timeout"]))
+        self.channel.send("progress", msg=f"rank {self.rank} of {self.world} on {self.device}, backend {backend!r}")
+
+    def shard(self, batch: Any) -> Any:
+        """This rank's equal 1/N slice (dim 0) of every tensor of ``batch``."""
+        def cut(t: Any) -> Any:
+            if not hasattr(t, "shape") or not t.shape:
+                return t
+            if t.shape[0] % self.world:
+                from torchferry.errors import UsageError
+
+                raise UsageError(f"the batch size {t.shape[0]} does not split into --nproc {self.world} equal shards. "
+                                 f"Pass a --batch-size that is a multiple of {self.world}.")
+            size = t.shape[0] // self.world
+            return t[self.rank * size:(self.rank + 1) * size]
+
+        if isinstance(batch, dict):
+            return {k: cut(v) for k, v in batch.items()}
+        if isinstance(batch, (tuple, list)):
+            return type(batch)(cut(v) for v in batch)
+        return cut(batch)
 
     def fresh(self, fp64: bool = False) -> Any:
         model = copy.deepcopy(self.pristine).to(self.device)
@@ -131,6 +180,8 @@ class Session:
         """Run step ``index``, synchronised; returns (seconds, loss or tokens)."""
         torch, mode = self.torch, self.cfg["mode"]
         batch = self.batch(index, fp64)
+        if self.world > 1:
+            batch = self.shard(batch)
         t = time.perf_counter()
         if mode == "training":
             opt.zero_grad(set_to_none=True)
@@ -174,12 +225,12 @@ class Session:
             seconds, result = self.step(model, opt, index, fp64)
             record["times"].append(seconds)
             if self.cfg["mode"] == "training":
-                loss = float(result.detach().float().item())
+                loss = self.global_loss(result)
                 if not torch.isfinite(torch.tensor(loss)):
                     raise NonFinite(f"loss is {loss} at training step {index + 1}{self.first_nonfinite_module(index, fp64)}")
                 record["losses"].append(loss)
                 if index == start:
-                    record["grads"] = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+                    record["grads"] = {n: p.grad for n, p in self.bare(model).named_parameters() if p.grad is not None}
                     record["grads"] = to_cpu(record["grads"])
             elif index == start:
                 if self.cfg["mode"] == "generation":
@@ -191,15 +242,31 @@ class Session:
         record["opt"] = opt
         return record
 
+    def bare(self, model: Any) -> Any:
+        """The workload's module inside DDP: its parameter names and state dict are the single-process ones."""
+        return getattr(model, "module", model) if self.world > 1 else model
+
+    def global_loss(self, loss: Any) -> float:
+        """The loss of the whole batch: each rank's shard loss averaged over ranks (equal shards)."""
+        loss = loss.detach().float()
+        if self.world > 1:
+            import torch.distributed as dist
+
+            loss = loss.clone()
+            dist.all_reduce(loss)  # SUM: every backend has it (gloo has no AVG)
+            loss /= self.world
+        return float(loss.item())
+
     def after_primary_step(self, index: int, seconds: float, model: Any, opt: Any) -> None:
         now = time.time() - self.t0 - self.excluded_s
         if index == 0:
             self.timing["first_call_s"] = seconds
             self.timing["cold_start_s"] = now
             self.channel.send("progress", msg=f"first result after {now:.1f} s (first call {seconds * 1e3:.0f} ms)")
-        if self.job["role"] == "target" and self.cfg["mode"] == "training" and index + 1 == self.cfg["resume_step"]:
+        if (self.job["role"] == "target" and self.rank == 0 and self.cfg["mode"] == "training"
+                and index + 1 == self.cfg["resume_step"]):
             t = time.perf_counter()
-            self.save_resume(model, opt, index + 1)
+            self.save_resume(self.bare(model), opt, index + 1)
             self.excluded_s += time.perf_counter() - t
         if index + 1 == self.cfg["steps"]:
             self.timing["time_to_n_s"] = now
@@ -366,6 +433,10 @@ class Session:
             tracker.clear_op_tracking()
         self.devices.reset_peak_memory(self.device)
         model = self.model
+        if self.world > 1 and self.cfg["mode"] == "training":
+            from torch.nn.parallel import DistributedDataParallel
+
+            model = DistributedDataParallel(model, device_ids=None)
         if role == "target" and self.cfg.get("compile"):
             module = self.devices.device_module(self.device)
             if hasattr(module, "reset_dynamo_metrics"):
@@ -379,8 +450,10 @@ class Session:
         )
         self.timing["units_per_step"], self.timing["unit"] = self.units_per_step()
         self.live = (model, primary.pop("opt"))
+        if self.rank > 0:  # rank 0 speaks for the group; the others only time their share
+            return {"timing": self.timing, "device": str(self.device)}
         tensors: dict[str, Any] = {"run": primary, "probe": self.probe()}
-        summary: dict[str, Any] = {"timing": self.timing}
+        summary: dict[str, Any] = {"timing": self.timing, "device": str(self.device)}
         if role == "ref":
             self.channel.send("progress", msg="second reference run (determinism check)")
             again = self.run(self.fresh())
@@ -393,7 +466,8 @@ class Session:
             summary["timing"]["flops_per_step"] = self.flops_per_step()
         else:
             summary["exit"] = {"saved": self.save_exit(self.model, self.live[1]), "architecture": self.architecture()}
-            tensors["eval_outputs"] = self.eval_outputs(self.live[0])
+            # the bare module: a DDP forward may broadcast buffers, a collective rank 0 would wait in alone
+            tensors["eval_outputs"] = self.eval_outputs(self.model if self.world > 1 else self.live[0])
         torch.save(tensors, self.outdir / f"{role}.pt")
         summary["tensors"] = str(self.outdir / f"{role}.pt")
         return summary
@@ -455,6 +529,8 @@ def main(argv: list[str]) -> int:
                 channel.send("steady", times=session.steady(command["reps"], command["offset"]))
             else:
                 break
+        if session.world > 1:
+            session.torch.distributed.destroy_process_group()
     except BaseException as exc:  # report every failure to the runner, then exit non-zero
         tb = getattr(exc, "user_traceback", None) or traceback.format_exc()
         channel.send("error", kind=error_kind(exc), type=type(exc).__name__, message=str(exc), traceback=tb,

@@ -20,6 +20,16 @@ def mib(peak: dict) -> str:
     return f"{peak['bytes'] / 2**20:.0f} MiB ({peak['source']})" if peak.get("bytes") else "-"
 
 
+def steady(t: DeviceTiming) -> str:
+    return f"{seconds(t.steady.get('median_s'))} / {seconds(t.steady.get('p90_s'))}" if t.steady else "-"
+
+
+def rank_table(ranks: list[DeviceTiming], steps: int) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the per-rank timings (``--nproc`` > 1)."""
+    header = ["rank", "device", f"time to {steps} steps", "first call", "steady median / p90"]
+    return header, [[str(t.rank), t.device, seconds(t.time_to_n_s), seconds(t.first_call_s), steady(t)] for t in ranks]
+
+
 def _timing_rows(ref: DeviceTiming, target: DeviceTiming, steps: int) -> list[tuple[str, str, str]]:
     def pair(get) -> tuple[str, str]:
         return get(ref), get(target)
@@ -30,7 +40,7 @@ def _timing_rows(ref: DeviceTiming, target: DeviceTiming, steps: int) -> list[tu
         ("import torch", *pair(lambda t: seconds(t.import_s))),
         ("build + load model", *pair(lambda t: seconds(t.load_s))),
         ("first call", *pair(lambda t: seconds(t.first_call_s))),
-        ("steady median / p90", *pair(lambda t: f"{seconds(t.steady.get('median_s'))} / {seconds(t.steady.get('p90_s'))}" if t.steady else "-")),
+        ("steady median / p90", *pair(steady)),
         ("throughput", *pair(lambda t: f"{t.throughput_per_s:,.0f} {t.unit}/s" if t.throughput_per_s else "-")),
         ("peak memory", *pair(lambda t: mib(t.peak_memory))),
         ("fallback ops (share of calls)", *pair(
@@ -76,6 +86,12 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
         add(f"  {'':<32}{'ref ' + t.ref.device:>30}{'target ' + t.target.device:>42}")
         for label, a, b in _timing_rows(t.ref, t.target, cfg["steps"]):
             add(f"  {label:<32}{a:>30}{b:>42}")
+        if t.ranks:
+            header, rows = rank_table(t.ranks, cfg["steps"])
+            add(f"  per rank ({len(t.ranks)} DDP processes):")
+            add("    " + "".join(f"{h:<22}" for h in header).rstrip())
+            for row in rows:
+                add("    " + "".join(f"{c:<22}" for c in row).rstrip())
         if t.speedup_time_to_n:
             add(f"  target speed-up: {t.speedup_time_to_n:.2f}x time to N, {t.speedup_steady or 0:.2f}x steady state")
         for note in t.notes:

@@ -425,7 +425,10 @@ static at::Tensor shape_only_host_tensor(const at::Tensor& t) {
   c10::Storage none(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), 0, c10::DataPtr(nullptr, c10::Device(c10::kCPU)),
       nullptr, /*resizable=*/false));
-  return make_tensor(std::move(none), c10::DispatchKey::CPU, t);
+  at::Tensor shaped = make_tensor(std::move(none), c10::DispatchKey::CPU, t);
+  // The choice depends on it too (no fused CPU kernel differentiates the mask).
+  if (t.requires_grad()) shaped.set_requires_grad(true);
+  return shaped;
 }
 
 int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
