@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FAST, FIXTURES
+from checkrun import FAST, FIXTURES
 
 from torchferry.check.results import FORMAT_VERSION
 from torchferry.status import ExitStatus
@@ -105,7 +105,7 @@ def test_unknown_device_is_device_unavailable(check):
 
 
 def test_unwritable_output_is_an_output_error_before_measuring(tmp_path):
-    from conftest import run_check
+    from checkrun import run_check
 
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")

@@ -5,7 +5,7 @@ batch, every rank's time is reported, and a rank that dies or hangs fails the ru
 from __future__ import annotations
 
 import pytest
-from conftest import FAST, FIXTURES
+from checkrun import FAST, FIXTURES
 
 from torchferry.check.results import FORMAT_VERSION
 from torchferry.status import ExitStatus

@@ -1,0 +1,36 @@
+"""In-process `ferry check` runs for the CLI tests, and where the fixture workloads live.
+
+A module of its own (not conftest) so that test files import it by a unique name."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchferry.cli import main
+from torchferry.env import Environment
+
+FIXTURES = Path(__file__).parents[1] / "check" / "fixtures"  # shared with tests/check
+FAST = ["--steps", "2", "--rounds", "1", "--reps", "1", "-q"]
+
+
+@dataclass
+class CliResult:
+    exit_status: int
+    stdout: str
+    stderr: str
+    report: dict | None
+
+
+def run_check(args: list[str], output: Path) -> CliResult:
+    """`ferry check ARGS -o OUTPUT` in-process, with captured streams and the JSON report if written."""
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdout=out, stderr=err, stdout_isatty=False, colors=False)
+    status = main(["check", *args, "-o", str(output)], env)
+    path = output / "report.json"
+    report = json.loads(path.read_text()) if path.is_file() else None
+    return CliResult(status, out.getvalue(), err.getvalue(), report)
+
+
