@@ -142,7 +142,11 @@ class _Work(dist.Work):
             future.set_result(outputs)
 
         torch.futures.collect_all([work.get_future() for work in self._inner]).add_done_callback(done)
-        return future
+        # A Python `set_exception` stores the exception as the future's *value* (only
+        # Python's `wait()` raises it), so C++ readers such as DDP's reducer would take it
+        # for a result and crash. Re-raising it inside `then` gives the returned future a
+        # real error that C++ `value()` rethrows.
+        return future.then(lambda completed: completed.value())
 
 
 class NeuronProcessGroup(dist.ProcessGroup):
