@@ -45,7 +45,7 @@ def build(args: dict, device: str):
     config = LlamaConfig(
         vocab_size=512, hidden_size=args["hidden"], intermediate_size=2 * args["hidden"],
         num_hidden_layers=args["layers"], num_attention_heads=4, num_key_value_heads=2,
-        max_position_embeddings=max(256, args["seq"]), attn_implementation="eager",
+        max_position_embeddings=max(256, args["seq"]), attn_implementation=args["attn"],
     )
     model = LlamaForCausalLM(config).to(device)
     ids = torch.randint(0, 512, (args["batch"], args["seq"])).to(device)
@@ -62,7 +62,8 @@ def steady(args: dict) -> dict:
     for device, backend in (("neuron", "neuron"), ("cpu", "inductor")):
         model, ids = build(args, device)
         compiled = torch.compile(model, backend=backend)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        # The same AdamW implementation on both (PyTorch picks foreach on accelerators only).
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
         sides[device] = (compiled, opt, ids)
 
     def step(device: str) -> tuple[float, float]:
@@ -124,6 +125,8 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"],
+                        help="transformers attention implementation (default: sdpa, transformers' own default)")
     args = vars(parser.parse_args())
     print(f"model: Llama hidden={args['hidden']} layers={args['layers']} batch={args['batch']} seq={args['seq']}")
     s = steady(args)
