@@ -31,7 +31,8 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
 
 at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& min,
                       const at::Scalar& max, at::Tensor& out) {
-  count_op("aten::histc", "out");
+  static const c10::OperatorHandle op = op_handle("aten::histc", "out");
+  count_op(op);
   const bool integral = at::isIntegralType(self.scalar_type(), /*includeBool=*/true);
   at::Tensor host_self = host_view_of(self);
   at::Tensor counts = at::_ops::histc::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU),
@@ -56,7 +57,8 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                    c10::IntArrayRef padding, c10::IntArrayRef dilation,
                                    bool transposed, c10::IntArrayRef output_padding,
                                    int64_t groups) {
-  count_op("aten::convolution_overrideable", "");
+  static const c10::OperatorHandle op = op_handle("aten::convolution_overrideable", "");
+  count_op(op);
   at::Tensor out = at::convolution(host_view_of(input), host_view_of(weight), optional_host_view(bias),
                                    stride, padding, dilation, transposed, output_padding, groups);
   return adopt_host_result(out, input.device().index());
@@ -66,7 +68,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
-  count_op("aten::convolution_backward_overrideable", "");
+  static const c10::OperatorHandle op = op_handle("aten::convolution_backward_overrideable", "");
+  count_op(op);
   const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
   auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
       host_view_of(grad_output), host_view_of(input), host_view_of(weight),

@@ -307,10 +307,6 @@ class HostCall {
   c10::SmallVector<c10::StorageImpl*, 2> cpu_inputs_;
 };
 
-c10::OperatorHandle handle_of(const char* name, const char* overload) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
-}
-
 // Runs `fn` with `index` as the current device (the allocator allocates there).
 template <typename Fn>
 auto on_device(c10::DeviceIndex index, Fn&& fn) {
@@ -334,9 +330,11 @@ at::Tensor adopt_host_result(const at::Tensor& host, c10::DeviceIndex index) {
   return make_tensor(adopt_host_storage(host.storage(), index), c10::DispatchKey::PrivateUse1, host);
 }
 
-void count_op(const char* name, const char* overload) {
-  account(c10::Dispatcher::singleton().findSchemaOrThrow(name, overload));
+c10::OperatorHandle op_handle(const char* name, const char* overload) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
 }
+
+void count_op(const c10::OperatorHandle& op) { account(op); }
 
 namespace {
 
@@ -362,8 +360,8 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> /*pin_memory*/,
                                std::optional<at::MemoryFormat> memory_format) {
-  static const c10::OperatorHandle op = handle_of("aten::empty", "memory_format");
-  account(op);
+  static const c10::OperatorHandle op = op_handle("aten::empty", "memory_format");
+  count_op(op);
   TORCH_CHECK(!layout || *layout == c10::kStrided,
               "the neuron device supports strided tensors only, got layout ", *layout);
   return on_device(index_of(device), [&] {
@@ -376,8 +374,8 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                          std::optional<at::Device> device, std::optional<bool> /*pin_memory*/) {
-  static const c10::OperatorHandle op = handle_of("aten::empty_strided", "");
-  account(op);
+  static const c10::OperatorHandle op = op_handle("aten::empty_strided", "");
+  count_op(op);
   TORCH_CHECK(!layout || *layout == c10::kStrided,
               "the neuron device supports strided tensors only, got layout ", *layout);
   return on_device(index_of(device), [&] {
@@ -390,15 +388,15 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
 // `copy_` is CompositeExplicitAutograd: for a device it does not know it calls
 // `_copy_from(src, dst)`, which lands here for host<->device and device<->device.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
-  static const c10::OperatorHandle op = handle_of("aten::_copy_from", "");
-  account(op);
+  static const c10::OperatorHandle op = op_handle("aten::_copy_from", "");
+  count_op(op);
   host_view_of(dst).copy_(host_view_of(self));
   return dst;
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  static const c10::OperatorHandle op = handle_of("aten::_copy_from_and_resize", "");
-  account(op);
+  static const c10::OperatorHandle op = op_handle("aten::_copy_from_and_resize", "");
+  count_op(op);
   if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
   host_view_of(dst).copy_(host_view_of(self));
   return dst;
@@ -466,23 +464,23 @@ void set_host_fallback(const std::unordered_map<std::string, std::string>& reaso
   for (auto& [schema, entry] : g_ops) entry.on_host = listed_on_host(entry.name);
 }
 
-std::unordered_map<std::string, int64_t> executed_ops() {
+namespace {
+
+// Nonzero counts of one field (executed or fallback), merged by op name.
+std::unordered_map<std::string, int64_t> counts(int64_t OpEntry::*field) {
   std::lock_guard<std::mutex> lock(g_ops_mutex);
   std::unordered_map<std::string, int64_t> out;
   for (const auto& [schema, entry] : g_ops) {
-    if (entry.executed > 0) out[entry.name] += entry.executed;
+    if (entry.*field > 0) out[entry.name] += entry.*field;
   }
   return out;
 }
 
-std::unordered_map<std::string, int64_t> fallback_ops() {
-  std::lock_guard<std::mutex> lock(g_ops_mutex);
-  std::unordered_map<std::string, int64_t> out;
-  for (const auto& [schema, entry] : g_ops) {
-    if (entry.fallback > 0) out[entry.name] += entry.fallback;
-  }
-  return out;
-}
+}  // namespace
+
+std::unordered_map<std::string, int64_t> executed_ops() { return counts(&OpEntry::executed); }
+
+std::unordered_map<std::string, int64_t> fallback_ops() { return counts(&OpEntry::fallback); }
 
 void clear_op_tracking() {
   std::lock_guard<std::mutex> lock(g_ops_mutex);

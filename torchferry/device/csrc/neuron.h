@@ -68,8 +68,10 @@ void register_cpu_kernels(const std::vector<std::string>& op_names);
 at::Tensor host_view_of(const at::Tensor& t);
 // A CPU kernel's result taken over as device memory without a copy.
 at::Tensor adopt_host_result(const at::Tensor& host, c10::DeviceIndex index);
-// Counts a kernel registered for the device (not through the fallback) as executed.
-void count_op(const char* name, const char* overload);
+// Counts a kernel registered for the device (not through the fallback) as executed;
+// callers look the handle up once (`static const auto op = op_handle(...)`).
+c10::OperatorHandle op_handle(const char* name, const char* overload);
+void count_op(const c10::OperatorHandle& op);
 void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                              torch::jit::Stack* stack);
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
