@@ -35,6 +35,13 @@ NOT_FIXED = [
     "import torch\ne = torch.cuda.Event(True)\n",  # torch.Event's first parameter is the device
     "import torch\ntorch.backends.cudnn.benchmark = True\n",
     'import torch\nm = torch.compile(m, mode="max-autotune")\n',
+    "import torch\ntorch.save(model, 'm.pt')\n",  # the loader would have to change too
+    "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x[x > 0]\n",
+    "for b in loader:\n    loss = model(b)\n    loss.backward()\n    print(loss.item())\n",
+    "import torch\nm = torch.compile(model)\nx = tok(texts, padding=True)\n",  # more padding changes results
+    "import torch\ns = torch.jit.trace(m, x)\n",  # a ScriptModule is not an OptimizedModule
+    "import torch\ns = torch.amp.GradScaler('cpu')\nt = torch.bfloat16\n",  # skipped inf steps would differ
+    'import torch\nm = torch.compile(model, mode="reduce-overhead")\n',
 ]
 
 

@@ -19,7 +19,7 @@ CASES = {
               "from torch.amp import GradScaler\nscaler = GradScaler('cpu')\n"),
     "TF006": ('import torch.distributed as dist\ndist.init_process_group("nccl")\n',
               'import torch.distributed as dist\ndist.init_process_group("gloo")\n'),
-    "TF007": ('import torch\nm = torch.compile(model, mode="reduce-overhead")\n',
+    "TF007": ('import torch\nm = torch.compile(model, mode="max-autotune-no-cudagraphs")\n',
               'import torch\nm = torch.compile(model, mode="default")\n'),
     "TF008": ("import torch\nm = torch.compile(model, dynamic=True)\n",
               "import torch\nm = torch.compile(model, dynamic=False)\n"),
@@ -43,6 +43,27 @@ CASES = {
               "import torch\nstate = torch.load('ckpt.pt', map_location='cpu')\n"),
     "TF018": ("import torch\ntorch.cuda.manual_seed_all(0)\n",
               "import torch\ntorch.manual_seed(0)\n"),
+    "TF019": ("import torch\ntorch.save(model, 'm.pt')\n",
+              "import torch\ntorch.save(model.state_dict(), 'm.pt')\n"),
+    # the same boolean mask: in a forward it runs every step on the device; in a Dataset, on the host anyway
+    "TF020": ("import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x[x > 0]\n",
+              "import torch\nclass D(torch.utils.data.Dataset):\n    def __getitem__(self, i):\n"
+              "        x = self.data[i]\n        return x[x > 0]\n"),
+    # the same read: every step inside the loop, once after it
+    "TF021": ("for b in loader:\n    loss = model(b)\n    loss.backward()\n    print(loss.item())\n",
+              "for b in loader:\n    loss = model(b)\n    loss.backward()\nprint(loss.item())\n"),
+    "TF022": ("import torch\nfrom transformers import DataCollatorWithPadding\nm = torch.compile(model)\n"
+              "collate = DataCollatorWithPadding(tok)\n",
+              "import torch\nfrom transformers import DataCollatorWithPadding\nm = torch.compile(model)\n"
+              "collate = DataCollatorWithPadding(tok, pad_to_multiple_of=64)\n"),
+    "TF023": ("import torch\ns = torch.jit.script(m)\n",
+              "import torch\ns = torch.compile(m)\n"),
+    "TF024": ("import torch\nscaler = torch.amp.GradScaler('cpu')\nwith torch.autocast('cpu', dtype=torch.bfloat16):\n"
+              "    pass\n",
+              "import torch\nscaler = torch.amp.GradScaler('cpu')\nwith torch.autocast('cpu', dtype=torch.float16):\n"
+              "    pass\n"),
+    "TF025": ('import torch\nm = torch.compile(model, mode="reduce-overhead")\n',
+              'import torch\nm = torch.compile(model, mode="default")\n'),
 }
 
 

@@ -3,11 +3,13 @@
     ferry scan train.py                       # terminal report, grouped by file
     ferry scan src/ --diff                    # show the safe rewrites, change nothing
     ferry scan src/ --fix --diff              # show them, then write them
+    ferry scan src/ --fix --backup            # keep each original as <name>.bak
     ferry scan src/ --format sarif -o scan.sarif --fail-on warning
 
-Exit status: NEGATIVE_RESULT when open findings at or above --fail-on remain or a file
-could not be parsed (its hazards are unknown), USAGE for bad arguments or missing paths,
-SUCCESS otherwise.
+Exit status: OUTPUT_ERROR when --fix left a safe fix unwritten (a read-only file without
+--force, a file that cannot be written) or the report cannot be written; NEGATIVE_RESULT
+when open findings at or above --fail-on remain or a file could not be parsed (its hazards
+are unknown); USAGE for bad arguments or missing paths; SUCCESS otherwise.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH",
                         help="Python files, notebooks (.ipynb) or directories (searched for both)")
     parser.add_argument("--fix", action="store_true",
-                        help="rewrite the findings that have a safe, behaviour-preserving fix, in place")
+                        help="rewrite the findings that have a safe, behaviour-preserving fix, in place "
+                             "(read-only files are skipped)")
+    parser.add_argument("--force", action="store_true", help="with --fix, rewrite read-only files too")
+    parser.add_argument("--backup", action="store_true",
+                        help="with --fix, keep each original file as <name>.bak (an existing .bak is never replaced)")
     parser.add_argument("--diff", action="store_true",
                         help="print the safe rewrites as a unified diff (before the report); "
                              "without --fix nothing is written")
@@ -63,7 +69,7 @@ def _write(text: str, output: str, env: Environment) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, (text + "\n").encode("utf-8"))
     except OSError as exc:
-        raise OutputError(f"ferry scan: cannot write the report to {output}: {exc.strerror}; "
+        raise OutputError(f"cannot write the report to {output}: {exc.strerror}; "
                           "choose a writable path with --output.") from exc
     env.err(f"ferry scan: report written to {output}")
 
@@ -71,20 +77,27 @@ def _write(text: str, output: str, env: Environment) -> None:
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.scan.model import ScanResult, Severity
     from torchferry.scan.rules import RULES
-    from torchferry.scan.sources import discover, scan_file
+    from torchferry.scan.sources import WritePolicy, discover, scan_file
 
     if args.diff and args.format != "text" and args.output == "-":
-        raise UsageError(f"ferry scan: --diff and --format {args.format} would both go to stdout; "
+        raise UsageError(f"--diff and --format {args.format} would both go to stdout; "
                          "add --output FILE for the report.")
+    if (args.force or args.backup) and not args.fix:
+        raise UsageError(f"{'--force' if args.force else '--backup'} only applies to --fix; add --fix, or drop it.")
     files = discover(args.paths)
-    results = [scan_file(path, RULES, fix=args.fix or args.diff, write=args.fix) for path in files]
+    write = WritePolicy(force=args.force, backup=args.backup) if args.fix else None
+    results = [scan_file(path, RULES, fix=args.fix or args.diff, write=write) for path in files]
     result = ScanResult(results, fixes_applied=args.fix)
     if args.diff:
         diff = "".join(r.diff for r in results)
         env.out(diff.rstrip("\n") if diff else "ferry scan: no safe rewrites.")
     for file in result.unparseable:
         env.err(f"ferry scan: {file.path}: {file.error}; not scanned there, not changed.")
+    for file in result.not_written:
+        env.err(f"ferry scan: {file.path}: fixes not written: {file.not_written}.")
     _write(_render(result, args.format), args.output, env)
+    if result.not_written:
+        return ExitStatus.OUTPUT_ERROR
     if args.fail_on != "never":
         threshold = Severity(args.fail_on).rank
         if result.unparseable or any(f.severity.rank >= threshold for f in result.open_findings()):

@@ -1,14 +1,16 @@
 """Walk one parsed source with every rule, then apply the safe fixes in a single rewrite.
 
-Rules see nodes through `Context`, which answers the three questions they all ask:
-what a name means (`qualname`, following imports and aliases), what encloses a node
-(`parent`), and whether an attribute chain is complete (`is_outermost`).
+Rules see nodes through `Context`, which answers the questions they ask: what a name
+means (`qualname`, following imports and aliases), what encloses a node (`parent`), whether
+an attribute chain is complete (`is_outermost`), where code runs (`regions`: forward,
+training step) and what holds a tensor (`tensors`); the last two are built on first use.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -17,12 +19,15 @@ from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
 from torchferry.scan.model import Hit, Rule
+from torchferry.scan.regions import Regions
+from torchferry.scan.tensors import Tensors
 
 
 class Context:
     """Metadata about one module that rules query while checking nodes."""
 
     def __init__(self, wrapper: MetadataWrapper) -> None:
+        self.module = wrapper.module
         self._qualnames = wrapper.resolve(QualifiedNameProvider)
         self._parents = wrapper.resolve(ParentNodeProvider)
         self.positions = wrapper.resolve(PositionProvider)
@@ -52,6 +57,14 @@ class Context:
         """The call `node(...)`, when `node` is what a call calls."""
         parent = self.parent(node)
         return parent if isinstance(parent, cst.Call) and parent.func is node else None
+
+    @cached_property
+    def regions(self) -> Regions:
+        return Regions(self.module, self)
+
+    @cached_property
+    def tensors(self) -> Tensors:
+        return Tensors(self)
 
 
 @dataclass(frozen=True)

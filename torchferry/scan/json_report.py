@@ -10,7 +10,8 @@ from torchferry.scan.model import ScanResult
 from torchferry.scan.rules import RULES
 
 # 1: first version: meta, rules, files (path, error, fixed), findings, summary.
-FORMAT_VERSION = 1
+# 2: files[].not_written (why --fix left a file unchanged), summary.not_written.
+FORMAT_VERSION = 2
 
 
 def to_dict(result: ScanResult) -> dict[str, Any]:
@@ -28,5 +29,5 @@ def to_dict(result: ScanResult) -> dict[str, Any]:
         "files": [file.to_dict() for file in result.files],
         "findings": [finding.to_dict() for finding in result.findings],
         "summary": {"open": result.counts(), "fixed": sum(f.fixed for f in result.findings),
-                    "unparseable": len(result.unparseable)},
+                    "unparseable": len(result.unparseable), "not_written": len(result.not_written)},
     }

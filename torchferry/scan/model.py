@@ -97,9 +97,10 @@ class FileResult:
     error: str | None = None  # set when the file (or a notebook cell) could not be parsed
     diff: str = ""  # unified diff of the safe fixes; "" when there are none
     written: bool = False  # --fix wrote the rewritten file
+    not_written: str | None = None  # why --fix left the file as it was (read-only, cannot write ...)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "error": self.error, "fixed": self.written}
+        return {"path": self.path, "error": self.error, "fixed": self.written, "not_written": self.not_written}
 
 
 @dataclass
@@ -116,6 +117,11 @@ class ScanResult:
     @property
     def unparseable(self) -> list[FileResult]:
         return [r for r in self.files if r.error]
+
+    @property
+    def not_written(self) -> list[FileResult]:
+        """Files whose safe fixes --fix could not (or would not) write."""
+        return [r for r in self.files if r.not_written]
 
     def open_findings(self) -> list[Finding]:
         """Findings still in the code (those --fix rewrote are gone)."""

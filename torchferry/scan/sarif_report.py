@@ -43,7 +43,7 @@ def _result(finding: Finding) -> dict[str, Any]:
 
 
 def to_dict(result: ScanResult) -> dict[str, Any]:
-    """One SARIF run: the full rule table, a result per open finding, unparseable files as notifications."""
+    """One SARIF run: the full rule table, a result per open finding, unparseable and unwritten files as notifications."""
     rules = [{
         "id": rule.id,
         "name": rule.name,
@@ -55,7 +55,11 @@ def to_dict(result: ScanResult) -> dict[str, Any]:
         "level": "error",
         "message": {"text": f"{file.error}; not scanned there, not changed"},
         "locations": [{"physicalLocation": {"artifactLocation": _artifact(file.path)}}],
-    } for file in result.unparseable]
+    } for file in result.unparseable] + [{
+        "level": "warning",
+        "message": {"text": f"fixes not written: {file.not_written}"},
+        "locations": [{"physicalLocation": {"artifactLocation": _artifact(file.path)}}],
+    } for file in result.not_written]
     return {
         "$schema": SCHEMA,
         "version": "2.1.0",

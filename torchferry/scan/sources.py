@@ -3,6 +3,10 @@
 A `.py` file is one source; a notebook is one source per code cell (magics masked so
 libcst can parse the rest). A file or cell that does not parse is reported and never
 rewritten; fixed files are written atomically (temp file + `os.replace`).
+
+`os.replace` needs only a writable folder, so it would replace a read-only file too: a file
+without write permission is skipped (unless `force`), and a file that cannot be written is
+reported and left as it was, and the scan goes on (`FileResult.not_written` says why).
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import tokenize
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
@@ -32,7 +38,7 @@ def discover(paths: Sequence[str]) -> list[Path]:
     """The Python files and notebooks under `paths`, in order; a named file is scanned whatever its suffix."""
     missing = [p for p in paths if not Path(p).exists()]
     if missing:
-        raise UsageError(f"ferry scan: no such file or directory: {', '.join(missing)}; "
+        raise UsageError(f"no such file or directory: {', '.join(missing)}; "
                          "pass existing .py/.ipynb files or directories.")
     found: list[Path] = []
     for given in map(Path, paths):
@@ -74,11 +80,52 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+@dataclass(frozen=True)
+class WritePolicy:
+    """How `--fix` writes: `force` rewrites read-only files, `backup` keeps the original as `<name>.bak`."""
+
+    force: bool = False
+    backup: bool = False
+
+
+BACKUP_SUFFIX = ".bak"
+
+
+def is_read_only(path: Path) -> bool:
+    """No write bit in the file's mode (`chmod a-w`), or not writable by this user.
+
+    The mode bits are read as well as `os.access`, because for root `os.access` says every
+    file is writable.
+    """
+    mode = path.stat().st_mode
+    return not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(path, os.W_OK)
+
+
+def write_fixed(path: Path, data: bytes, policy: WritePolicy) -> str | None:
+    """Write the fixed file under `policy`; None when written, else why not (the file is unchanged)."""
+    if not policy.force and is_read_only(path):
+        return "read-only, not changed (--force rewrites it)"
+    backup = path.with_name(path.name + BACKUP_SUFFIX)
+    if policy.backup and backup.exists():
+        return f"backup {backup} already exists, not changed (move it away, or drop --backup)"
+    made_backup = False
+    try:
+        if policy.backup:
+            shutil.copy2(path, backup)
+            made_backup = True
+        atomic_write(path, data)
+    except OSError as exc:
+        if made_backup:
+            backup.unlink(missing_ok=True)
+        return f"cannot write it ({exc.strerror or exc}), not changed"
+    return None
+
+
 def _parse_error(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-def scan_python(path: Path, rules: Sequence[Rule], fix: bool, write: bool) -> FileResult:
+def scan_python(path: Path, rules: Sequence[Rule], fix: bool, write: WritePolicy | None) -> FileResult:
     """Scan one Python file; with `fix`, diff the safe rewrites; with `write`, also save them."""
     name = str(path)
     result = FileResult(name)
@@ -92,9 +139,9 @@ def scan_python(path: Path, rules: Sequence[Rule], fix: bool, write: bool) -> Fi
         return result
     if fixed is not None and fixed != text:
         result.diff = _diff(text, fixed, name)
-        if write:
-            atomic_write(path, fixed.encode(encoding))
-            result.written = True
+        if write is not None:
+            result.not_written = write_fixed(path, fixed.encode(encoding), write)
+            result.written = result.not_written is None
     result.findings = list(_findings(hits, name, None, result.written))
     return result
 
@@ -114,7 +161,7 @@ def _unmask_magics(code: str) -> str:
                    for line in code.splitlines(keepends=True))
 
 
-def scan_notebook(path: Path, rules: Sequence[Rule], fix: bool, write: bool) -> FileResult:
+def scan_notebook(path: Path, rules: Sequence[Rule], fix: bool, write: WritePolicy | None) -> FileResult:
     """Scan each code cell of a notebook; `line` counts within the cell, `cell` indexes `cells`.
 
     A cell that does not parse (or a cell magic such as `%%bash`) is reported and left as is;
@@ -150,9 +197,10 @@ def scan_notebook(path: Path, rules: Sequence[Rule], fix: bool, write: bool) -> 
             cell["source"] = fixed.splitlines(keepends=True) if isinstance(source, list) else fixed
             changed = True
         pending.append((index, hits, cell_changed))
-    if changed and write:
-        atomic_write(path, (json.dumps(notebook, indent=1, ensure_ascii=False) + "\n").encode("utf-8"))
-        result.written = True
+    if changed and write is not None:
+        result.not_written = write_fixed(path, (json.dumps(notebook, indent=1, ensure_ascii=False) + "\n").encode(),
+                                         write)
+        result.written = result.not_written is None
     for index, hits, cell_changed in pending:
         result.findings.extend(_findings(hits, name, index, result.written and cell_changed))
     result.error = "; ".join(errors) or None
@@ -160,7 +208,7 @@ def scan_notebook(path: Path, rules: Sequence[Rule], fix: bool, write: bool) -> 
     return result
 
 
-def scan_file(path: Path, rules: Sequence[Rule], fix: bool, write: bool) -> FileResult:
-    """Scan `path` as a notebook (`.ipynb`) or as Python (anything else)."""
+def scan_file(path: Path, rules: Sequence[Rule], fix: bool, write: WritePolicy | None) -> FileResult:
+    """Scan `path` as a notebook (`.ipynb`) or as Python (anything else); `write` None = write nothing."""
     scan = scan_notebook if path.suffix == ".ipynb" else scan_python
     return scan(path, rules, fix, write)

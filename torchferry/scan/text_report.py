@@ -20,11 +20,13 @@ def render(result: ScanResult) -> str:
     """The whole report as text (no colour: it is read in logs as often as on a terminal)."""
     lines: list[str] = []
     for file in result.files:
-        if not file.findings and not file.error:
+        if not file.findings and not file.error and not file.not_written:
             continue
         lines.append(file.path)
         if file.error:
             lines.append(f"  {file.error} (not scanned there, not changed)")
+        if file.not_written:
+            lines.append(f"  fixes not written: {file.not_written}")
         for f in file.findings:
             lines.append(f"  {_where(f)}  {f.severity.value}  {f.rule_id}  {f.message}{_status(f)}")
             lines.append(f"      fix: {f.fix}")
@@ -41,5 +43,7 @@ def render(result: ScanResult) -> str:
         summary += f"; {fixable} fixable with --fix"
     if result.unparseable:
         summary += f"; {len(result.unparseable)} could not be parsed"
+    if result.not_written:
+        summary += f"; fixes not written to {len(result.not_written)} file{'s' if len(result.not_written) != 1 else ''}"
     lines.append(summary + ".")
     return "\n".join(lines)

@@ -7,23 +7,30 @@ one new module and one line below.
 from torchferry.scan.model import Rule
 from torchferry.scan.rules import (
     amp_autocast,
+    bf16_grad_scaler,
     compile_dynamic,
     compile_mode,
+    compile_shape_churn,
     cuda_extension,
+    cuda_graph_mode,
     cuda_literal,
     cuda_method,
     cuda_only_imports,
     cudnn_backends,
+    data_dependent_shape,
     device_api,
     events_streams,
     grad_scaler,
+    host_sync,
     is_cuda,
     memory_api,
     nccl,
     other_cuda_api,
     pin_memory_device,
     torch_load,
+    torchscript,
     triton_kernels,
+    whole_module_save,
 )
 
 RULES: tuple[Rule, ...] = (
@@ -45,5 +52,12 @@ RULES: tuple[Rule, ...] = (
     events_streams.RULE,
     torch_load.RULE,
     other_cuda_api.RULE,
+    whole_module_save.RULE,
+    data_dependent_shape.RULE,
+    host_sync.RULE,
+    compile_shape_churn.RULE,
+    torchscript.RULE,
+    bf16_grad_scaler.RULE,
+    cuda_graph_mode.RULE,
 )
 RULES_BY_ID = {rule.id: rule for rule in RULES}

@@ -1,0 +1,112 @@
+"""The device profile's host-fallback ops, as the Python calls a rule can see in source.
+
+The op list itself is the built-in device's profile (`torchferry.device.profile`), so the
+scan and the rehearsal never disagree: an op the profile drops is no longer reported, and
+a data-dependent op it adds (one citing `dynamic_output_shape`) must get a spelling here
+(tests/scan/test_host_ops.py fails until it has one). This module holds only the mapping
+the profile cannot: ATen op name -> the Python calls that run it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+
+import libcst as cst
+
+from torchferry.device.profile import DEFAULT_PROFILE, HostFallback, load_profile
+from torchferry.scan.rewrite import keyword, positional
+
+Condition = Callable[[cst.Call, object, bool], bool]  # (call, ctx, written as a method) -> the op runs
+
+
+def _repeats_is_tensor(call: cst.Call, ctx, method: bool) -> bool:  # noqa: ANN001 - engine.Context
+    """`repeat_interleave(repeats)` runs the `.Tensor` overload only when `repeats` is a tensor."""
+    args = positional(call)
+    if not method and len(args) == 1:
+        return True  # torch.repeat_interleave(repeats): repeats is the tensor
+    given = keyword(call, "repeats")
+    index = 0 if method else 1
+    repeats = given.value if given is not None else (args[index].value if len(args) > index else None)
+    return repeats is not None and ctx.tensors.is_tensor(repeats)
+
+
+def _condition_only(call: cst.Call, ctx, method: bool) -> bool:  # noqa: ANN001, ARG001
+    """`torch.where(condition)` (no x, y) is `nonzero(condition, as_tuple=True)`."""
+    return len(call.args) == 1
+
+
+def _without_dim(call: cst.Call, ctx, method: bool) -> bool:  # noqa: ANN001, ARG001
+    return keyword(call, "dim") is None
+
+
+def _with_dim(call: cst.Call, ctx, method: bool) -> bool:  # noqa: ANN001, ARG001
+    return keyword(call, "dim") is not None
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How one ATen op is written in Python, each spelling with the condition under which it runs the op."""
+
+    functions: dict[str, Condition | None]  # qualified name -> condition (None: always)
+    methods: dict[str, Condition | None]  # Tensor method name -> condition
+    boolean_index: bool = False  # reading `t[mask]` with a boolean mask runs this op
+
+
+SPELLINGS: dict[str, Spelling] = {
+    "aten::nonzero": Spelling(functions={"torch.nonzero": None, "torch.argwhere": None, "torch.where": _condition_only},
+                              methods={"nonzero": None, "argwhere": None}),
+    "aten::masked_select": Spelling(functions={"torch.masked_select": None}, methods={"masked_select": None},
+                                    boolean_index=True),
+    "aten::_unique2": Spelling(functions={"torch.unique": _without_dim}, methods={"unique": _without_dim}),
+    "aten::unique_dim": Spelling(functions={"torch.unique": _with_dim}, methods={"unique": _with_dim}),
+    "aten::unique_consecutive": Spelling(functions={"torch.unique_consecutive": None},
+                                         methods={"unique_consecutive": None}),
+    "aten::bincount": Spelling(functions={"torch.bincount": None}, methods={"bincount": None}),
+    "aten::repeat_interleave.Tensor": Spelling(functions={"torch.repeat_interleave": _repeats_is_tensor},
+                                               methods={"repeat_interleave": _repeats_is_tensor}),
+}
+
+
+@dataclass(frozen=True)
+class HostOp:
+    """One host-fallback entry of the profile, with its Python spelling."""
+
+    entry: HostFallback
+    spelling: Spelling
+    profile: str
+
+    def cite(self) -> str:
+        """Where the fact comes from: the profile entry (its reason and sources are in the profile)."""
+        return f"{self.profile} device profile, host_fallback {self.entry.op}"
+
+
+@cache
+def host_ops(profile: str = DEFAULT_PROFILE) -> tuple[HostOp, ...]:
+    """The profile's host-fallback entries that have a Python spelling, in profile order."""
+    loaded = load_profile(profile)
+    return tuple(HostOp(e, SPELLINGS[e.op], loaded.name) for e in loaded.host_fallback if e.op in SPELLINGS)
+
+
+def profile_source(key: str, profile: str = DEFAULT_PROFILE) -> str:
+    """The address of source `key` in the profile's [sources] (its first word), or a pointer to the profile."""
+    text = load_profile(profile).sources.get(key)
+    return text.split(" ", 1)[0] if text else f"{profile} device profile"
+
+
+def matching_call(call: cst.Call, ctx) -> tuple[HostOp, str] | None:  # noqa: ANN001 - engine.Context
+    """The host op `call` runs, with the call as written (`torch.unique`, `.nonzero()`), or None."""
+    qualname = ctx.qualname(call.func) or ""
+    is_method = isinstance(call.func, cst.Attribute) and not qualname.startswith("torch.")
+    name = call.func.attr.value if is_method else qualname
+    for op in host_ops():
+        spellings = op.spelling.methods if is_method else op.spelling.functions
+        if name in spellings and (spellings[name] is None or spellings[name](call, ctx, is_method)):
+            return op, f".{name}()" if is_method else name
+    return None
+
+
+def boolean_index_op() -> HostOp | None:
+    """The host op that reading `t[mask]` runs, if the profile lists it."""
+    return next((op for op in host_ops() if op.spelling.boolean_index), None)

@@ -1,0 +1,54 @@
+"""TF020: ops whose output shape depends on the data, in a forward or a training step.
+
+Which ops: the host-fallback entries of the built-in device's profile (`host_ops`), so the
+scan reports exactly what the rehearsal runs on the host. Reading `t[mask]` with a boolean
+mask runs `masked_select` there. Writing `t[mask] = v` keeps the shape (the device runs it)
+and is not reported; neither is any of this in data loading, where it costs nothing.
+"""
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+from torchferry.scan.host_ops import HostOp, boolean_index_op, matching_call
+from torchferry.scan.model import Hit, Rule, Severity
+
+
+def _message(written: str, region: str, op: HostOp) -> str:
+    return (f"`{written}` in a {region}: {op.entry.reason}, so TorchNeuron runs {op.entry.op} on the host "
+            f"(a sync and two copies per call; a graph break under torch.compile) [{op.cite()}].")
+
+
+def _is_store(node: cst.Subscript, ctx) -> bool:
+    return isinstance(ctx.parent(node), cst.AssignTarget)  # `t[m] += v` reads too, so it counts
+
+
+def check(node: cst.Call | cst.Subscript, ctx) -> Iterator[Hit]:
+    if isinstance(node, cst.Call):
+        found = matching_call(node, ctx)
+        if found is None:
+            return
+        region = ctx.regions.region(node)
+        if region is not None:
+            yield Hit(node.func, message=_message(found[1], region, found[0]))
+        return
+    op = boolean_index_op()
+    if op is None or _is_store(node, ctx):
+        return
+    masked = any(isinstance(e.slice, cst.Index) and ctx.tensors.is_bool_mask(e.slice.value) for e in node.slice)
+    region = ctx.regions.region(node) if masked else None
+    if region is not None:
+        yield Hit(node, message=_message("t[mask]", region, op))
+
+
+RULE = Rule(
+    id="TF020",
+    name="data-dependent-shape",
+    severity=Severity.WARNING,
+    summary="An op whose output shape depends on the data (boolean-mask indexing, nonzero, masked_select, "
+    "unique, ...) runs in a forward or training step; TorchNeuron runs it on the host.",
+    fix="keep shapes static: `torch.where(mask, x, 0)` / `x.masked_fill(~mask, 0)` with a masked reduction, "
+    "`torch.nonzero_static(x, size=k)`, or move the op into data loading",
+    node_types=(cst.Call, cst.Subscript),
+    check=check,
+)

@@ -1,0 +1,183 @@
+"""Which expressions hold tensors, and which hold boolean tensors, judged from one function's code.
+
+A static guess, made only where rules already know the code runs on device tensors (see
+`regions`): a name holds what its latest assignment before the use held, in the same
+function; a forward's parameters without a literal default are tensors; model outputs
+(`out.loss`, `out.logits`), `torch.*` functions, calls of a model or loss (`model(x)`,
+`criterion(p, y)`, `self.block(x)` in a forward), tensor methods and arithmetic on tensors
+give tensors. `.item()`, `.tolist()`, `.shape`, `len()` ... do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import libcst as cst
+
+# Tensor methods and attributes whose result is not a tensor.
+NOT_TENSOR_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "nelement", "element_size",
+                      "data_ptr", "stride", "is_contiguous", "is_floating_point", "get_device", "untyped_storage"}
+# Tensor attributes that are tensors (`.shape`, `.dtype`, `.device` ... are not).
+TENSOR_ATTRS = {"T", "mT", "H", "grad", "data", "real", "imag"}
+# Attributes of model outputs (transformers, diffusers) that are tensors.
+OUTPUT_ATTRS = {"loss", "logits", "last_hidden_state", "pooler_output", "sample", "prev_sample",
+                "pred_original_sample", "image_embeds", "text_embeds"}
+# torch namespaces and functions that do not return tensors.
+NOT_TENSOR_NAMESPACES = {"cuda", "accelerator", "distributed", "utils", "optim", "backends", "jit", "amp",
+                         "compiler", "profiler", "autograd", "onnx", "export", "hub"}
+NOT_TENSOR_FUNCTIONS = {"no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "device", "is_tensor",
+                        "is_grad_enabled", "numel", "compile", "load", "save", "manual_seed", "autocast",
+                        "get_default_dtype", "set_default_dtype", "is_floating_point", "use_deterministic_algorithms",
+                        "set_float32_matmul_precision", "get_rng_state", "set_rng_state", "seed", "initial_seed"}
+# Callees whose name says they are a model or a loss (their call returns tensors).
+MODEL_WORDS = ("model", "net", "criterion", "loss", "encoder", "decoder", "unet", "vae", "head")
+# Methods and torch functions that return boolean tensors.
+BOOL_FUNCTIONS = {"bool", "eq", "ne", "lt", "le", "gt", "ge", "greater", "less", "isnan", "isinf", "isfinite",
+                  "isneginf", "isposinf", "isreal", "logical_and", "logical_or", "logical_not", "logical_xor",
+                  "isin", "isclose", "signbit"}
+TENSOR_COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
+_LITERALS = (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.Tuple, cst.List)
+
+
+def _bound_names(target: cst.BaseExpression) -> Iterator[str]:
+    if isinstance(target, cst.Name):
+        yield target.value
+    elif isinstance(target, (cst.Tuple, cst.List)):
+        for element in target.elements:
+            yield from _bound_names(element.value)
+
+
+class _Bindings(cst.CSTVisitor):
+    """`name = value` statements directly in one function (nested functions and classes excluded).
+
+    Each binding is recorded with the node after which it holds: the whole assignment, or a
+    `for` loop's target (its contents are unknown: value None).
+    """
+
+    def __init__(self, scope: cst.CSTNode) -> None:
+        self.scope = scope
+        self.found: list[tuple[cst.CSTNode, str, cst.BaseExpression | None]] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if node is not self.scope and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return False
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                self.found.extend((node, name, node.value) for name in _bound_names(target.target))
+        elif isinstance(node, cst.AnnAssign) and node.value is not None:
+            self.found.extend((node, name, node.value) for name in _bound_names(node.target))
+        elif isinstance(node, cst.For):
+            self.found.extend((node.target, name, None) for name in _bound_names(node.target))
+        return True
+
+
+class Tensors:
+    """Tensor guesses for the names and expressions of one source (one `Context`)."""
+
+    def __init__(self, ctx) -> None:  # noqa: ANN001 - engine.Context
+        self._ctx = ctx
+        self._bindings: dict[int, list[tuple[tuple[int, int], str, cst.BaseExpression | None]]] = {}
+
+    def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
+        current = self._ctx.parent(node)
+        while current is not None and not isinstance(current, (cst.FunctionDef, cst.Module)):
+            current = self._ctx.parent(current)
+        return current
+
+    def _start(self, node: cst.CSTNode) -> tuple[int, int]:
+        start = self._ctx.positions[node].start
+        return start.line, start.column
+
+    def _end(self, node: cst.CSTNode) -> tuple[int, int]:
+        end = self._ctx.positions[node].end
+        return end.line, end.column
+
+    def latest_binding(self, name: cst.Name) -> tuple[bool, cst.BaseExpression | None]:
+        """(found, value) of the latest assignment to `name` before it, in its function."""
+        scope = self._scope(name)
+        if scope is None:
+            return False, None
+        if id(scope) not in self._bindings:
+            collector = _Bindings(scope)
+            scope.visit(collector)
+            self._bindings[id(scope)] = sorted(
+                ((self._end(after), n, value) for after, n, value in collector.found), key=lambda b: b[0])
+        where = self._start(name)
+        latest = [value for position, n, value in self._bindings[id(scope)] if n == name.value and position <= where]
+        return (True, latest[-1]) if latest else (False, None)
+
+    def _is_tensor_parameter(self, name: cst.Name) -> bool:
+        scope = self._scope(name)
+        if scope not in self._ctx.regions.forward_functions:
+            return False
+        for param in scope.params.params:
+            if param.name.value == name.value and param.name.value not in ("self", "cls"):
+                return param.default is None or not isinstance(param.default, _LITERALS)
+        return False
+
+    def _is_model(self, func: cst.BaseExpression) -> bool:
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+            return self._ctx.regions.in_forward(func)
+        name = (func.value if isinstance(func, cst.Name) else
+                func.attr.value if isinstance(func, cst.Attribute) else "").lower()
+        return any(word in name for word in MODEL_WORDS)
+
+    def _is_tensor_call(self, call: cst.Call) -> bool:
+        func = call.func
+        qualname = self._ctx.qualname(func) or ""
+        if qualname.startswith("torch."):
+            parts = qualname.split(".")
+            if parts[1] == "nn":
+                return qualname.startswith("torch.nn.functional.")
+            return (parts[1] not in NOT_TENSOR_NAMESPACES and parts[-1] not in NOT_TENSOR_FUNCTIONS
+                    and parts[-1][:1].islower())
+        if isinstance(func, cst.Attribute) and func.attr.value not in NOT_TENSOR_METHODS:
+            if self.is_tensor(func.value):
+                return True
+        return self._is_model(func)
+
+    def is_tensor(self, node: cst.BaseExpression) -> bool:
+        """Whether `node` most likely evaluates to a tensor."""
+        if isinstance(node, cst.Name):
+            found, value = self.latest_binding(node)
+            if found:
+                return value is not None and self.is_tensor(value)
+            return self._is_tensor_parameter(node)
+        if isinstance(node, cst.Attribute):
+            if node.attr.value in OUTPUT_ATTRS:
+                return True
+            return node.attr.value in TENSOR_ATTRS and self.is_tensor(node.value)
+        if isinstance(node, cst.Call):
+            return self._is_tensor_call(node)
+        if isinstance(node, cst.BinaryOperation):
+            return self.is_tensor(node.left) or self.is_tensor(node.right)
+        if isinstance(node, cst.UnaryOperation):
+            return not isinstance(node.operator, cst.Not) and self.is_tensor(node.expression)
+        if isinstance(node, cst.Comparison):
+            return (all(isinstance(c.operator, TENSOR_COMPARISONS) for c in node.comparisons)
+                    and (self.is_tensor(node.left) or any(self.is_tensor(c.comparator) for c in node.comparisons)))
+        if isinstance(node, cst.Subscript):
+            return self.is_tensor(node.value)
+        return False
+
+    def is_bool_mask(self, node: cst.BaseExpression) -> bool:
+        """Whether `node` most likely is a boolean tensor (a comparison, `~m`, `a & b`, `x.isnan()`, a `..._mask`)."""
+        if isinstance(node, cst.Comparison):
+            return all(isinstance(c.operator, TENSOR_COMPARISONS) for c in node.comparisons)
+        if isinstance(node, cst.UnaryOperation):
+            return isinstance(node.operator, cst.BitInvert) and self.is_bool_mask(node.expression)
+        if isinstance(node, cst.BinaryOperation):
+            return (isinstance(node.operator, (cst.BitAnd, cst.BitOr, cst.BitXor))
+                    and (self.is_bool_mask(node.left) or self.is_bool_mask(node.right)))
+        if isinstance(node, cst.Call):
+            func = node.func
+            name = func.attr.value if isinstance(func, cst.Attribute) else (self._ctx.qualname(func) or "")
+            return name.rsplit(".", 1)[-1] in BOOL_FUNCTIONS
+        if isinstance(node, cst.Subscript):
+            return self.is_bool_mask(node.value)
+        if isinstance(node, cst.Name):
+            found, value = self.latest_binding(node)
+            if found and value is not None:
+                return self.is_bool_mask(value)
+            return node.value == "mask" or node.value.endswith("_mask")
+        return False
