@@ -9,7 +9,8 @@ torch-neuronx is installed, and refuses to register over another backend.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
+import importlib.metadata
 import os
 import threading
 import warnings
@@ -29,8 +30,17 @@ def is_enabled() -> bool:
 
 
 def real_neuron_installed() -> bool:
-    """Whether AWS's torch-neuronx (the real TorchNeuron) is importable here."""
-    return importlib.util.find_spec("torch_neuronx") is not None
+    """Whether AWS's torch-neuronx (the real TorchNeuron) is installed here.
+
+    Asks the distribution metadata (an installed wheel) and the path finders (a source
+    checkout on sys.path), never `find_spec`, which torchferry's own `torch_neuronx`
+    stand-in answers once the built-in device is enabled.
+    """
+    try:
+        importlib.metadata.distribution("torch-neuronx")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return importlib.machinery.PathFinder.find_spec("torch_neuronx") is not None
 
 
 def enable(profile: str | Path | None = None) -> None:
@@ -63,10 +73,13 @@ def enable(profile: str | Path | None = None) -> None:
                 "(`import torch_neuronx`; model.to('neuron')). To rehearse on the host anyway, "
                 "use an environment without torch-neuronx."
             )
-        from torchferry.device import _runtime
+        from torchferry.device import _runtime, _settings, standin
 
+        use_standin = _settings.standin_enabled(os.environ)
         _runtime.start(profile)
         _enabled = True
+        if use_standin:
+            standin.install()  # `import torch_neuronx` now finds the stand-in (HF libraries' test)
 
 
 def _autoload() -> None:

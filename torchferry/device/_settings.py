@@ -8,6 +8,7 @@
 | `TORCHFERRY_DEVICE_MEMORY` | capacity per device: `24GiB`, `512MiB`, `16GB`, bytes | profile's (24 GiB for trn2) |
 | `TORCHFERRY_FALLBACK` | host-fallback ops: `warn`, `silent`, `error` | `warn` |
 | `TORCHFERRY_PROFILE` | device profile: a shipped name (`trn2`) or a TOML path | `trn2` |
+| `TORCHFERRY_STANDIN` | `0` keeps `import torch_neuronx` from finding torchferry's stand-in | `1` |
 """
 
 from __future__ import annotations
@@ -99,3 +100,14 @@ def fallback_mode(environ: Mapping[str, str]) -> str:
             "on the host quietly; error: raise)."
         )
     return mode
+
+
+def standin_enabled(environ: Mapping[str, str]) -> bool:
+    """Whether `enable()` lets `import torch_neuronx` find torchferry's stand-in."""
+    text = environ.get("TORCHFERRY_STANDIN", "1").strip().lower() or "1"
+    if text not in ("0", "1"):
+        raise DeviceSettingError(
+            f"TORCHFERRY_STANDIN={text!r} is not 0 or 1. Set 0 to keep `import torch_neuronx` from "
+            "finding torchferry's stand-in (Hugging Face libraries then keep to the CPU), or 1 (default)."
+        )
+    return text == "1"

@@ -1,4 +1,4 @@
-// Device guard and PrivateUse1 hooks of the built-in `neuron` device.
+// Device guard, PrivateUse1 hooks and pinned host memory of the built-in `neuron` device.
 //
 // Kernels run synchronously on the calling thread, so streams are bookkeeping
 // (ids a user can create, set and synchronise) and an event is the host clock
@@ -8,9 +8,13 @@
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/alloc_cpu.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
 #include <vector>
 
 namespace torchferry {
@@ -107,6 +111,54 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 };
 
+// Pinned host memory (`pin_memory=True`, `Tensor.pin_memory()`): page-aligned host
+// blocks whose ranges are remembered, so that `is_pinned()` is true exactly for memory
+// this allocator handed out (and for views into it), as on CUDA. DDP's reducer relies
+// on that (`find_unused_parameters=True` asserts its pinned staging tensor is pinned).
+class PinnedHostAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = nbytes == 0 ? nullptr : c10::alloc_cpu(nbytes);
+    if (data != nullptr) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks_[reinterpret_cast<uintptr_t>(data)] = nbytes;
+    }
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  bool contains(const void* ptr) const {
+    const auto address = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.upper_bound(address);
+    if (it == blocks_.begin()) return false;
+    --it;
+    return address < it->first + it->second;
+  }
+
+  static PinnedHostAllocator& instance() {
+    static PinnedHostAllocator allocator;
+    return allocator;
+  }
+
+ private:
+  static void release(void* data) {
+    {
+      std::lock_guard<std::mutex> lock(instance().mutex_);
+      instance().blocks_.erase(reinterpret_cast<uintptr_t>(data));
+    }
+    c10::free_cpu(data);
+  }
+
+  mutable std::mutex mutex_;
+  std::map<uintptr_t, size_t> blocks_;  // start address -> size of each live block
+};
+
 struct NeuronHooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return device_count() > 0; }
@@ -133,9 +185,14 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
   at::Device getDeviceFromPtr(void* /*data*/) const override {
     return at::Device(kNeuron, current_device());
   }
-  // Device memory *is* host memory; there is no separate pinned pool.
-  bool isPinnedPtr(const void* /*data*/) const override { return false; }
-  c10::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  // Pinned exactly where the pinned allocator handed the memory out. (The real
+  // TorchNeuron answers true for every pointer: NeuronHooksInterface.h, isPinnedPtr.)
+  bool isPinnedPtr(const void* data) const override {
+    return PinnedHostAllocator::instance().contains(data);
+  }
+  c10::Allocator* getPinnedMemoryAllocator() const override {
+    return &PinnedHostAllocator::instance();
+  }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t new_nbytes) const override {
     resize_device_storage(storage, new_nbytes);
   }
@@ -153,6 +210,21 @@ void set_current_device(c10::DeviceIndex index) {
 c10::impl::DeviceGuardImplInterface* guard_impl() {
   static NeuronGuardImpl impl;
   return &impl;
+}
+
+// CUDA's caching allocator keeps a block that another stream still uses from being
+// reused until that stream's work is done. Here every kernel has finished when it
+// returns, so the block has no pending use on any stream: the guard records nothing.
+// The checks are those of the real device (RecordStream.cpp in torch-neuronx).
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  static const auto op = op_handle("aten::record_stream", "");
+  TORCH_CHECK(self.device().type() == kNeuron,
+              "record_stream: expected a neuron tensor, got one on ", self.device());
+  TORCH_CHECK(stream.device_type() == kNeuron,
+              "record_stream: expected a neuron stream, got one on ", stream.device(),
+              "; pass torch.neuron.current_stream() or a torch.neuron.Stream()");
+  guard_impl()->recordDataPtrOnStream(self.storage().data_ptr(), stream);
+  count_op(op);
 }
 
 void register_hooks() {

@@ -38,6 +38,39 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("histc.out", TORCH_FN(histc_out));
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
+  m.impl("record_stream", TORCH_FN(record_stream));
+}
+
+// CompositeExplicitAutograd kernels that call a CPU DispatchStub on their arguments
+// directly (`conj_physical_`: "DispatchStub: missing kernel for neuron") or accept only
+// CPU/CUDA/XPU tensors (`mode.values`): the device runs them on the CPU kernels instead.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name : {"conj_physical_", "mode.values"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&execute_on_host_kernels>());
+  }
+}
+
+// Nested tensors have no device kernels: TorchNeuron registers none either (the snapshot's
+// torch_neuronx/ has no NestedTensor registration), so ops on them fail as they would there,
+// with the way out instead of "Could not run ... 'NestedTensorneuron' backend".
+std::string nested_tensors_unsupported() {
+  return "nested tensors (torch.nested) are not supported on the neuron device, as on "
+         "TorchNeuron, which registers no NestedTensor kernels. PyTorch builds them itself in "
+         "the inference fast path of nn.TransformerEncoder/TransformerEncoderLayer and "
+         "nn.MultiheadAttention (eval mode, no grad, with a padding mask or a nested input). "
+         "Next step: pass dense (padded) tensors with a key-padding mask, construct "
+         "nn.TransformerEncoder(..., enable_nested_tensor=False), or call "
+         "torch.backends.mha.set_fastpath_enabled(False).";
+}
+
+namespace {
+void refuse_nested(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, op.operator_name().name, ": ", nested_tensors_unsupported());
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_nested>());
 }
 
 // `_copy_from` copies lazily conjugated or negated views itself (the host views keep

@@ -5,8 +5,10 @@
 //   Allocator.cpp   device allocator, statistics, capacity, host<->device storage aliasing
 //   Guard.cpp       DeviceGuardImpl (current device, streams, events) and PrivateUse1 hooks
 //   Generator.cpp   per-device RNG generators
-//   Execution.cpp   zero-copy execution of ATen ops on the CPU kernels, op accounting,
-//                   the explicit host-fallback path, and kernels the CPU lacks
+//   Execution.cpp   zero-copy execution of ATen ops on the CPU kernels, device placement
+//                   checks, target numerics, the explicit host-fallback path
+//   Target.cpp      what the target does with each op (from the profile) and its
+//                   accounting: executed/fallback ops, host syncs, eager compilations
 //   Registration.cpp  only registers (dispatcher, autocast, guard)
 //   Module.cpp      Python bindings
 #pragma once
@@ -53,6 +55,8 @@ c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 c10::impl::DeviceGuardImplInterface* guard_impl();
 void register_hooks();
+// `Tensor.record_stream(stream)` on a neuron tensor (registered in Registration.cpp).
+void record_stream(at::Tensor& self, c10::Stream stream);
 
 // ---- Generator.cpp -------------------------------------------------------
 const at::Generator& default_generator(c10::DeviceIndex index);
@@ -62,16 +66,17 @@ at::Generator host_generator(const at::Generator& neuron_generator);
 
 // ---- Registration.cpp ----------------------------------------------------
 void register_cpu_kernels(const std::vector<std::string>& op_names);
+// Why nested tensors fail on the device, and the way out.
+std::string nested_tensors_unsupported();
 
 // ---- Execution.cpp -------------------------------------------------------
 // A CPU view of a device tensor over the same bytes (the tensor itself if not on the device).
 at::Tensor host_view_of(const at::Tensor& t);
 // A CPU kernel's result taken over as device memory without a copy.
 at::Tensor adopt_host_result(const at::Tensor& host, c10::DeviceIndex index);
-// Counts a kernel registered for the device (not through the fallback) as executed;
-// callers look the handle up once (`static const auto op = op_handle(...)`).
+// Callers of `count_op` (Target.cpp) look the handle up once
+// (`static const auto op = op_handle(...)`).
 c10::OperatorHandle op_handle(const char* name, const char* overload);
-void count_op(const c10::OperatorHandle& op);
 void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                              torch::jit::Stack* stack);
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
@@ -104,12 +109,45 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
 // Dropout draws from the neuron generator and rounds like the CPU path.
 at::Tensor dropout(const at::Tensor& input, double p, bool train);
 
+// ---- Target.cpp ----------------------------------------------------------
+// What the target does with each op (from the device profile) and its accounting.
 enum class FallbackMode { Warn = 0, Silent = 1, Error = 2 };
-// op name ("aten::nonzero" or "aten::nonzero.out") -> why the target runs it on the host.
-void set_host_fallback(const std::unordered_map<std::string, std::string>& reasons,
-                       FallbackMode mode, const std::string& profile_name);
+// Native: runs on the device. Metadata: changes only sizes/strides/storage (no kernel).
+// HostCopy: a host fallback on the explicit copy path. HostPredicted: not implemented
+// by the target, so it would run on the host; executed zero-copy, counted as a fallback.
+enum class OpKind : uint8_t { Native = 0, Metadata = 1, HostCopy = 2, HostPredicted = 3 };
+// Which non-device tensors an op may take besides 0-dim CPU inputs (as on CUDA).
+enum class Placement : uint8_t { Strict, HostIndices, Any };
+struct OpInfo {
+  std::string name;  // "aten::add.Tensor"
+  uint64_t name_hash = 0;
+  OpKind kind = OpKind::Native;
+  Placement placement = Placement::Strict;
+  bool compiles = false;         // eager mode compiles one program per signature
+  bool syncs = false;            // the target reads the output size back (data-dependent)
+  bool target_numerics = false;  // 64-bit values take the target's 32-bit range and precision
+  bool on_host() const { return kind == OpKind::HostCopy || kind == OpKind::HostPredicted; }
+};
+// Counts one call of `op` as executed or fallback; warns once per host-fallback op, or
+// raises under TORCHFERRY_FALLBACK=error. The reference stays valid for the process.
+const OpInfo& account(const c10::OperatorHandle& op);
+// Counts a kernel registered for the device (not through the boxed fallback).
+void count_op(const c10::OperatorHandle& op);
+void count_sync(const std::string& what);
+void record_signature(uint64_t signature);
+// codes: op or base name -> kind | compiles << 2 | syncs << 3; reasons: why an op runs
+// on the host; ops in neither table get `default_code` and `default_reason`.
+void set_target(const std::unordered_map<std::string, int>& codes,
+                const std::unordered_map<std::string, std::string>& reasons, int default_code,
+                const std::string& default_reason, FallbackMode mode, const std::string& profile,
+                bool target_numerics);
 std::unordered_map<std::string, int64_t> executed_ops();
 std::unordered_map<std::string, int64_t> fallback_ops();
+std::unordered_map<std::string, std::string> fallback_reasons_seen();
+std::unordered_map<std::string, int64_t> host_syncs();
 void clear_op_tracking();
+std::unordered_map<std::string, int64_t> eager_compile_counts();
+void load_persisted_signatures(const std::vector<uint64_t>& signatures);
+std::vector<uint64_t> take_unsaved_signatures();
 
 }  // namespace torchferry

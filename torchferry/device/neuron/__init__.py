@@ -1,19 +1,28 @@
 """`torch.neuron`: the device module of the built-in device, shaped like `torch.cuda`.
 
 Registered by `torchferry.device.enable()`; every function here works only after that.
+This module only gathers the API from its submodules (devices, memory, random, streams,
+accounting) and the compile metrics; `__all__` is the whole public namespace.
 """
 
-from __future__ import annotations
-
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Iterator
-
-import torch
-
-from torchferry.device import _runtime
 from torchferry.device.compile import get_dynamo_metrics, reset_dynamo_metrics
 from torchferry.device.neuron.accounting import clear_op_tracking, get_executed_ops, get_fallback_ops
+from torchferry.device.neuron.devices import (
+    _index,
+    _is_in_bad_fork,
+    current_device,
+    device,
+    device_count,
+    get_amp_supported_dtype,
+    get_device_name,
+    get_device_properties,
+    init,
+    is_available,
+    is_bf16_supported,
+    is_initialized,
+    is_neuron_runtime_initialized,
+    set_device,
+)
 from torchferry.device.neuron.memory import (
     empty_cache,
     max_memory_allocated,
@@ -40,6 +49,7 @@ from torchferry.device.neuron.random import (
 from torchferry.device.neuron.streams import (
     Event,
     Stream,
+    StreamContext,
     current_stream,
     default_stream,
     set_stream,
@@ -47,104 +57,10 @@ from torchferry.device.neuron.streams import (
     synchronize,
 )
 
-_device_t = torch.device | str | int | None
-
-
-def _index(device: _device_t = None) -> int:
-    """Device index of `device` (None: the current device), checked against the count."""
-    if device is None:
-        return current_device()
-    if isinstance(device, int):
-        index = device
-    else:
-        parsed = torch.device(device)
-        if parsed.type != "neuron":
-            raise ValueError(f"expected a neuron device, got {parsed}")
-        index = current_device() if parsed.index is None else parsed.index
-    if not 0 <= index < device_count():
-        raise ValueError(
-            f"invalid neuron device {index}: this process sees {device_count()} device(s) "
-            f"(valid: 0..{device_count() - 1}); NEURON_RT_VISIBLE_CORES sets the count"
-        )
-    return index
-
-
-def is_available() -> bool:
-    return _runtime._C is not None and device_count() > 0
-
-
-def is_initialized() -> bool:
-    return _runtime._C is not None
-
-
-is_neuron_runtime_initialized = is_initialized
-
-
-def _is_in_bad_fork() -> bool:
-    # Host memory survives fork(), so a forked child may use the device.
-    return False
-
-
-def init() -> None:
-    _runtime.core()
-
-
-def device_count() -> int:
-    return _runtime.core()._device_count()
-
-
-def current_device() -> int:
-    return _runtime.core()._current_device()
-
-
-def set_device(device: _device_t) -> None:
-    _runtime.core()._set_device(_index(device))
-
-
-@contextmanager
-def device(device: _device_t) -> Iterator[None]:
-    """Context manager that makes `device` current, like `torch.cuda.device`."""
-    previous = current_device()
-    set_device(device)
-    try:
-        yield
-    finally:
-        _runtime.core()._set_device(previous)
-
-
-@dataclass(frozen=True)
-class _NeuronDeviceProperties:
-    name: str
-    total_memory: int
-    profile: str
-    is_host_emulation: bool = True
-
-
-def get_device_properties(device: _device_t = None) -> _NeuronDeviceProperties:
-    index = _index(device)
-    profile = _runtime.profile()
-    return _NeuronDeviceProperties(
-        name=f"torchferry neuron ({profile.name}, host rehearsal)",
-        total_memory=_runtime.core()._memory_stats(index)["capacity_bytes"],
-        profile=profile.name,
-    )
-
-
-def get_device_name(device: _device_t = None) -> str:
-    return get_device_properties(device).name
-
-
-def get_amp_supported_dtype() -> list[torch.dtype]:
-    return [torch.bfloat16, torch.float16]
-
-
-def is_bf16_supported(including_emulation: bool = True) -> bool:
-    return True
-
-
 __all__ = [
     "Event",
     "Stream",
+    "StreamContext",
     "clear_op_tracking",
     "current_device",
     "current_stream",
@@ -189,5 +105,5 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:  # pragma: no cover - plain attribute error with a hint
+def __getattr__(name: str) -> object:  # pragma: no cover - plain attribute error with a hint
     raise AttributeError(f"torch.neuron (torchferry's built-in device) has no attribute {name!r}")

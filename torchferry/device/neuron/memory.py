@@ -8,14 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from torchferry.device import _runtime
-
-
-def _index(device: Any) -> int:
-    from torchferry.device.neuron import _index
-
-    return _index(device)
+from torchferry.device.neuron.devices import _index
 
 
 def memory_stats(device: Any = None) -> dict[str, Any]:

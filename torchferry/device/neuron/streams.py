@@ -3,19 +3,22 @@
 Kernels run synchronously, so `synchronize()` returns at once and streams order
 nothing; events read the host clock when recorded, so `elapsed_time` is real time.
 The classes are PyTorch's generic `torch.Stream`/`torch.Event` bound to `neuron`.
+`Tensor.record_stream(s)` is a registered device op (Guard.cpp): it checks that the
+tensor and the stream are neuron's and hands the block to the guard, which has nothing
+to defer because every kernel on the block has already finished.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Iterator
+from types import TracebackType
+from typing import Any
 
 import torch
 
+from torchferry.device.neuron.devices import _index
+
 
 def _device(device: Any = None) -> torch.device:
-    from torchferry.device.neuron import _index
-
     return torch.device("neuron", _index(device))
 
 
@@ -58,14 +61,27 @@ def set_stream(stream: torch.Stream) -> None:
     torch.accelerator.set_stream(stream)
 
 
-@contextmanager
-def stream(stream: torch.Stream | None) -> Iterator[None]:
-    if stream is None:
-        yield
-        return
-    previous = torch.accelerator.current_stream(stream.device)
-    torch.accelerator.set_stream(stream)
-    try:
-        yield
-    finally:
-        torch.accelerator.set_stream(previous)
+class StreamContext:
+    """Makes `stream` current on its device for the `with` block (None: does nothing),
+    like `torch.cuda.StreamContext`; the previous stream comes back on exit."""
+
+    def __init__(self, stream: torch.Stream | None) -> None:
+        self.stream = stream
+        self._previous: torch.Stream | None = None
+
+    def __enter__(self) -> torch.Stream | None:
+        if self.stream is not None:
+            self._previous = torch.accelerator.current_stream(self.stream.device)
+            torch.accelerator.set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if self._previous is not None:
+            torch.accelerator.set_stream(self._previous)
+            self._previous = None
+
+
+def stream(stream: torch.Stream | None) -> StreamContext:
+    """`with torch.neuron.stream(s):` runs the block with `s` as the current stream."""
+    return StreamContext(stream)
