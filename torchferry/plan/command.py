@@ -1,0 +1,149 @@
+"""`ferry plan`: will a training job fit the target's cores, and what must a step cost at least.
+
+    ferry plan --size 8b                         # Llama-3-8B, FSDP2 over trn2.48xlarge's 64 logical cores
+    ferry plan --size 70b --tp 4 --checkpointing on
+    ferry plan --size 8b --search --reference p5.48xlarge
+    ferry plan --config small.json --world 2 --validate   # prediction vs the built-in device's measured peak
+
+Every option is checked before anything is traced. Light at import: torch is imported inside ``run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from torchferry.env import Environment
+from torchferry.errors import FerryError, UsageError
+from torchferry.status import ExitStatus
+
+DEFAULT_SEQ_LEN = 4096
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from torchferry.plan.layout import CHECKPOINTING, OPTIMIZERS, PRECISIONS
+    from torchferry.plan.workload import LLAMA_SIZES
+
+    m = parser.add_argument_group("model (one of)")
+    m.add_argument("--size", help=f"built-in Llama shape at full size: {', '.join(LLAMA_SIZES)} (default: 8b)")
+    m.add_argument("--config", metavar="FILE.json", help="a transformers config.json (random weights, nothing downloaded)")
+    m.add_argument("--workload", metavar="SPEC", help="a workload spec: path/to/file.py:build or package.module:build")
+    lay = parser.add_argument_group("layout")
+    lay.add_argument("--world", type=int, help="ranks, one per logical core (default: the instance's accelerators)")
+    lay.add_argument("--fsdp", type=int, help="FSDP2 sharding degree (default: world / tp)")
+    lay.add_argument("--tp", type=int, help="tensor-parallel degree (default: world / fsdp, else 1)")
+    lay.add_argument("--checkpointing", default="off", help=f"activation checkpointing: {', '.join(CHECKPOINTING)} (default: off)")
+    lay.add_argument("--micro-batch", type=int, help="sequences per data-parallel rank per step (default: 1)")
+    lay.add_argument("--batch", type=int, help="global batch in sequences; must split over the FSDP ranks")
+    lay.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens per sequence (default: {DEFAULT_SEQ_LEN})")
+    lay.add_argument("--precision", default="bf16-mixed", help=f"{', '.join(PRECISIONS)} (default: bf16-mixed)")
+    lay.add_argument("--optimizer", default="adamw", help=f"{', '.join(OPTIMIZERS)} (default: adamw)")
+    lay.add_argument("--search", action="store_true",
+                     help="try FSDP x TP 1, 2, 4, each without and with checkpointing; rank those that fit by step time")
+    t = parser.add_argument_group("target")
+    t.add_argument("--instance", help="price-table instance of the target (default: the table's for neuron, trn2.48xlarge)")
+    t.add_argument("--capacity", help="memory per logical core, e.g. 24GiB (default: the device profile's)")
+    t.add_argument("--profile", default="trn2", help="device profile giving the capacity (default: trn2)")
+    t.add_argument("--prices", metavar="FILE", help="TOML price table merged over the shipped one")
+    t.add_argument("--reference", metavar="INSTANCE", help="also bound time and cost on this instance, e.g. p5.48xlarge")
+    v = parser.add_argument_group("validation")
+    v.add_argument("--validate", action="store_true",
+                   help="run the layout on the built-in device (world processes here, small configs) and report the "
+                        "prediction's error against the measured peak")
+    o = parser.add_argument_group("output")
+    o.add_argument("-o", "--output", default="ferry-plan", help="report folder (default: ./ferry-plan)")
+    o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+
+def _capacity(args: argparse.Namespace) -> dict:
+    if args.capacity is not None:
+        from torchferry.device._settings import parse_bytes
+
+        return {"bytes": parse_bytes(args.capacity, "--capacity"), "source": f"--capacity {args.capacity}"}
+    from torchferry.device.profile import load_profile
+
+    profile = load_profile(args.profile)
+    return {"bytes": profile.memory_bytes,
+            "source": f"device profile {profile.name}: memory_bytes ({profile.sources.get('hbm', profile.description)})"}
+
+
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    from torchferry.harness.prices import load_prices
+    from torchferry.plan.layout import check_model_fits_tp, make_layout, search_layouts
+    from torchferry.plan.roofline import compute_dtype, peaks
+    from torchferry.plan.workload import resolve
+    from torchferry.report.core import ensure_writable
+
+    started = time.monotonic()
+    model = resolve(args.size, args.config, args.workload)
+    table = load_prices(args.prices)
+    instance = args.instance or table.get("devices", {}).get("neuron")
+    if instance not in table["instances"]:
+        raise UsageError(f"--instance {instance!r} is not in the price table. Valid: {', '.join(sorted(table['instances']))}; "
+                         "add it with --prices FILE.")
+    world = args.world or table["instances"][instance].get("accelerators", 1)
+    layout = make_layout(world, args.fsdp, args.tp, args.checkpointing, args.micro_batch, args.batch, args.seq_len,
+                         args.precision, args.optimizer)
+    check_model_fits_tp(layout, model.shape())
+    capacity = _capacity(args)
+    dtype = compute_dtype(layout.precision)
+    target = peaks(table, instance, dtype)
+    reference = peaks(table, args.reference, dtype, need_links=False) if args.reference else None
+    if args.validate:
+        from torchferry.plan.validate import MAX_RANKS
+
+        if layout.world > MAX_RANKS:
+            raise UsageError(f"--validate starts one process per rank here: --world {layout.world} is too many. Validate "
+                             f"a small config with --world 2 to {MAX_RANKS} (e.g. --config small.json --world 2).")
+    candidates, skipped = search_layouts(layout, model.shape()) if args.search else ([layout], [])
+    if not candidates:
+        raise UsageError(f"--search found no layout for {layout.world} ranks: {'; '.join(skipped)}.")
+    outdir = Path(args.output)
+    ensure_writable(outdir)
+    return _plan(args, env, model, capacity, target, reference, candidates, skipped, outdir, started)
+
+
+def _plan(args, env, model, capacity, target, reference, candidates, skipped, outdir, started) -> ExitStatus:
+    from torchferry.plan.results import FORMAT, FORMAT_VERSION, LayoutResult, PlanReport, rank
+    from torchferry.plan.roofline import reference_bounds, target_bounds
+    from torchferry.plan.trace import trace_step
+    from torchferry.report.meta import new_meta
+    from torchferry.report.plan import REPORTERS, render_text
+
+    progress = (lambda text: None) if args.quiet else env.err
+    report = PlanReport(meta=new_meta(FORMAT, FORMAT_VERSION, getattr(args, "_argv", [])), model=model.to_dict(),
+                        capacity=capacity, target=target, reference=reference, searched=args.search, skipped=skipped)
+    results = []
+    try:
+        for layout in candidates:
+            progress(f"ferry plan: tracing {model.name}, {layout.label} on {layout.world} fake ranks ...")
+            trace = trace_step(model, layout)
+            results.append(LayoutResult(layout=layout, trace=trace, capacity_bytes=capacity["bytes"],
+                                        bounds=target_bounds(trace, layout, target),
+                                        reference=reference_bounds(trace, layout, reference) if reference else None))
+        report.layouts = rank(results)
+        if args.validate:
+            from torchferry.plan.validate import compare, measure
+
+            for result in results:
+                progress(f"ferry plan: measuring {result.layout.label} on the built-in device, {result.layout.world} processes ...")
+                report.validations.append(compare(result.layout, result.trace.peak_bytes, measure(model, result.layout)))
+    except FerryError as exc:
+        if results:  # keep what was traced
+            report.layouts = rank(results)
+            report.notes.append(f"stopped early: {exc}")
+            _write(report, outdir, started, REPORTERS)
+        raise
+    paths = _write(report, outdir, started, REPORTERS)
+    env.out(render_text(report, [str(p) for p in paths]))
+    if any(not v.passed for v in report.validations) or report.best is None:
+        return ExitStatus.NEGATIVE_RESULT
+    return ExitStatus.SUCCESS
+
+
+def _write(report, outdir: Path, started: float, reporters) -> list[Path]:
+    from torchferry.report.core import write_reports
+
+    report.meta.wall_s = round(time.monotonic() - started, 3)
+    return write_reports(report, reporters, outdir)

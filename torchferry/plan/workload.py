@@ -1,0 +1,133 @@
+"""What model a plan is for: a built-in Llama shape at full size, a transformers config file, or a
+user workload spec; built on the meta device so that no weight is ever allocated.
+
+The built-in shapes are the public ``config.json`` values of Meta's checkpoints (hidden size,
+layers, attention and key-value heads, MLP width, vocabulary, tied embeddings), so a plan for
+``--size 8b`` is a plan for the model users actually fine-tune.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchferry.errors import UsageError
+
+LLAMA_SIZES: dict[str, dict[str, Any]] = {
+    "1b": {"name": "Llama-3.2-1B", "source": "https://huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json",
+           "config": {"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 32,
+                      "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256,
+                      "tie_word_embeddings": True, "rope_theta": 500000.0, "max_position_embeddings": 131072}},
+    "8b": {"name": "Llama-3-8B", "source": "https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json",
+           "config": {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                      "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+                      "tie_word_embeddings": False, "rope_theta": 500000.0, "max_position_embeddings": 8192}},
+    "70b": {"name": "Llama-3-70B", "source": "https://huggingface.co/meta-llama/Meta-Llama-3-70B/blob/main/config.json",
+            "config": {"model_type": "llama", "hidden_size": 8192, "num_hidden_layers": 80, "num_attention_heads": 64,
+                       "num_key_value_heads": 8, "intermediate_size": 28672, "vocab_size": 128256,
+                       "tie_word_embeddings": False, "rope_theta": 500000.0, "max_position_embeddings": 8192}},
+}
+
+SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+              "vocab_size", "tie_word_embeddings")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model to plan for. ``config`` is a transformers config (with ``model_type``) unless ``kind`` is
+    ``workload``, where ``spec`` names a user ``build()`` (torchferry.workloads.protocol)."""
+
+    kind: str  # "builtin" | "config" | "workload"
+    name: str
+    source: str
+    config: dict = field(default_factory=dict)
+    spec: str | None = None
+
+    def shape(self) -> dict:
+        """The figures printed with the plan (empty for a user workload: its model is code)."""
+        return {k: self.config[k] for k in SHAPE_KEYS if k in self.config}
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "name": self.name, "source": self.source, "shape": self.shape(), "spec": self.spec}
+
+
+def resolve(size: str | None, config: str | None, workload: str | None) -> ModelSpec:
+    """The one model the user named, checked without building anything."""
+    given = [flag for flag, value in (("--size", size), ("--config", config), ("--workload", workload)) if value]
+    if len(given) > 1:
+        raise UsageError(f"ferry plan: {' and '.join(given)} both name the model; give one of --size, --config, --workload.")
+    if config:
+        return _from_config_file(config)
+    if workload:
+        from torchferry.workloads.protocol import resolve_source
+
+        resolve_source(workload)  # unknown spec or missing file: a UsageError with the valid forms
+        return ModelSpec(kind="workload", name=workload, source=workload, spec=workload)
+    size = size or "8b"
+    if size not in LLAMA_SIZES:
+        raise UsageError(f"ferry plan: unknown --size {size!r}. Valid: {', '.join(LLAMA_SIZES)}; or pass a transformers "
+                         "config with --config FILE.json, or a workload with --workload path/to/file.py:build.")
+    entry = LLAMA_SIZES[size]
+    return ModelSpec(kind="builtin", name=entry["name"], source=entry["source"], config=dict(entry["config"]))
+
+
+def _from_config_file(path: str) -> ModelSpec:
+    file = Path(path).expanduser()
+    try:
+        data = json.loads(file.read_text())
+    except OSError as exc:
+        raise UsageError(f"ferry plan: --config {path!r} cannot be read ({exc.strerror or exc}); pass the path of a "
+                         "transformers config.json.") from exc
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"ferry plan: --config {path!r} is not JSON ({exc}); pass a transformers config.json.") from exc
+    if not isinstance(data, dict):
+        raise UsageError(f"ferry plan: --config {path!r} holds a JSON {type(data).__name__}, not a config object.")
+    from transformers import CONFIG_MAPPING
+
+    model_type = data.get("model_type")
+    if model_type not in CONFIG_MAPPING:
+        raise UsageError(f"ferry plan: --config {path!r} has model_type {model_type!r}, which this transformers does not "
+                         "know. Valid: a causal-LM model_type such as llama, mistral, qwen2, gemma (see transformers' "
+                         "CONFIG_MAPPING).")
+    return ModelSpec(kind="config", name=data.get("_name_or_path") or f"{model_type} ({file.name})", source=str(file),
+                     config=data)
+
+
+def build(model: ModelSpec, options: dict, device: str = "meta") -> tuple[Any, Any]:
+    """The model on ``device`` (meta for a plan: no weight is allocated; cpu for a measured run) and,
+    for a user workload, its loaded protocol object (else None)."""
+    import torch
+
+    if model.kind == "workload":
+        from torchferry.workloads.protocol import load_workload
+
+        with torch.device(device):
+            loaded = load_workload(model.spec, {**options, "mode": "training"})
+        return loaded.model, loaded
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = dict(model.config)
+    cfg = AutoConfig.for_model(config.pop("model_type"), **{k: v for k, v in config.items() if not k.startswith("_")})
+    cfg._attn_implementation = "sdpa"
+    with torch.device(device):
+        built = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    return built, None
+
+
+def batch_and_loss(model: Any, loaded: Any, micro_batch: int, seq_len: int, device: Any):
+    """One micro-batch on ``device`` and the function that turns the model's output into the loss.
+
+    A causal LM gets token ids as labels and no attention mask: a mask of ones would make
+    transformers build a dense one per step, which training with packed sequences does not.
+    """
+    import torch
+
+    if loaded is not None:
+        batch = loaded.batch(device, 0)
+        return batch, lambda m: loaded.loss_of(loaded.forward(m, batch), batch)
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (micro_batch, seq_len), device=device)
+    batch = {"input_ids": ids, "labels": ids}
+    return batch, lambda m: m(**batch).loss
