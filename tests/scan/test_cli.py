@@ -1,5 +1,7 @@
 """`ferry scan` exit codes and argument handling, driven in-process through `torchferry.cli.main`."""
 
+import re
+
 import pytest
 
 from torchferry.cli import COMMANDS
@@ -58,3 +60,17 @@ def test_unwritable_report_path_is_an_output_error(files, ferry):
     (files / "blocker").write_text("")
     result = ferry("scan", str(files / "clean.py"), "--format", "json", "-o", str(files / "blocker" / "r.json"))
     assert result.exit_status == ExitStatus.OUTPUT_ERROR and "--output" in result.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["nope.py"],  # a missing path
+    ["clean.py", "--diff", "--format", "json"],  # two outputs on stdout
+    ["clean.py", "--format", "json", "-o", "blocker/r.json"],  # an unwritable report path
+])
+def test_errors_carry_one_prefix(files, ferry, argv, monkeypatch):
+    monkeypatch.chdir(files)
+    (files / "blocker").write_text("")
+    result = ferry("scan", *argv)
+    assert result.exit_status != ExitStatus.SUCCESS
+    line = result.stderr.strip().splitlines()[-1]
+    assert re.match(r"ferry( scan)?: ", line) and not re.search(r"ferry( scan)?: ferry", line), line

@@ -51,14 +51,16 @@ class Spelling:
 
     functions: dict[str, Condition | None]  # qualified name -> condition (None: always)
     methods: dict[str, Condition | None]  # Tensor method name -> condition
-    boolean_index: bool = False  # reading `t[mask]` with a boolean mask runs this op
+    # `t[mask]` with a boolean mask runs this op on TorchNeuron: its index kernels turn boolean
+    # indices into integer ones with torch.nonzero (torch-neuronx python_ops/torch_mlir/ops/indexing.py,
+    # `convert_indices`); writing a scalar through a mask becomes a masked_fill instead (jax/ops/index_put.py).
+    boolean_index: bool = False
 
 
 SPELLINGS: dict[str, Spelling] = {
     "aten::nonzero": Spelling(functions={"torch.nonzero": None, "torch.argwhere": None, "torch.where": _condition_only},
-                              methods={"nonzero": None, "argwhere": None}),
-    "aten::masked_select": Spelling(functions={"torch.masked_select": None}, methods={"masked_select": None},
-                                    boolean_index=True),
+                              methods={"nonzero": None, "argwhere": None}, boolean_index=True),
+    "aten::masked_select": Spelling(functions={"torch.masked_select": None}, methods={"masked_select": None}),
     "aten::_unique2": Spelling(functions={"torch.unique": _without_dim}, methods={"unique": _without_dim}),
     "aten::unique_dim": Spelling(functions={"torch.unique": _with_dim}, methods={"unique": _with_dim}),
     "aten::unique_consecutive": Spelling(functions={"torch.unique_consecutive": None},
@@ -108,5 +110,5 @@ def matching_call(call: cst.Call, ctx) -> tuple[HostOp, str] | None:  # noqa: AN
 
 
 def boolean_index_op() -> HostOp | None:
-    """The host op that reading `t[mask]` runs, if the profile lists it."""
+    """The host op that indexing with a boolean mask (`t[mask]`) runs on the target, if the profile lists it."""
     return next((op for op in host_ops() if op.spelling.boolean_index), None)

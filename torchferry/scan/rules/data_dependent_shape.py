@@ -1,9 +1,9 @@
 """TF020: ops whose output shape depends on the data, in a forward or a training step.
 
 Which ops: the host-fallback entries of the built-in device's profile (`host_ops`), so the
-scan reports exactly what the rehearsal runs on the host. Reading `t[mask]` with a boolean
-mask runs `masked_select` there. Writing `t[mask] = v` keeps the shape (the device runs it)
-and is not reported; neither is any of this in data loading, where it costs nothing.
+scan and the rehearsal name the same ops. Indexing with a boolean mask (`t[mask]`, and
+`t[mask] = tensor`) runs `nonzero` on TorchNeuron; `t[mask] = scalar` becomes a masked_fill
+there and is not reported. Nothing is reported in data loading, where it costs nothing.
 """
 
 from collections.abc import Iterator
@@ -19,8 +19,12 @@ def _message(written: str, region: str, op: HostOp) -> str:
             f"(a sync and two copies per call; a graph break under torch.compile) [{op.cite()}].")
 
 
-def _is_store(node: cst.Subscript, ctx) -> bool:
-    return isinstance(ctx.parent(node), cst.AssignTarget)  # `t[m] += v` reads too, so it counts
+def _stores_scalar(node: cst.Subscript, ctx) -> bool:
+    """`t[mask] = v` with `v` not a tensor (a masked_fill); `t[mask] += v` reads too, so it is no store."""
+    target = ctx.parent(node)
+    if not isinstance(target, cst.AssignTarget):
+        return False
+    return not ctx.tensors.is_tensor(ctx.parent(target).value)
 
 
 def check(node: cst.Call | cst.Subscript, ctx) -> Iterator[Hit]:
@@ -33,7 +37,7 @@ def check(node: cst.Call | cst.Subscript, ctx) -> Iterator[Hit]:
             yield Hit(node.func, message=_message(found[1], region, found[0]))
         return
     op = boolean_index_op()
-    if op is None or _is_store(node, ctx):
+    if op is None or _stores_scalar(node, ctx):
         return
     masked = any(isinstance(e.slice, cst.Index) and ctx.tensors.is_bool_mask(e.slice.value) for e in node.slice)
     region = ctx.regions.region(node) if masked else None
