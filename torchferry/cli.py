@@ -1,20 +1,23 @@
-"""The `ferry` command: `main(argv) -> exit code`.
+"""The `ferry` command: `main(argv, env) -> exit code`.
 
 Each subcommand lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args, env) -> ExitStatus``; this file only parses, dispatches and turns
-errors into one-paragraph messages and documented exit codes (torchferry.status).
+errors into one-paragraph messages (``ferry COMMAND: ...``) and documented exit codes
+(torchferry.status). Everything it prints, argparse's usage errors and help included,
+goes through the injected ``Environment``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import sys
 import traceback
 from collections.abc import Sequence
 
 from torchferry import __version__
 from torchferry.env import Environment
-from torchferry.errors import FerryError, WorkloadError
+from torchferry.errors import FerryError, WorkloadError, message
 from torchferry.status import ExitStatus
 
 # name -> (module, one-line help). Modules are imported only to build their parser;
@@ -27,8 +30,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def _parser_class(env: Environment) -> type[argparse.ArgumentParser]:
+    """An ArgumentParser whose help, usage and errors are written to ``env``'s streams."""
+
+    class Parser(argparse.ArgumentParser):
+        def _print_message(self, text: str, file=None) -> None:  # noqa: ANN001 - argparse's signature
+            if text:
+                (env.stderr if file is sys.stderr else env.stdout).write(text)
+
+    return Parser
+
+
+def build_parser(env: Environment | None = None) -> argparse.ArgumentParser:
+    parser = _parser_class(env or Environment())(
         prog="ferry",
         description="Prove a PyTorch migration: parity, full time, effective cost, reversible exit.",
     )
@@ -45,30 +59,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
     env = env or Environment()
-    parser = build_parser()
+    parser = build_parser(env)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 0 for --help/--version, 2 for bad usage
         return int(exc.code or 0)
+    args._argv = list(argv) if argv is not None else sys.argv[1:]  # for the reports' meta.command
     if args.command is None:
-        parser.print_help(env.stdout)
+        parser.print_help()
         return int(ExitStatus.USAGE)
     try:
         return int(args._module.run(args, env))
     except KeyboardInterrupt:
-        env.err("ferry: interrupted")
+        env.err(f"ferry {args.command}: interrupted")
         return int(ExitStatus.INTERRUPTED)
     except WorkloadError as exc:
         if exc.user_traceback:
             env.err(exc.user_traceback.rstrip())
-        env.err(f"ferry: {exc}")
+        env.err(message(args.command, exc))
         return int(exc.exit_status)
     except FerryError as exc:
         if args.traceback:
             env.err(traceback.format_exc().rstrip())
-        env.err(f"ferry: {exc}")
+        env.err(message(args.command, exc))
         return int(exc.exit_status)
     except Exception:  # a bug in torchferry: say so, with the traceback
         env.err(traceback.format_exc().rstrip())
-        env.err("ferry: internal error (a bug in torchferry); please report it with the traceback above.")
+        env.err(f"ferry {args.command}: internal error (a bug in torchferry); please report it with the traceback above.")
         return int(ExitStatus.INTERNAL_ERROR)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkcfg import make_config
 
 from torchferry.check import exit as exit_mod
 
 MLP = Path(exit_mod.__file__).parents[1] / "workloads" / "mlp.py"
-CFG = {"mode": "inference", "dtype": "float32", "tol": None}
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def mlp_target(tmp_path):
     with torch.no_grad():
         outputs = {"output": built["model"](batch["x"])}
     arch = {"kind": "file", "path": str(MLP), "attr": "build", "options": {}}
-    return tmp_path, exit_dir, built["model"], arch, outputs
+    return tmp_path, exit_dir, built["model"], arch, outputs, make_config(tmp_path, "--mode", "forward", "--timeout", "120")
 
 
 def _tag_storages_as(tag: str):
@@ -40,7 +40,7 @@ def _tag_storages_as(tag: str):
 
 
 def test_device_tagged_storages_are_flagged_with_the_fix(mlp_target):
-    out, exit_dir, model, arch, outputs = mlp_target
+    out, exit_dir, model, arch, outputs, cfg = mlp_target
     path = exit_dir / "state_dict.pt"
     tagging = _tag_storages_as("fakedev:0")
     try:
@@ -48,7 +48,7 @@ def test_device_tagged_storages_are_flagged_with_the_fix(mlp_target):
     finally:
         tagging["on"] = False
     saved = {"torch.save state dict": {"path": str(path)}}
-    result = exit_mod.check(out, saved, arch, outputs, CFG, "cpu", timeout=120)
+    result = exit_mod.check(out, saved, arch, outputs, cfg)
     fmt = result.formats[0]
     assert fmt.location_tags == ["fakedev:0"]
     assert fmt.loads_plain is False and fmt.needs_map_location is True
@@ -60,21 +60,21 @@ def test_device_tagged_storages_are_flagged_with_the_fix(mlp_target):
 def test_plain_cpu_checkpoint_and_safetensors_reload_with_parity(mlp_target):
     from safetensors.torch import save_model
 
-    out, exit_dir, model, arch, outputs = mlp_target
+    out, exit_dir, model, arch, outputs, cfg = mlp_target
     torch.save(model.state_dict(), exit_dir / "state_dict.pt")
     save_model(model, str(exit_dir / "model.safetensors"))
     saved = {"torch.save state dict": {"path": str(exit_dir / "state_dict.pt")},
              "safetensors": {"path": str(exit_dir / "model.safetensors")}}
-    result = exit_mod.check(out, saved, arch, outputs, CFG, "cpu", timeout=120)
+    result = exit_mod.check(out, saved, arch, outputs, cfg)
     assert result.status == "pass"
     assert all(f.loads_plain and f.parity.passed and f.location_tags in ([], ["cpu"]) for f in result.formats)
 
 
 def test_changed_weights_lose_exit_parity(mlp_target):
-    out, exit_dir, model, arch, outputs = mlp_target
+    out, exit_dir, model, arch, outputs, cfg = mlp_target
     torch.save(model.state_dict(), exit_dir / "state_dict.pt")
     result = exit_mod.check(out, {"torch.save state dict": {"path": str(exit_dir / "state_dict.pt")}}, arch,
-                            {"output": outputs["output"] + 1.0}, CFG, "cpu", timeout=120)
+                            {"output": outputs["output"] + 1.0}, cfg)
     assert result.status == "fail" and not result.formats[0].parity.passed
 
 

@@ -1,7 +1,8 @@
 """Timing summaries, the resume judgement and the verdict rules."""
 
 from torchferry.check import resume, timing, verdict
-from torchferry.check.results import CheckReport, ParityResult, TimingResult
+from torchferry.report.check import CheckReport, Failure, ParityResult, TimingResult
+from torchferry.report.meta import Meta
 
 
 def test_percentile_interpolates():
@@ -33,7 +34,7 @@ def test_resume_matches_and_mismatches():
 
 
 def _report(**kw) -> CheckReport:
-    r = CheckReport(meta={}, environment={}, config={"steps": 4})
+    r = CheckReport(meta=Meta(format="torchferry.check", format_version=3), environment={}, config={"steps": 4})
     for k, v in kw.items():
         setattr(r, k, v)
     return r
@@ -50,3 +51,17 @@ def test_unmeasured_parity_or_exit_never_gives_a_plain_go():
     r = _report(parity=ParityResult(status="pass"), timing=TimingResult())
     verdict.decide(r)
     assert r.verdict == "go-with-conditions"
+
+
+def test_a_stopped_run_is_stopped_not_no_go_and_keeps_each_results_verdict():
+    r = _report(parity=ParityResult(status="pass"), failure=Failure(kind="timeout", message="no result", exit_status=8))
+    verdict.decide(r)
+    assert r.verdict == "stopped"
+    assert next(i for i in r.verdicts if i.result == "parity").verdict == "go"
+    assert r.verdicts[-1].result == "run" and r.verdicts[-1].reason.startswith("stopped: timeout")
+
+
+def test_a_target_failure_is_a_finding_and_no_go():
+    r = _report(failure=Failure(kind="fail_to_run", message="died", exit_status=3, finding=True))
+    verdict.decide(r)
+    assert r.verdict == "no-go"

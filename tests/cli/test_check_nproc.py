@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from checkrun import FAST, FIXTURES
 
-from torchferry.check.results import FORMAT_VERSION
+from torchferry.report.check import FORMAT_VERSION
 from torchferry.status import ExitStatus
 
 pytestmark = pytest.mark.multiproc

@@ -5,8 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchferry.check import cost, parity, timing, verdict
-from torchferry.check.results import FORMAT_VERSION, CheckReport, ExitFormat, ExitResult, ResumeResult
+from torchferry.check import cost, timing, verdict
+from torchferry.check.config import CostInputs
+from torchferry.harness import parity
+from torchferry.report.check import FORMAT, FORMAT_VERSION, CheckReport, ExitFormat, ExitResult, ResumeResult
+from torchferry.report.meta import Meta
 
 
 @pytest.fixture
@@ -15,10 +18,11 @@ def report() -> CheckReport:
     golden = {n: torch.randn(2000, dtype=torch.float64) for n in ("embed", "block", "head")}
     ref = {n: g.float() for n, g in golden.items()}
     target = {"embed": ref["embed"], "block": ref["block"] + 0.5, "head": ref["head"] + 0.5}
-    cfg = {"workload": "llama", "mode": "training", "size": "tiny", "dtype": "float32", "steps": 3, "ref": "cpu",
+    cfg = {"workload": "llama", "mode": "train", "size": "tiny", "dtype": "float32", "steps": 3, "ref": "cpu",
            "target": "neuron", "target_reason": "test", "tol": None, "eng_hours": 40, "eng_rate": 150, "volume": 1e9,
            "ref_instance": "g6e.xlarge", "target_instance": None}
-    r = CheckReport(meta={"format": "torchferry.check", "format_version": FORMAT_VERSION}, environment={"torch": "x"}, config=cfg)
+    r = CheckReport(meta=Meta(format=FORMAT, format_version=FORMAT_VERSION, created="2026-01-01T00:00:00+00:00",
+                              command="ferry check", wall_s=12.5), environment={"torch": "x"}, config=cfg)
     r.parity.status = "fail_accuracy"
     r.parity.outputs = [parity.compare("logits", ref["head"], target["head"], golden["head"], 1e-2)]
     r.parity.modules, r.parity.first_divergent_module = parity.localise(ref, target, golden, 1e-2, False)
@@ -28,7 +32,8 @@ def report() -> CheckReport:
              "flops_per_step": 1e9}
     r.timing = timing.summarise(timing.device_timing("cpu", steps, [[0.1, 0.11]]),
                                 timing.device_timing("neuron", {**steps, "time_to_n_s": 3.0}, [[0.05]]))
-    r.cost = cost.estimate(r.timing, cfg, cost.load_prices())
+    r.cost = cost.estimate(r.timing, CostInputs(prices=None, dtype="float32", eng_hours=40, eng_rate=150, volume=1e9,
+                                                ref_instance="g6e.xlarge", target_instance="trn2.48xlarge"), cost.load_prices())
     r.resume = ResumeResult(status="pass", saved_at_step=1, uninterrupted=[1.5, 1.2], resumed=[1.5, 1.2], max_abs_diff=0.0, exact=True)
     r.exit = ExitResult(status="conditions", torchferry_absent=True, loader_device="cpu", formats=[
         ExitFormat("torch.save state dict", saved=True, location_tags=["neuron:0"], needs_map_location=True, fix="save .cpu()")])

@@ -1,7 +1,7 @@
 """`ferry check`: prove parity, full time, effective cost and reversible exit; give a verdict.
 
     ferry check                      # tiny Llama training, cpu -> default target, ./ferry-report/
-    ferry check -w gpt2 --mode generation --target cuda
+    ferry check -w gpt2 --mode generate --target cuda
     ferry check -w path/to/my_model.py:build --dtype bfloat16
 
 Light at import: torch is imported inside ``run``.
@@ -10,26 +10,28 @@ Light at import: torch is imported inside ``run``.
 from __future__ import annotations
 
 import argparse
-import datetime
 import platform
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from torchferry import __version__
 from torchferry.env import Environment
-from torchferry.errors import DeviceUnavailableError, FerryError, OutputError
 from torchferry.status import ExitStatus
 
-MODES = ("training", "inference", "generation")
 DTYPES = ("float32", "bfloat16")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from torchferry.harness.modes import NAMES
+
     w = parser.add_argument_group("workload")
     w.add_argument("-w", "--workload", default="llama",
-                   help="built-in (llama, gpt2, bert, mlp), path/to/file.py:build or package.module:build (default: llama)")
-    w.add_argument("--mode", choices=MODES, default="training", help="what to run (default: training)")
+                   help="built-in (llama, gpt2, bert, mlp), path/to/file.py:build (relative to the current folder) or "
+                        "package.module:build (default: llama)")
+    w.add_argument("--mode", choices=NAMES, default="train", metavar="MODE",
+                   help="train, forward or generate (also: training, inference, generation) (default: train)")
     w.add_argument("--size", choices=("tiny", "small", "base"), default="tiny", help="built-in model size (default: tiny)")
     w.add_argument("--batch-size", type=int, help="batch size (default: the workload's)")
     w.add_argument("--seq-len", type=int, help="sequence length in tokens (default: the workload's)")
@@ -37,14 +39,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--steps", type=int, default=8, help="optimizer steps / forward calls / generate calls (default: 8)")
     w.add_argument("--new-tokens", type=int, default=8, help="tokens per generate call, greedy (default: 8)")
     w.add_argument("--seed", type=int, default=1337, help="seed of weights and batches (default: 1337)")
-    w.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate in training mode (default: 1e-3)")
+    w.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate in train mode (default: 1e-3)")
     d = parser.add_argument_group("devices")
     d.add_argument("--ref", default="cpu", help="reference device (default: cpu)")
     d.add_argument("--target", help="device to check (default: real neuron, else the current accelerator, else the built-in neuron)")
     d.add_argument("--compile", metavar="BACKEND", help="torch.compile the target with this backend (the reference stays eager)")
     d.add_argument("--nproc", type=int, default=1, metavar="N",
-                   help="run the target data-parallel (DDP) in N processes, each on 1/N of every batch; the reference "
-                        "stays one process on the whole batch (default: 1)")
+                   help="run the target data-parallel (DDP) in N processes per node through torch.distributed.run, "
+                        "each on 1/N of every batch; the reference stays one process on the whole batch (default: 1)")
+    d.add_argument("--nnodes", type=int, default=1, metavar="N",
+                   help="nodes of the target's process group; this one is node 0 (default: 1; needs --rdzv-endpoint)")
+    d.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                   help="rendezvous of the target's ranks, reachable from every node (default: a free local port)")
     m = parser.add_argument_group("measurement")
     m.add_argument("--tol", type=float, help="parity tolerance (default: per mode and dtype, docs/check/parity.md)")
     m.add_argument("--rounds", type=int, default=3, help="interleaved steady-state rounds (default: 3)")
@@ -62,43 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
 
-def config_from(args: argparse.Namespace) -> dict:
-    """The resolved configuration, written into the report as is."""
-    from torchferry.check import devices
-
-    from torchferry.errors import UsageError
-
-    for name in ("steps", "rounds", "reps", "new_tokens", "nproc"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
-    if args.nproc > 1 and args.mode == "generation":
-        raise UsageError(f"--nproc {args.nproc} applies to training and inference, not generation (greedy tokens are "
-                         "compared for the whole batch). Use --mode training or inference, or --nproc 1.")
-    target, reason = (args.target, "chosen with --target") if args.target else devices.default_target()
-    cfg = {k: getattr(args, k) for k in (
-        "workload", "mode", "size", "batch_size", "seq_len", "dtype", "steps", "new_tokens", "seed", "lr", "ref", "compile", "nproc",
-        "tol", "rounds", "reps", "timeout", "prices", "ref_instance", "target_instance", "eng_hours", "eng_rate", "volume")}
-    cfg.update(target=target, target_reason=reason, resume_step=max(1, args.steps // 2), output=str(args.output))
-    return cfg
-
-
-def check_device_name(name: str) -> None:
-    """Reject names torch cannot parse and no known package provides, before starting any process."""
-    import torch
-
-    from torchferry.check import devices
-
-    try:
-        torch.device(name)
-    except RuntimeError:
-        if name.split(":")[0] not in devices.BACKEND_PROVIDERS:
-            raise DeviceUnavailableError(
-                f"unknown device {name!r}. Valid here: {', '.join(devices.available_devices())} (any registered "
-                "PrivateUse1 name also works). Pass one of them to --ref/--target."
-            ) from None
-
-
-def environment(cfg: dict) -> dict:
+def environment(cfg) -> dict:  # noqa: ANN001 - CheckConfig, imported lazily
     import importlib.metadata as md
 
     import torch
@@ -113,56 +83,69 @@ def environment(cfg: dict) -> dict:
         "python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
         "torch": torch.__version__, "transformers": version("transformers"), "safetensors": version("safetensors"),
         "torchferry": __version__, "cpu_threads": torch.get_num_threads(),
-        "devices": {"ref": cfg["ref"], "target": cfg["target"], "target_reason": cfg["target_reason"]},
-        "seeds": {"weights_and_batches": cfg["seed"], "eval_batch": cfg["seed"] + 10_000},
+        "devices": {"ref": cfg.ref, "target": cfg.target, "target_reason": cfg.target_reason},
+        "seeds": {"weights_and_batches": cfg.seed, "eval_batch": cfg.eval_seed},
     }
 
 
-def write_reports(report, outdir: Path) -> list[str]:
-    from torchferry.report import htmlreport, jsonreport
-    from torchferry.report.core import write_atomic
+def failure_of(exc: BaseException, phase: str, log: Path):  # noqa: ANN201 - a report.check.Failure
+    """What stopped the run, in the report's words: an error slug, ``interrupted``, or ``internal`` for a bug."""
+    from torchferry.errors import FerryError, InterruptedRun
+    from torchferry.report.meta import Failure
 
-    try:
-        return [str(write_atomic(outdir / "report.json", jsonreport.render(report))),
-                str(write_atomic(outdir / "report.html", htmlreport.render(report)))]
-    except OSError as exc:
-        raise OutputError(f"the report could not be written to {str(outdir)!r} ({exc}); pass a writable --output DIR.") from exc
+    if isinstance(exc, FerryError):
+        kind, status = exc.slug, exc.exit_status
+    elif isinstance(exc, KeyboardInterrupt):
+        kind, status = InterruptedRun.slug, ExitStatus.INTERRUPTED
+    else:
+        kind, status = "internal", ExitStatus.INTERNAL_ERROR
+    text = str(exc) or ("Ctrl-C" if kind == InterruptedRun.slug else type(exc).__name__)
+    return Failure(kind=kind, message=text if kind != "internal" else f"{type(exc).__name__}: {text} (a bug in torchferry)",
+                   exit_status=int(status), phase=phase, log=str(log), traceback=getattr(exc, "user_traceback", None))
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.check import verdict
-    from torchferry.check.results import FORMAT_VERSION, NO_GO, CheckReport
-    from torchferry.check.runner import Runner
-    from torchferry.report import text
-    from torchferry.report.core import ensure_writable
-    from torchferry.workloads.protocol import resolve_source
+    from torchferry.check.config import CheckConfig
+    from torchferry.check.runner import Runner, log_path
+    from torchferry.report import htmlreport, jsonreport, text
+    from torchferry.report.check import FORMAT, FORMAT_VERSION, NO_GO, CheckReport
+    from torchferry.report.core import FileReporter, write_reports
+    from torchferry.report.meta import new_meta
 
     started = time.monotonic()
-    cfg = config_from(args)
-    resolve_source(cfg["workload"])
-    for name in (cfg["ref"], cfg["target"]):
-        check_device_name(name)
-    outdir = Path(args.output)
-    ensure_writable(outdir)
-    report = CheckReport(
-        meta={"format": "torchferry.check", "format_version": FORMAT_VERSION, "torchferry": __version__,
-              "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")},
-        environment=environment(cfg), config=cfg,
-    )
-    progress = (lambda msg: None) if args.quiet else (lambda msg: env.err(f"ferry check: {msg}"))
-    if cfg["target_reason"] != "chosen with --target":
-        progress(f"target {cfg['target']}: {cfg['target_reason']}")
+    cfg = CheckConfig.build(args, Path.cwd())  # every usage, device and output error is raised here, before any worker
+    report = CheckReport(meta=new_meta(FORMAT, FORMAT_VERSION, getattr(args, "_argv", ())),
+                         environment=environment(cfg), config=cfg.to_dict())
+    log = log_path(cfg)
+    log.parent.mkdir(parents=True, exist_ok=True)
+
+    def note(message: str) -> None:
+        report.progress.append(message)
+        with open(log, "a") as f:
+            f.write(message + "\n")
+        if not args.quiet:
+            env.err(f"ferry check: {message}")
+
+    if cfg.target_reason != "chosen with --target":
+        note(f"target {cfg.target}: {cfg.target_reason}")
+    runner = Runner(report, cfg, note)
     error: BaseException | None = None
     try:
-        Runner(report, outdir / "work", progress).run()
-    except (FerryError, KeyboardInterrupt) as exc:
+        runner.run()
+    except BaseException as exc:  # whatever stops the run, the report keeps what was measured and says why
         error = exc
-        status = getattr(exc, "exit_status", ExitStatus.INTERRUPTED)
-        report.failure = {"kind": type(exc).__name__, "message": str(exc) or "interrupted", "exit_status": int(status)}
+        report.failure = failure_of(exc, runner.phase, log)
+        if report.failure.kind == "internal":
+            with open(log, "a") as f:
+                f.write(traceback.format_exc())
+        runner.close_all()
     verdict.decide(report)
-    report.meta["wall_s"] = time.monotonic() - started
-    paths = write_reports(report, outdir)
-    env.out(text.render(report, paths).rstrip())
+    report.meta.wall_s = time.monotonic() - started
+    outdir = Path(cfg.output)
+    paths = write_reports(report, [FileReporter("report.json", jsonreport.render),
+                                   FileReporter("report.html", htmlreport.render)], outdir)
+    env.out(text.render(report, [str(p) for p in paths]).rstrip())
     if error is not None:
         raise error
     return ExitStatus.NEGATIVE_RESULT if report.verdict == NO_GO else ExitStatus.SUCCESS

@@ -9,31 +9,10 @@ amortised over the stated monthly volume to a break-even point.
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
-
-from torchferry.check.results import NOT_RUN, CostResult, DeviceTiming, TimingResult
+from torchferry.check.config import CostInputs
 from torchferry.errors import UsageError
-
-SHIPPED = Path(__file__).with_name("prices.toml")
-
-
-def load_prices(path: str | None = None) -> dict:
-    """The shipped table, with the user's file (same layout) merged over it."""
-    table = tomllib.loads(SHIPPED.read_text())
-    if path:
-        try:
-            user = tomllib.loads(Path(path).read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise UsageError(f"--prices {path!r} cannot be read as TOML ({exc}); see {SHIPPED} for the layout.") from exc
-        for key in ("meta", "devices", "instances"):
-            table.setdefault(key, {}).update(user.get(key, {}))
-        for name, entry in user.get("instances", {}).items():
-            missing = [k for k in ("price_per_hour", "date", "source") if k not in entry]
-            if missing:
-                raise UsageError(f"--prices {path!r}: instance {name!r} lacks {', '.join(missing)}; every entry needs a "
-                                 "price_per_hour, a date and a source.")
-    return table
+from torchferry.harness.prices import SHIPPED, load_prices  # noqa: F401 - the price table's import path for callers
+from torchferry.report.check import CostResult, DeviceTiming, ResultStatus, TimingResult
 
 
 def unit_scale(unit: str) -> tuple[float, str]:
@@ -75,15 +54,14 @@ def device_cost(timing: DeviceTiming, instance: str | None, table: dict, dtype: 
     return row, notes
 
 
-def estimate(timing: TimingResult, cfg: dict, table: dict) -> CostResult:
-    """Cost per unit for both devices, utilisation, and the engineering break-even."""
+def estimate(timing: TimingResult, cfg: CostInputs, table: dict) -> CostResult:
+    """Cost per unit for both devices, utilisation, and the engineering break-even (instances resolved in the config)."""
     if timing.ref is None or timing.target is None:
-        return CostResult(status=NOT_RUN, assumptions=["timing incomplete: no cost"])
-    result = CostResult(status="estimated")
-    defaults = table.get("devices", {})
+        return CostResult(status=ResultStatus.NOT_RUN, assumptions=["timing incomplete: no cost"])
+    result = CostResult(status=ResultStatus.ESTIMATED)
     for timing_, key in ((timing.ref, "ref_instance"), (timing.target, "target_instance")):
-        instance = cfg.get(key) or defaults.get(timing_.device.split(":")[0])
-        row, notes = device_cost(timing_, instance, table, cfg["dtype"])
+        instance = getattr(cfg, key)
+        row, notes = device_cost(timing_, instance, table, cfg.dtype)
         row["role"] = key.split("_")[0]
         if instance is None:
             notes = [f"{timing_.device}: no instance priced; pass --{key.replace('_', '-')} NAME (see --prices)"]
@@ -96,7 +74,7 @@ def estimate(timing: TimingResult, cfg: dict, table: dict) -> CostResult:
         "FLOPs from torch.utils.flop_counter.FlopCounterMode over one step (matmul/conv-class ops only)",
     ]
     ref_row, target_row = result.devices
-    hours, rate, volume = cfg["eng_hours"], cfg["eng_rate"], cfg["volume"]
+    hours, rate, volume = cfg.eng_hours, cfg.eng_rate, cfg.volume
     eng_cost = hours * rate
     result.assumptions.append(f"engineering: {hours:g} h x ${rate:g}/h = ${eng_cost:,.0f}; volume {volume:,.0f} "
                               f"{ref_row['unit'].split(' ', 1)[1]} per month (--eng-hours, --eng-rate, --volume)")

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from torchferry.check import parity
-from torchferry.check.results import ExitFormat, ExitResult
+from torchferry.check.config import CheckConfig
+from torchferry.harness import parity
+from torchferry.harness.protocol import run_to_end
+from torchferry.report.check import ExitFormat, ExitResult, ResultStatus
 
 LOADER = Path(__file__).with_name("exit_loader.py")
 
@@ -45,20 +46,20 @@ def run_loader(spec: dict, workdir: Path, timeout: float) -> tuple[dict, dict]:
 
     spec_path, out = workdir / "exit-spec.json", workdir / "exit-loaded"
     spec_path.write_text(json.dumps(spec))
-    code = (f"import runpy, sys; sys.argv = ['exit_loader', {str(spec_path)!r}, {str(out)!r}]; "
+    script = (f"import runpy, sys; sys.argv = ['exit_loader', {str(spec_path)!r}, {str(out)!r}]; "
             f"runpy.run_path({str(LOADER)!r}, run_name='__main__')")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=workdir, env=loader_env(), capture_output=True,
-                          text=True, timeout=timeout)
-    (workdir / "exit-loader.log").write_text(proc.stdout + proc.stderr)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the exit loader exited with {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+    log = workdir / "exit-loader.log"
+    code = run_to_end([sys.executable, "-c", script], log, timeout=timeout, env=loader_env(), cwd=workdir)
+    if code != 0:
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:]
+        raise RuntimeError(f"the exit loader exited with {code}: {tail}")
     summary = json.loads(Path(f"{out}.json").read_text())
     return summary, torch.load(f"{out}.pt", weights_only=True)
 
 
-def judge(summary: dict, loaded: dict, saved: dict, target_outputs: dict, cfg: dict, ref_device: str) -> ExitResult:
-    tol = parity.tolerance(cfg["mode"], cfg["dtype"], cfg.get("tol"))
-    result = ExitResult(torchferry_absent=summary["torchferry_absent"], loader_device=ref_device)
+def judge(summary: dict, loaded: dict, saved: dict, target_outputs: dict, cfg: CheckConfig) -> ExitResult:
+    tol = cfg.tolerance
+    result = ExitResult(torchferry_absent=summary["torchferry_absent"], loader_device=cfg.ref)
     for name, info in saved.items():
         fmt = ExitFormat(name=name, path=info["path"], saved="error" not in info, error=info.get("error"))
         result.formats.append(fmt)
@@ -78,29 +79,28 @@ def judge(summary: dict, loaded: dict, saved: dict, target_outputs: dict, cfg: d
             fmt.fix = f"the file needs the package {fmt.needs_package!r} to load; save plain tensors (state_dict / safetensors)"
         if name in loaded:
             comparisons = parity.compare_dicts("", loaded[name]["outputs"], target_outputs, loaded[name]["golden"],
-                                               tol, cfg["dtype"] != "float32")
+                                               tol.tol, tol.low_precision)
             worst = next((c for c in comparisons if not c.passed), comparisons[0] if comparisons else None)
             fmt.parity = worst
     broken = [f for f in result.formats if not f.saved or f.needs_package or (f.error and not f.needs_map_location)
               or (f.parity is not None and not f.parity.passed)]
     tagged = [f for f in result.formats if f.needs_map_location]
     if broken or not result.torchferry_absent:
-        result.status = "fail"
+        result.status = ResultStatus.FAIL
     elif tagged:
-        result.status = "conditions"
+        result.status = ResultStatus.CONDITIONS
     else:
-        result.status = "pass"
+        result.status = ResultStatus.PASS
     if not result.torchferry_absent:
         result.notes.append("torchferry was imported while loading: the model code depends on it")
     return result
 
 
-def check(outdir: Path, saved: dict, architecture: dict, target_outputs: dict, cfg: dict, ref_device: str,
-          timeout: float) -> ExitResult:
-    """Reload every saved format on ``ref_device`` in a torchferry-free process and judge it."""
+def check(outdir: Path, saved: dict, architecture: dict, target_outputs: dict, cfg: CheckConfig) -> ExitResult:
+    """Reload every saved format on the reference device in a torchferry-free process and judge it."""
     exit_dir = outdir / "exit"
-    spec = {"device": ref_device, "dtype": cfg["dtype"], "architecture": architecture, "exit_dir": str(exit_dir),
+    spec = {"device": cfg.ref, "dtype": cfg.dtype, "architecture": architecture, "exit_dir": str(exit_dir),
             "eval_batch": str(exit_dir / "eval_batch.pt"),
             "formats": {k: v["path"] for k, v in saved.items() if "error" not in v}}
-    summary, loaded = run_loader(spec, exit_dir, timeout)
-    return judge(summary, loaded, saved, target_outputs, cfg, ref_device)
+    summary, loaded = run_loader(spec, exit_dir, cfg.timeout)
+    return judge(summary, loaded, saved, target_outputs, cfg)

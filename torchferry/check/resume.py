@@ -7,7 +7,7 @@ must match the uninterrupted one (allclose at the parity tolerance; exact equali
 
 from __future__ import annotations
 
-from torchferry.check.results import ResumeResult
+from torchferry.report.check import ResultStatus, ResumeResult
 
 
 def judge(uninterrupted: list[float], resumed: dict, tol: float) -> ResumeResult:
@@ -15,13 +15,13 @@ def judge(uninterrupted: list[float], resumed: dict, tol: float) -> ResumeResult
     expected, got = uninterrupted[step:], resumed["losses"]
     result = ResumeResult(saved_at_step=step, uninterrupted=expected, resumed=got)
     if len(expected) != len(got) or not got:
-        result.status = "fail"
+        result.status = ResultStatus.FAIL
         result.notes.append(f"resumed run has {len(got)} losses, the uninterrupted one {len(expected)} after step {step}")
         return result
     diffs = [abs(a - b) for a, b in zip(expected, got)]
     result.max_abs_diff, result.exact = max(diffs), all(d == 0 for d in diffs)
     close = all(d <= tol + tol * abs(a) for d, a in zip(diffs, expected))
-    result.status = "pass" if close else "fail"
+    result.status = ResultStatus.PASS if close else ResultStatus.FAIL
     if not close:
         worst = diffs.index(result.max_abs_diff)
         result.notes.append(f"resumed loss leaves tolerance {tol:g} at step {step + worst + 1}: "

@@ -1,331 +1,293 @@
-"""Runs each device in its own subprocess and assembles the one result model.
+"""Runs each device in its own worker process and fills the one result model as results arrive.
 
 Order: reference worker (timed run, second run for determinism, fp64 golden run), target
 worker (timed run, mid-run resume checkpoint, exit checkpoints), steady-state repetitions
 interleaved across the two live workers, a fresh target process that resumes, then the
-torchferry-free exit loader. Results are kept as they arrive, so whatever was measured
-before a failure is still in the report.
+torchferry-free exit loader. Each phase's result goes into the report the moment it arrives,
+so whatever ends the run, everything measured before is in the report. ``phase`` says what
+was in progress.
 
-Under ``--nproc N`` the target is N worker processes, one DDP rank each, spoken to as a
-group: every command goes to all ranks, and a rank that fails or stops answering fails the
-group within a grace period instead of leaving the others waiting.
+Under ``--nproc N`` (or ``--nnodes``) the target is one ``torch.distributed.run`` launcher
+(torchferry.harness.launch) whose ranks are spoken to as a group: every command goes to rank 0,
+which broadcasts it, and a rank that fails or stops answering fails the group within a grace
+period instead of leaving the others waiting.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import queue
-import socket
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from torchferry.check import cost, exit as exit_mod, parity, resume, timing
-from torchferry.check.results import CheckReport
+from torchferry.check import cost, exit as exit_mod, resume, timing
+from torchferry.check.config import CheckConfig
 from torchferry.errors import (
     DeviceOutOfMemoryError,
     DeviceUnavailableError,
     FerryError,
-    MissingDependencyError,
-    NonFiniteError,
     StepTimeoutError,
     UsageError,
     WorkloadError,
+    from_kind,
 )
+from torchferry.harness import launch, parity
+from torchferry.harness.modes import Mode
+from torchferry.harness.prices import load_prices
+from torchferry.harness.protocol import WorkerProcess, python_module, worker_env
+from torchferry.report.check import CheckReport, ParityStatus, ResultStatus, TimingStatus
+from torchferry.report.meta import Failure
 
-ROOT = Path(__file__).resolve().parents[2]
+WORKER = "torchferry.check.worker"
 GRACE_S = 10.0  # after one rank fails, how long the others get to report (a dead peer breaks their collectives)
 
-ERRORS: dict[str, type[FerryError]] = {
-    "device": DeviceUnavailableError,
-    "dependency": MissingDependencyError,
-    "usage": UsageError,
-    "oom": DeviceOutOfMemoryError,
-    "nonfinite": NonFiniteError,
-    "workload": WorkloadError,
-}
+
+def to_error(label: str, device: str, event: dict) -> FerryError:
+    """The typed error for a worker's failure event."""
+    if event["event"] == "crash":
+        code = event.get("returncode")
+        return WorkloadError(f"the {label} process on {device!r} died (exit status {code}) before reporting: "
+                             f"{event['message']}")
+    message = f"on the {label} device {device!r}: {event['message']}"
+    if event["kind"] == DeviceOutOfMemoryError.slug:
+        message += ". Use a smaller --size or --batch-size."
+    return from_kind(event["kind"], message, event.get("traceback"))
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now, for a process group's rendezvous."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+class Group:
+    """The target's ranks in one launcher (or one plain worker when the world is 1)."""
 
+    def __init__(self, proc: WorkerProcess, device: str, ranks: int, timeout: float) -> None:
+        self.proc, self.device, self.ranks, self.timeout = proc, device, ranks, timeout
 
-class Worker:
-    """One device's subprocess, spoken to in JSON lines; its stderr goes to ``<outdir>/<name>.log``.
+    def label(self, rank: int) -> str:
+        return self.proc.label if self.ranks == 1 else f"{self.proc.label} rank {rank}"
 
-    With ``world`` > 1 it is rank ``rank`` of a process group that rendezvous at 127.0.0.1:``port``,
-    with torchrun's environment variables set.
-    """
-
-    def __init__(self, role: str, device: str, cfg: dict, outdir: Path, timeout: float, progress: Callable[[str], None],
-                 rank: int = 0, world: int = 1, port: int = 0):
-        self.role, self.device, self.timeout, self.progress = role, device, timeout, progress
-        self.rank, self.label = rank, role if world == 1 else f"{role} rank {rank}"
-        name = role if world == 1 else f"{role}.rank{rank}"
-        job = outdir / f"job-{name}.json"
-        job.write_text(json.dumps({"role": role, "device": device, "config": cfg, "outdir": str(outdir),
-                                   "rank": rank, "world": world}))
-        self.log = outdir / f"{name}.log"
-        env = dict(os.environ)
-        if world > 1:
-            env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-        env["TORCHFERRY_T0"] = repr(time.time())
-        with open(self.log, "w") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "torchferry.check.worker", str(job)], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=log, text=True, env=env, cwd=outdir)
-        self.events: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        for line in self.proc.stdout:
-            try:
-                self.events.put(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        self.events.put(None)
-
-    def wait(self, *wanted: str, within: float | None = None) -> dict | None:
-        """The next event among ``wanted``, an ``error``, or a ``crash`` if the process died.
-
-        With ``within``, None when nothing came in that many seconds; without, the worker's
-        timeout applies and expiring it kills the worker.
-        """
-        deadline = time.monotonic() + (self.timeout if within is None else within)
-        while True:
-            try:
-                event = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                if within is not None:
-                    return None
-                self.kill()
-                raise StepTimeoutError(
-                    f"the {self.label} worker on {self.device!r} gave no result within {self.timeout:g} s. Raise --timeout, "
-                    f"or use a smaller --size/--steps; its log is {self.log}."
-                ) from None
-            if event is None:
-                code = self.proc.wait()
-                tail = self.log.read_text().strip().splitlines()[-3:]
-                signal = f" (signal {-code})" if code < 0 else ""
-                return {"event": "crash", "returncode": code,
-                        "message": f"{' | '.join(tail) or 'no output'}{signal}; full log: {self.log}"}
-            if event["event"] == "progress":
-                self.progress(f"[{self.label} {self.device}] {event['msg']}")
-            elif event["event"] in wanted or event["event"] == "error":
-                return event
-
-    def send(self, **command: Any) -> None:
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                self.send(cmd="quit")
-                self.proc.stdin.close()
-                self.proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                self.kill()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-
-def gather(workers: list[Worker], *wanted: str) -> tuple[list[dict], tuple[Worker, dict] | None]:
-    """Each worker's next event among ``wanted``, and the group's failure if any: (worker, event).
-
-    The failure is a rank that died, else the first to fail, its message followed by every other rank's state;
-    ranks still silent ``GRACE_S`` after it (hung, not dead) are killed and said so. With one
-    worker this is ``Worker.wait``.
-    """
-    if len(workers) == 1:
-        event = workers[0].wait(*wanted)
-        return [event], None if event["event"] in wanted else (workers[0], event)
-    events: dict[int, dict] = {}
-    first: Worker | None = None
-    deadline = time.monotonic() + workers[0].timeout
-    while len(events) < len(workers):
-        for w in workers:
-            if w.rank not in events and (event := w.wait(*wanted, within=0.05)) is not None:
-                events[w.rank] = event
-                if first is None and event["event"] not in wanted:
-                    first, deadline = w, min(deadline, time.monotonic() + GRACE_S)
-        if time.monotonic() > deadline:
-            silent = [w for w in workers if w.rank not in events]
-            for w in silent:
-                w.kill()
-            if first is None:
-                raise StepTimeoutError(
-                    f"{', '.join(w.label for w in silent)} on {workers[0].device!r} gave no result within "
-                    f"{workers[0].timeout:g} s. Raise --timeout, or use a smaller --size/--steps; logs: "
-                    f"{', '.join(str(w.log) for w in silent)}.")
-            for w in silent:
-                events[w.rank] = {"event": "hang", "message": f"no answer {GRACE_S:g} s after {first.label} failed; killed"}
-    ordered = [events[w.rank] for w in workers]
-    if first is None:
-        return ordered, None
-    cause = next((w for w in workers if events[w.rank]["event"] == "crash"), first)  # a dead rank fails its peers
-    others = "; ".join(f"{w.label}: {state(events[w.rank])}" for w in workers if w is not cause)
-    return ordered, (cause, {**events[cause.rank], "message": f"{events[cause.rank]['message']} [other ranks: {others}]"})
+    def gather(self, *wanted: str, phase: str) -> list[dict]:
+        """Each rank's next event among ``wanted``; a typed error naming the failed rank and every other rank's state."""
+        if self.ranks == 1:
+            event = self.proc.wait(*wanted, timeout=self.timeout, phase=phase)
+            if event["event"] not in wanted:
+                raise to_error(self.label(0), self.device, event)
+            return [event]
+        events: dict[int, dict] = {}
+        first: int | None = None
+        deadline = time.monotonic() + self.timeout
+        while len(events) < self.ranks:
+            for rank in range(self.ranks):
+                if rank not in events and (event := self.proc.poll(*wanted, within=0.05, rank=rank)) is not None:
+                    events[rank] = event
+                    if first is None and event["event"] not in wanted:
+                        first, deadline = rank, min(deadline, time.monotonic() + GRACE_S)
+            if time.monotonic() > deadline:
+                silent = [r for r in range(self.ranks) if r not in events]
+                self.proc.kill()
+                if first is None:
+                    raise StepTimeoutError(
+                        f"{', '.join(self.label(r) for r in silent)} on {self.device!r} gave no result within "
+                        f"{self.timeout:g} s ({phase}); the launcher's process group was killed. Raise --timeout, or "
+                        f"use a smaller --size/--steps; log: {self.proc.log}.")
+                for r in silent:
+                    events[r] = {"event": "hang", "message": f"no answer {GRACE_S:g} s after {self.label(first)} failed; killed"}
+        if first is None:
+            return [events[r] for r in range(self.ranks)]
+        codes, root = launch.exit_codes(self.proc.log)
+        for rank, event in events.items():
+            if event["event"] == "crash":
+                event["returncode"] = codes.get(rank, event.get("returncode"))
+        crashed = [r for r in range(self.ranks) if events[r]["event"] == "crash"]
+        cause = root if root in crashed else crashed[0] if crashed else first  # a dead rank fails its peers
+        others = "; ".join(f"{self.label(r)}: {state(events[r])}" for r in range(self.ranks) if r != cause)
+        raise to_error(self.label(cause), self.device, {**events[cause],
+                                                        "message": f"{events[cause]['message']} [other ranks: {others}]"})
 
 
 def state(event: dict) -> str:
     """One rank's outcome in a few words, for a group failure's message."""
-    if event["event"] in ("crash", "hang"):
-        return f"died (exit status {event['returncode']})" if event["event"] == "crash" else event["message"]
+    if event["event"] == "crash":
+        return f"died (exit status {event.get('returncode')})"
+    if event["event"] == "hang":
+        return event["message"]
     if event["event"] == "error":
         return f"{event['type']}: {event['message'].splitlines()[0] if event['message'] else ''}"
     return "finished"
 
 
-def to_error(role: str, device: str, event: dict) -> FerryError:
-    """The typed error for a worker's failure event."""
-    if event["event"] == "crash":
-        return WorkloadError(f"the {role} process on {device!r} died (exit status {event['returncode']}) before "
-                             f"reporting: {event['message']}")
-    cls = ERRORS.get(event["kind"], WorkloadError)
-    message = f"on the {role} device {device!r}: {event['message']}"
-    if event["kind"] == "oom":
-        message += ". Use a smaller --size or --batch-size."
-    if issubclass(cls, WorkloadError):
-        return cls(message, event.get("traceback"))
-    return cls(message)
-
-
 class Runner:
-    """Fills ``report`` step by step; raises a FerryError (report kept) when a step cannot go on."""
+    """Fills ``report`` phase by phase; raises a FerryError (report kept) when a phase cannot go on."""
 
-    def __init__(self, report: CheckReport, outdir: Path, progress: Callable[[str], None]):
-        self.report, self.outdir, self.progress = report, outdir.resolve(), progress
-        self.outdir.mkdir(parents=True, exist_ok=True)  # job files, worker logs, tensors and checkpoints
-        self.cfg = report.config
-        self.timeout = float(self.cfg["timeout"])
+    def __init__(self, report: CheckReport, cfg: CheckConfig, note: Callable[[str], None]) -> None:
+        self.report, self.cfg, self.note = report, cfg, note
+        self.workdir = cfg.workdir  # job files, worker logs, tensors and checkpoints
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.phase = "start"
+        self.live: list[WorkerProcess] = []
 
-    def note(self, message: str) -> None:
-        self.report.progress.append(message)
-        self.progress(message)
+    def progress(self, role: str, rank: int, message: str) -> None:
+        device = self.cfg.ref if role == "ref" else self.cfg.target
+        ranks = f" rank {rank}" if role == "target" and self.cfg.nproc * self.cfg.nnodes > 1 else ""
+        self.note(f"[{role}{ranks} {device}] {message}")
 
-    def start(self, role: str, device: str) -> tuple[Worker, dict]:
-        worker = Worker(role, device, self.cfg, self.outdir, self.timeout, self.note)
-        return worker, worker.wait("result")
+    def spawn(self, role: str, device: str) -> Group:
+        """A worker for ``role`` on ``device``: one process, or the target's launcher with its ranks."""
+        job = self.workdir / f"job-{role}.json"
+        tensors = self.workdir / f"{role}.pt"
+        tensors.unlink(missing_ok=True)
+        job.write_text(json.dumps({"role": role, "device": device, "config": self.cfg.to_dict(),
+                                   "outdir": str(self.workdir), "tensors": str(tensors)}))
+        world = self.cfg.nproc * self.cfg.nnodes if role == "target" else 1
+        if world == 1:
+            argv, launcher = python_module(WORKER, str(job)), False
+        else:
+            argv = [*launch.launcher_args(self.cfg.nproc, self.cfg.nnodes, self.cfg.rdzv_endpoint), "-m", WORKER, str(job)]
+            launcher = True
+            if self.cfg.nnodes > 1:
+                self.note(f"target: waiting for {self.cfg.nnodes - 1} more node(s); on node K (1..{self.cfg.nnodes - 1}) "
+                          f"run: {launch.other_node_command(self.cfg.nproc, self.cfg.nnodes, self.cfg.rdzv_endpoint, WORKER, job)}")
+        proc = WorkerProcess("reference" if role == "ref" else role, argv, self.workdir / f"{role}.log", env=worker_env(),
+                             cwd=self.workdir, ranks=range(self.cfg.nproc if launcher else 1), launcher=launcher,
+                             on_progress=lambda _label, rank, message: self.progress(role, rank, message))
+        self.live.append(proc)
+        return Group(proc, device, self.cfg.nproc if launcher else 1, self.cfg.timeout)
 
-    def start_target(self) -> tuple[list[Worker], list[dict], tuple[Worker, dict] | None]:
-        """The target's ``--nproc`` ranks (one plain worker when 1): workers, result events, failure."""
-        nproc, port = self.cfg["nproc"], free_port() if self.cfg["nproc"] > 1 else 0
-        ranks = [Worker("target", self.cfg["target"], self.cfg, self.outdir, self.timeout, self.note, rank, nproc, port)
-                 for rank in range(nproc)]
-        return ranks, *gather(ranks, "result")
+    def close_all(self) -> None:
+        """Stop every worker still running (their process groups), whatever ended the run."""
+        for proc in self.live:
+            proc.close(grace=10)
+        self.live.clear()
 
     def run(self) -> None:
-        import torch
-
-        ref_dev, target_dev, nproc = self.cfg["ref"], self.cfg["target"], self.cfg["nproc"]
-        self.note(f"reference {ref_dev}: starting")
-        ref, ref_event = self.start("ref", ref_dev)
-        workers = [ref]
+        cfg = self.cfg
         try:
-            if ref_event["event"] != "result":
-                raise to_error("reference", ref_dev, ref_event)
-            ref_summary = ref_event["data"]
-            self.note(f"target {target_dev}: starting" + (f" {nproc} DDP ranks" if nproc > 1 else ""))
-            ranks, target_events, failure = self.start_target()
-            workers += ranks
-            if failure is not None:
-                self.target_failed(*failure, ref_summary)
+            self.phase = "reference"
+            self.note(f"reference {cfg.ref}: starting")
+            ref = self.spawn("ref", cfg.ref)
+            ref_summary = ref.gather("result", phase="reference run")[0]["data"]
+            self.report.timing = timing.summarise(timing.device_timing(cfg.ref, ref_summary["timing"], []), None)
+            self.check_split(ref_summary.get("batch_rows"))
+            self.phase = "target"
+            world = cfg.nproc * cfg.nnodes
+            self.note(f"target {cfg.target}: starting" + (f" {world} DDP ranks" if world > 1 else ""))
+            target = self.spawn("target", cfg.target)
+            try:
+                target_events = target.gather("result", phase="target run")
+            except (DeviceUnavailableError, DeviceOutOfMemoryError, UsageError, StepTimeoutError):
+                raise
+            except FerryError as error:  # the target fails where the reference ran: a finding
+                self.target_failed(error, ref_summary)
                 return
             target_summary = target_events[0]["data"]
-            steady = self.interleave({"ref": [ref], "target": ranks})
+            self.set_timing(ref_summary, target_events, None)
+            self.phase = "steady state"
+            steady = self.interleave({"ref": ref, "target": target})
+            self.set_timing(ref_summary, target_events, steady)
         finally:
-            for w in workers:
-                w.close()
-        flops = {"flops_per_step": ref_summary["timing"].get("flops_per_step")}
+            self.close_all()
+        self.phase = "parity"
+        ref_tensors = self.load_tensors("ref")
+        target_tensors = self.load_tensors("target")
+        self.report.parity = parity.judge(cfg.mode, cfg.tolerance, ref_tensors, target_tensors, ref_summary.get("determinism"))
+        self.note(f"parity: {self.report.parity.status}")
+        self.phase = "cost"
+        self.report.cost = cost.estimate(self.report.timing, cfg.cost, load_prices(cfg.cost.prices))
+        self.phase = "resume"
+        self.check_resume(target_tensors)
+        self.phase = "exit"
+        self.check_exit(target_summary["exit"], target_tensors["eval_outputs"])
+        self.phase = "done"
+
+    def load_tensors(self, role: str) -> dict:
+        """A worker's tensors, from the path this runner chose, loaded without unpickling code."""
+        import torch
+
+        return torch.load(self.workdir / f"{role}.pt", weights_only=True)
+
+    def check_split(self, rows: int | None) -> None:
+        """The batch must split into equal shards over the target's ranks: checked before any target worker starts."""
+        world = self.cfg.nproc * self.cfg.nnodes
+        if world > 1 and rows is not None and rows % world:
+            raise UsageError(f"the batch size {rows} does not split into --nproc {world} equal shards. "
+                             f"Pass a --batch-size that is a multiple of {world}.")
+
+    def set_timing(self, ref_summary: dict, target_events: list[dict], steady: dict | None) -> None:
+        cfg, flops = self.cfg, {"flops_per_step": ref_summary["timing"].get("flops_per_step")}
+        steady = steady or {"ref": [[]], "target": [[] for _ in target_events]}
+        target_summary = target_events[0]["data"]
+        world = cfg.nproc * cfg.nnodes
         self.report.timing = timing.summarise(
-            timing.device_timing(ref_dev, ref_summary["timing"], steady["ref"][0]),
-            timing.device_timing(target_dev, {**target_summary["timing"], **flops}, steady["target"][0],
-                                 rank=0 if nproc > 1 else None),
+            timing.device_timing(cfg.ref, ref_summary["timing"], steady["ref"][0]),
+            timing.device_timing(cfg.target, {**target_summary["timing"], **flops}, steady["target"][0],
+                                 rank=0 if world > 1 else None),
         )
-        if nproc > 1:
+        if world > 1:
             self.report.timing.ranks = [
                 timing.device_timing(event["data"]["device"], {**event["data"]["timing"], **flops}, times, rank=rank)
                 for rank, (event, times) in enumerate(zip(target_events, steady["target"]))]
             self.report.timing.notes.append(
-                f"target: DDP over {nproc} processes, each on 1/{nproc} of every batch; its figures are rank 0's "
-                "(ranks meet at every step's gradient all-reduce), each rank's are listed per rank")
-        ref_tensors = torch.load(ref_summary["tensors"], weights_only=False)
-        target_tensors = torch.load(target_summary["tensors"], weights_only=False)
-        self.report.parity = parity.judge(self.cfg, ref_tensors, target_tensors, ref_summary.get("determinism"))
-        self.note(f"parity: {self.report.parity.status}")
-        self.report.cost = cost.estimate(self.report.timing, self.cfg, cost.load_prices(self.cfg.get("prices")))
-        self.check_resume(target_tensors)
-        self.check_exit(target_summary["exit"], target_tensors["eval_outputs"])
+                f"target: DDP over {world} processes (torch.distributed.run), each on 1/{world} of every batch; its "
+                f"figures are rank 0's (ranks meet at every step's gradient all-reduce), each local rank's are listed")
+        if not any(steady["ref"]):
+            self.report.timing.status = TimingStatus.PARTIAL
 
-    def target_failed(self, worker: Worker, event: dict, ref_summary: dict) -> None:
-        """A target that fails where the reference ran is a finding (no-go), except OOM and a missing device."""
-        error = to_error(worker.label, worker.device, event)
-        if isinstance(error, (DeviceUnavailableError, DeviceOutOfMemoryError, UsageError)):
-            raise error
-        kind = "non_finite" if event.get("kind") == "nonfinite" else "fail_to_run"
+    def target_failed(self, error: FerryError, ref_summary: dict) -> None:
+        """A target that fails where the reference ran is a finding (no-go), not a stopped run."""
+        kind = ParityStatus.NON_FINITE if error.slug == "non-finite" else ParityStatus.FAIL_TO_RUN
         self.report.parity.status = kind
         self.report.parity.notes.append(str(error))
-        partial = timing.device_timing(self.cfg["target"], event.get("timing") or {}, [])
-        self.report.timing = timing.summarise(timing.device_timing(self.cfg["ref"], ref_summary["timing"], []), partial)
-        self.report.timing.status = "partial"
-        self.report.failure = {"kind": kind, "message": str(error), "traceback": event.get("traceback")}
+        self.report.timing = timing.summarise(timing.device_timing(self.cfg.ref, ref_summary["timing"], []),
+                                              timing.device_timing(self.cfg.target, {}, []))
+        self.report.timing.status = TimingStatus.PARTIAL
+        self.report.failure = Failure(kind=str(kind), message=str(error), exit_status=3, phase=self.phase, finding=True,
+                                      traceback=getattr(error, "user_traceback", None), log=str(self.workdir / "target.log"))
         self.note(f"target failed: {error}")
 
-    def interleave(self, groups: dict[str, list[Worker]]) -> dict[str, list[list[list[float]]]]:
+    def interleave(self, groups: dict[str, Group]) -> dict[str, list[list[list[float]]]]:
         """Steady-state repetitions, alternating devices each round (ABBA) to share drift and load.
 
         Returns role -> rank -> rounds of times; all ranks of a role step together.
         """
-        steady = {role: [[] for _ in ranks] for role, ranks in groups.items()}
-        rounds, reps = self.cfg["rounds"], self.cfg["reps"]
+        steady = {role: [[] for _ in range(group.ranks)] for role, group in groups.items()}
+        rounds, reps = self.cfg.rounds, self.cfg.reps
         self.note(f"steady state: {rounds} interleaved rounds x {reps} repetitions")
         order = list(groups)
         for r in range(rounds):
             for role in order if r % 2 == 0 else order[::-1]:
-                for worker in groups[role]:
-                    worker.send(cmd="steady", reps=reps, offset=r * reps)
-                events, failure = gather(groups[role], "steady")
-                if failure is not None:
-                    raise to_error(failure[0].label, failure[0].device, failure[1])
-                for rank, event in enumerate(events):
+                groups[role].proc.send(cmd="steady", reps=reps, offset=r * reps)
+                for rank, event in enumerate(groups[role].gather("steady", phase=f"steady-state round {r + 1}")):
                     steady[role][rank].append(event["times"])
         return steady
 
     def check_resume(self, target_tensors: dict) -> None:
-        if self.cfg["mode"] != "training":
-            self.report.resume.notes.append(f"resume applies to training; mode is {self.cfg['mode']}")
+        cfg = self.cfg
+        if cfg.mode != Mode.TRAIN:
+            self.report.resume.notes.append(f"resume applies to train; mode is {cfg.mode}")
             return
-        self.note(f"resume: fresh {self.cfg['target']} process from the step-{self.cfg['resume_step']} checkpoint")
-        worker, event = self.start("resume", self.cfg["target"])
-        worker.close()
-        if event["event"] != "result":
-            self.report.resume.status = "fail"
-            self.report.resume.notes.append(str(to_error("resume", self.cfg["target"], event)))
+        self.note(f"resume: fresh {cfg.target} process from the step-{cfg.resume_step} checkpoint")
+        worker = self.spawn("resume", cfg.target)
+        try:
+            event = worker.gather("result", phase="resume")[0]
+        except (StepTimeoutError, DeviceUnavailableError, DeviceOutOfMemoryError):
+            raise
+        except FerryError as error:
+            self.report.resume.status = ResultStatus.FAIL
+            self.report.resume.notes.append(str(error))
             return
-        tol = parity.tolerance(self.cfg["mode"], self.cfg["dtype"], self.cfg.get("tol"))
-        self.report.resume = resume.judge(target_tensors["run"]["losses"], event["data"]["resume"], tol)
+        finally:
+            self.close_all()
+        self.report.resume = resume.judge(target_tensors["run"]["losses"], event["data"]["resume"], cfg.tolerance.tol)
         self.note(f"resume: {self.report.resume.status}")
 
     def check_exit(self, target_exit: dict, eval_outputs: dict) -> None:
-        self.note(f"exit: reloading {len(target_exit['saved'])} formats on {self.cfg['ref']} without torchferry")
+        self.note(f"exit: reloading {len(target_exit['saved'])} formats on {self.cfg.ref} without torchferry")
         try:
-            self.report.exit = exit_mod.check(self.outdir, target_exit["saved"], target_exit["architecture"], eval_outputs,
-                                              self.cfg, self.cfg["ref"], self.timeout)
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            self.report.exit.status = "fail"
+            self.report.exit = exit_mod.check(self.workdir, target_exit["saved"], target_exit["architecture"], eval_outputs,
+                                              self.cfg)
+        except (RuntimeError, StepTimeoutError) as exc:
+            self.report.exit.status = ResultStatus.FAIL
             self.report.exit.notes.append(f"the exit loader failed: {exc}")
         self.note(f"exit: {self.report.exit.status}")
 
+
+def log_path(cfg: CheckConfig) -> Path:
+    """The run's own log: progress lines, and the traceback of an internal error."""
+    return cfg.workdir / "ferry.log"

@@ -1,7 +1,7 @@
 """Full time: cold start, import and load, first call, warm-up curve, interleaved steady state.
 
 Every step is measured by the worker between two explicit device synchronisations
-(``devices.synchronize``). The steady state comes from repetitions interleaved across
+(``torchferry.harness.devices.synchronize``). The steady state comes from repetitions interleaved across
 the two devices' processes (ref, target, target, ref, ...) so that frequency scaling and
 load changes hit both sides, as the dynamo benchmarks do. The headline is time to N steps
 from process start, compilation and warm-up included.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 
-from torchferry.check.results import NOT_RUN, DeviceTiming, TimingResult
+from torchferry.report.check import DeviceTiming, TimingResult, TimingStatus
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -47,7 +47,9 @@ def device_timing(device: str, worker_timing: dict, steady: list[list[float]], r
 
 
 def summarise(ref: DeviceTiming | None, target: DeviceTiming | None) -> TimingResult:
-    result = TimingResult(status=NOT_RUN if ref is None or target is None else "measured", ref=ref, target=target)
+    status = TimingStatus.MEASURED if ref is not None and target is not None else (
+        TimingStatus.PARTIAL if ref is not None or target is not None else TimingStatus.NOT_RUN)
+    result = TimingResult(status=status, ref=ref, target=target)
     if ref and target:
         if ref.time_to_n_s and target.time_to_n_s:
             result.speedup_time_to_n = ref.time_to_n_s / target.time_to_n_s

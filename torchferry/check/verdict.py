@@ -1,9 +1,14 @@
-"""The verdict: go, go-with-conditions or no-go, with the reason per result."""
+"""The verdict: go, go-with-conditions or no-go, with the reason per result.
+
+A run that something other than a finding ended (a timeout, Ctrl-C, an error, a bug) is
+``stopped``: the results measured so far keep their own verdicts, but no overall decision
+is made from a part of the evidence.
+"""
 
 from __future__ import annotations
 
-from torchferry.check import parity as parity_mod
-from torchferry.check.results import CONDITIONS, GO, NO_GO, NOT_RUN, CheckReport, VerdictItem
+from torchferry.report.check import CONDITIONS, GO, NO_GO, NOT_RUN, STOPPED, CheckReport, VerdictItem
+from torchferry.report.comparison import describe
 
 
 def _parity(report: CheckReport) -> VerdictItem:
@@ -17,13 +22,13 @@ def _parity(report: CheckReport) -> VerdictItem:
     where = ""
     if p.first_divergent_module is not None:
         m = p.first_divergent_module
-        where = f"; first divergent module {m.name} ({parity_mod.describe(m)})"
+        where = f"; first divergent module {m.name} ({describe(m)})"
     return VerdictItem("parity", NO_GO, f"{p.status}: {p.notes[0] if p.notes else ''}{where}")
 
 
 def _timing(report: CheckReport) -> VerdictItem:
     t = report.timing
-    if t.status != "measured" or t.target is None or t.target.time_to_n_s is None:
+    if t.status != "measured" or t.ref is None or t.target is None or t.target.time_to_n_s is None:
         return VerdictItem("time", NOT_RUN, "not measured to the end")
     conditions = []
     if t.speedup_time_to_n is not None and t.speedup_time_to_n < 1:
@@ -74,8 +79,12 @@ def _cost(report: CheckReport) -> VerdictItem:
 def decide(report: CheckReport) -> None:
     """Fill ``report.verdicts`` and ``report.verdict``: no-go if any result is no-go, conditions if any is not go."""
     items = [_parity(report), _timing(report), _resume(report), _exit(report), _cost(report)]
+    if report.failure and not report.failure.finding:
+        items.append(VerdictItem("run", STOPPED, f"stopped: {report.failure.kind}: {report.failure.message}"))
+        report.verdicts, report.verdict = items, STOPPED
+        return
     if report.failure:
-        items.append(VerdictItem("run", NO_GO, report.failure["message"]))
+        items.append(VerdictItem("run", NO_GO, report.failure.message))
     report.verdicts = items
     decided = [i.verdict for i in items if i.verdict != NOT_RUN]
     if NO_GO in decided:

@@ -1,17 +1,18 @@
 """One device's side of `ferry check`, run in its own process: `python -m torchferry.check.worker JOB.json`.
 
 A crash here (segfault, abort, OOM kill) ends this process only; the runner reports it.
-Protocol: JSON lines on the original stdout (the user's prints are sent to stderr, which the
-runner keeps in a log); commands arrive as JSON lines on stdin after the main job. Tensors go
-to ``<outdir>/<role>.pt`` on the CPU. Wall-clock times are relative to ``TORCHFERRY_T0``, the
-runner's clock just before it spawned this process.
+It speaks the harness's worker protocol (torchferry.harness.protocol): JSON events on the
+original stdout (the user's prints go to stderr, the runner's log), commands as JSON lines on
+stdin after the main job. Tensors go, on the CPU, to the path the runner chose (``job["tensors"]``),
+holding only tensors and plain containers so that the runner loads them with ``weights_only=True``.
+Wall-clock times are relative to ``TORCHFERRY_T0``, the runner's clock just before the spawn.
 
-Under ``--nproc N`` the runner starts N target workers, one rank each (``rank``/``world`` in
-the job, torchrun's variables in the environment). They join the device's default
+Under ``--nproc N`` the runner starts the target with ``torch.distributed.run``, which sets
+``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and the rendezvous. Ranks join the device's default
 process-group backend, train one DistributedDataParallel model, each on its 1/N shard of
 every batch, and average the loss over ranks, so the run equals one process on the global
-batch. Rank 0 speaks for the group (tensors, checkpoints, exit formats); every rank reports
-its own timings.
+batch. Rank 0 speaks for the group (tensors, checkpoints, exit formats) and reads the
+runner's commands; every rank reports its own timings.
 """
 
 from __future__ import annotations
@@ -21,29 +22,16 @@ import json
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
+from torchferry.check.config import CheckConfig
+from torchferry.errors import NonFiniteError, UsageError
+from torchferry.harness.modes import Mode
+from torchferry.harness.worker import Channel, run_case
+
 T_MAIN = time.time()
 ROLE_ENV = "TORCHFERRY_CHECK_ROLE"  # "ref" | "target" | "resume": visible to workloads, for test fixtures
-
-
-class Channel:
-    """The protocol stream: the real stdout, kept apart from anything the workload prints."""
-
-    def __init__(self) -> None:
-        self.stream = os.fdopen(os.dup(1), "w", buffering=1)
-        os.dup2(2, 1)
-
-    def send(self, event: str, **data: Any) -> None:
-        self.stream.write(json.dumps({"event": event, **data}, default=float) + "\n")
-        self.stream.flush()
-
-
-class NonFinite(Exception):
-    """NaN or Inf where a finite value was expected (step, tensor or module in the message)."""
-
 
 def _floating(x: Any) -> bool:
     return hasattr(x, "is_floating_point") and x.is_floating_point()
@@ -74,44 +62,44 @@ class Session:
     """The workload on one device: the runs, probes and saves the runner asks for."""
 
     def __init__(self, job: dict, channel: Channel) -> None:
-        self.job, self.cfg, self.channel = job, job["config"], channel
+        self.job, self.cfg, self.channel = job, CheckConfig.from_dict(job["config"]), channel
         self.t0 = float(os.environ.get("TORCHFERRY_T0", T_MAIN))
         self.outdir = Path(job["outdir"])
         self.timing: dict[str, Any] = {"python_start_s": T_MAIN - self.t0}
         self.excluded_s = 0.0  # time spent saving checkpoints inside the timed run
-        self.rank, self.world = job.get("rank", 0), job.get("world", 1)
+        self.rank, self.world = channel.rank, channel.world
 
     # -- setup -------------------------------------------------------------------------
     def setup(self) -> None:
         t = time.perf_counter()
         import torch
 
-        from torchferry.check import devices
+        from torchferry.harness import devices
         from torchferry.workloads.protocol import load_workload
 
         self.torch, self.devices = torch, devices
         self.timing["import_s"] = time.perf_counter() - t
-        self.channel.send("progress", msg=f"imported torch {torch.__version__} ({self.timing['import_s']:.1f} s)")
+        self.channel.progress(f"imported torch {torch.__version__} ({self.timing['import_s']:.1f} s)")
         self.device = devices.resolve(self.job["device"])
         if self.world > 1:
             self.join_group()
         t = time.perf_counter()
-        torch.manual_seed(self.cfg["seed"])
-        self.workload = load_workload(self.cfg["workload"], self.cfg)
-        if self.cfg["mode"] == "generation" and not self.workload.generates:
-            from torchferry.errors import UsageError
-
+        torch.manual_seed(self.cfg.seed)
+        self.workload = load_workload(self.cfg.workload, self.cfg.workload_options(), self.cfg.workload_source)
+        if self.cfg.mode == Mode.GENERATE and not self.workload.generates:
             raise UsageError(
-                f"workload {self.cfg['workload']!r} does not generate (no `generate`). Valid modes for it: "
-                "training, inference."
+                f"workload {self.cfg.workload!r} does not generate (no `generate`). Valid modes for it: train, forward."
             )
         self.pristine = self.workload.model  # CPU, initial weights: every run starts from a copy
+        first = self.workload.batch("cpu", self.cfg.seed)
+        self.batch_rows = self.rows_of(first)  # the runner checks the split over --nproc before starting the target
         if self.world > 1:
-            self.shard(self.workload.batch("cpu", self.cfg["seed"]))  # an indivisible batch fails here, on every rank
+            self.shard(first)  # an indivisible batch fails here, on every rank
         self.model = self.fresh()
+        self.counters = devices.Counters(self.device)
         devices.synchronize(self.device)
         self.timing["load_s"] = time.perf_counter() - t
-        self.channel.send("progress", msg=f"built {self.cfg['workload']} on {self.device} ({self.timing['load_s']:.1f} s)")
+        self.channel.progress(f"built {self.cfg.workload} on {self.device} ({self.timing['load_s']:.1f} s)")
 
     def join_group(self) -> None:
         """This rank's device (index LOCAL_RANK when the device has several) and the device's own backend."""
@@ -127,9 +115,14 @@ class Session:
             if hasattr(module, "set_device"):
                 module.set_device(self.device)
         backend = dist.get_default_backend_for_device(self.device.type)
-        dist.init_process_group(backend, rank=self.rank, world_size=self.world,
-                                timeout=datetime.timedelta(seconds=self.cfg["timeout"]))
-        self.channel.send("progress", msg=f"rank {self.rank} of {self.world} on {self.device}, backend {backend!r}")
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=self.cfg.timeout))  # env:// from the launcher
+        self.channel.progress(f"rank {self.rank} of {self.world} on {self.device}, backend {backend!r}")
+
+    @staticmethod
+    def rows_of(batch: Any) -> int | None:
+        """The leading dimension of the batch's first tensor: what --nproc splits."""
+        values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else [batch]
+        return next((int(t.shape[0]) for t in values if getattr(t, "shape", None)), None)
 
     def shard(self, batch: Any) -> Any:
         """This rank's equal 1/N slice (dim 0) of every tensor of ``batch``."""
@@ -137,8 +130,6 @@ class Session:
             if not hasattr(t, "shape") or not t.shape:
                 return t
             if t.shape[0] % self.world:
-                from torchferry.errors import UsageError
-
                 raise UsageError(f"the batch size {t.shape[0]} does not split into --nproc {self.world} equal shards. "
                                  f"Pass a --batch-size that is a multiple of {self.world}.")
             size = t.shape[0] // self.world
@@ -155,7 +146,7 @@ class Session:
         return model.to(self.torch.float64) if fp64 else model
 
     def batch(self, seed_offset: int, fp64: bool = False) -> Any:
-        batch = self.workload.batch(self.device, self.cfg["seed"] + seed_offset)
+        batch = self.workload.batch(self.device, self.cfg.seed + seed_offset)
         if not fp64:
             return batch
         cast = lambda t: t.to(self.torch.float64) if _floating(t) else t  # noqa: E731
@@ -168,29 +159,29 @@ class Session:
     def autocast(self, fp64: bool) -> Any:
         import contextlib
 
-        if fp64 or self.cfg["dtype"] == "float32":
+        if fp64 or self.cfg.dtype == "float32":
             return contextlib.nullcontext()
-        return self.torch.autocast(device_type=self.device.type, dtype=getattr(self.torch, self.cfg["dtype"]))
+        return self.torch.autocast(device_type=self.device.type, dtype=getattr(self.torch, self.cfg.dtype))
 
     def optimizer(self, model: Any) -> Any:
-        return self.torch.optim.AdamW(model.parameters(), lr=self.cfg["lr"])
+        return self.torch.optim.AdamW(model.parameters(), lr=self.cfg.lr)
 
     # -- one step of the mode ------------------------------------------------------------
     def step(self, model: Any, opt: Any, index: int, fp64: bool = False) -> tuple[float, Any]:
         """Run step ``index``, synchronised; returns (seconds, loss or tokens)."""
-        torch, mode = self.torch, self.cfg["mode"]
+        torch, mode = self.torch, self.cfg.mode
         batch = self.batch(index, fp64)
         if self.world > 1:
             batch = self.shard(batch)
         t = time.perf_counter()
-        if mode == "training":
+        if mode == Mode.TRAIN:
             opt.zero_grad(set_to_none=True)
             with self.autocast(fp64):
                 loss = self.workload.loss_of(self.workload.forward(model, batch), batch)
             loss.backward()
             opt.step()
             result = loss
-        elif mode == "inference":
+        elif mode == Mode.FORWARD:
             with torch.no_grad(), self.autocast(fp64):
                 result = self.workload.forward(model, batch)
         else:
@@ -200,16 +191,16 @@ class Session:
         return time.perf_counter() - t, result
 
     def generate_kwargs(self, model: Any, batch: dict) -> dict:
-        kwargs = {**batch, "max_new_tokens": self.cfg["new_tokens"], "do_sample": False}
+        kwargs = {**batch, "max_new_tokens": self.cfg.new_tokens, "do_sample": False}
         if getattr(model, "_can_compile_fullgraph", False):
             kwargs["cache_implementation"] = "static"  # where the model allows: no dynamic shapes per token
         return kwargs
 
     def units_per_step(self) -> tuple[float, str]:
-        batch = self.workload.batch("cpu", self.cfg["seed"])
+        batch = self.workload.batch("cpu", self.cfg.seed)
         ids = batch.get("input_ids") if isinstance(batch, dict) else None
-        if self.cfg["mode"] == "generation":
-            return float(ids.shape[0] * self.cfg["new_tokens"]), "tokens"
+        if self.cfg.mode == Mode.GENERATE:
+            return float(ids.shape[0] * self.cfg.new_tokens), "tokens"
         if ids is not None:
             return float(ids.numel()), "tokens"
         first = next(iter(batch.values())) if isinstance(batch, dict) else batch[0] if isinstance(batch, (tuple, list)) else batch
@@ -219,21 +210,21 @@ class Session:
     def run(self, model: Any, fp64: bool = False, primary: bool = False, start: int = 0, opt: Any = None) -> dict:
         """All steps of the mode from ``start``; the primary run also reports timings and saves checkpoints."""
         torch = self.torch
-        opt = opt or (self.optimizer(model) if self.cfg["mode"] == "training" else None)
+        opt = opt or (self.optimizer(model) if self.cfg.mode == Mode.TRAIN else None)
         record: dict[str, Any] = {"losses": [], "times": [], "grads": {}, "tokens": None}
-        for index in range(start, self.cfg["steps"]):
+        for index in range(start, self.cfg.steps):
             seconds, result = self.step(model, opt, index, fp64)
             record["times"].append(seconds)
-            if self.cfg["mode"] == "training":
+            if self.cfg.mode == Mode.TRAIN:
                 loss = self.global_loss(result)
                 if not torch.isfinite(torch.tensor(loss)):
-                    raise NonFinite(f"loss is {loss} at training step {index + 1}{self.first_nonfinite_module(index, fp64)}")
+                    raise NonFiniteError(f"loss is {loss} at training step {index + 1}{self.first_nonfinite_module(index, fp64)}")
                 record["losses"].append(loss)
                 if index == start:
                     record["grads"] = {n: p.grad for n, p in self.bare(model).named_parameters() if p.grad is not None}
                     record["grads"] = to_cpu(record["grads"])
             elif index == start:
-                if self.cfg["mode"] == "generation":
+                if self.cfg.mode == Mode.GENERATE:
                     record["tokens"] = result.detach().to("cpu")
                 else:
                     self.check_finite(flatten(result), f"step {index + 1}", index, fp64)
@@ -243,8 +234,11 @@ class Session:
         return record
 
     def bare(self, model: Any) -> Any:
-        """The workload's module inside DDP: its parameter names and state dict are the single-process ones."""
-        return getattr(model, "module", model) if self.world > 1 else model
+        """The workload's own module inside DDP and torch.compile: its parameter names and state dict are the plain
+        single-process ones (a compiled wrapper's state dict keys carry ``_orig_mod.``, which a plain model rejects)."""
+        if self.world > 1:
+            model = getattr(model, "module", model)
+        return getattr(model, "_orig_mod", model)
 
     def global_loss(self, loss: Any) -> float:
         """The loss of the whole batch: each rank's shard loss averaged over ranks (equal shards)."""
@@ -262,13 +256,13 @@ class Session:
         if index == 0:
             self.timing["first_call_s"] = seconds
             self.timing["cold_start_s"] = now
-            self.channel.send("progress", msg=f"first result after {now:.1f} s (first call {seconds * 1e3:.0f} ms)")
-        if (self.job["role"] == "target" and self.rank == 0 and self.cfg["mode"] == "training"
-                and index + 1 == self.cfg["resume_step"]):
+            self.channel.progress(f"first result after {now:.1f} s (first call {seconds * 1e3:.0f} ms)")
+        if (self.job["role"] == "target" and self.rank == 0 and self.cfg.mode == Mode.TRAIN
+                and index + 1 == self.cfg.resume_step):
             t = time.perf_counter()
             self.save_resume(self.bare(model), opt, index + 1)
             self.excluded_s += time.perf_counter() - t
-        if index + 1 == self.cfg["steps"]:
+        if index + 1 == self.cfg.steps:
             self.timing["time_to_n_s"] = now
 
     def probe(self, fp64: bool = False, model: Any = None, index: int = 0) -> dict:
@@ -298,7 +292,7 @@ class Session:
     def check_finite(self, tensors: dict, where: str, index: int, fp64: bool) -> None:
         bad = [n for n, t in tensors.items() if _floating(t) and not bool(self.torch.isfinite(t).all())]
         if bad:
-            raise NonFinite(f"output {bad[0]!r} has NaN/Inf at {where}{self.first_nonfinite_module(index, fp64)}")
+            raise NonFiniteError(f"output {bad[0]!r} has NaN/Inf at {where}{self.first_nonfinite_module(index, fp64)}")
 
     def first_nonfinite_module(self, index: int, fp64: bool) -> str:
         try:
@@ -363,7 +357,7 @@ class Session:
             attempt("optimizer state", exit_dir / "optimizer.pt", lambda p: self.torch.save(opt.state_dict(), p))
         if hasattr(model, "config") and hasattr(model.config, "to_json_file"):
             model.config.to_json_file(str(exit_dir / "config.json"))  # the architecture, for the state-dict formats
-        eval_batch = self.workload.batch("cpu", self.cfg["seed"] + 10_000)
+        eval_batch = self.workload.batch("cpu", self.cfg.eval_seed)
         self.torch.save(eval_batch, exit_dir / "eval_batch.pt")
         return saved
 
@@ -384,82 +378,42 @@ class Session:
         from torch.utils.flop_counter import FlopCounterMode
 
         model = self.fresh()
-        opt = self.optimizer(model) if self.cfg["mode"] == "training" else None
+        opt = self.optimizer(model) if self.cfg.mode == Mode.TRAIN else None
         counter = FlopCounterMode(display=False)
         with counter:
             self.step(model, opt, 0)
         return float(counter.get_total_flops())
-
-    def op_counts(self) -> dict:
-        tracker = self.devices.op_tracking(self.device)
-        if tracker is None:
-            return {}
-        fallback, executed = dict(tracker.get_fallback_ops()), dict(tracker.get_executed_ops())
-        return {"fallback": fallback, "executed_total": sum(executed.values())}
-
-    def compile_counters(self) -> dict:
-        if not self.cfg.get("compile"):
-            return {}
-        from torch._dynamo.utils import counters
-
-        found = {
-            "backend": self.cfg["compile"],
-            "graphs": int(counters["stats"].get("unique_graphs", 0)),
-            "recompilations": int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0,
-            "graph_breaks": int(sum(counters["graph_break"].values())),
-        }
-        module = self.devices.device_module(self.device)
-        if hasattr(module, "get_dynamo_metrics"):  # the device's backend reports per compiled graph
-            metrics = module.get_dynamo_metrics()
-            graphs = metrics["graphs"]
-            found.update(
-                compiled_graphs=len(graphs),
-                compile_s=sum(g["torch_neuronx_compile_us"] for g in graphs) / 1e6,
-                cache_hits=sum(g["cache"] == "hit" for g in graphs),
-                cache_misses=sum(g["cache"] == "miss" for g in graphs),
-                graph_break_reasons=metrics["graph_breaks"],
-                per_graph=[{k: g[k] for k in ("graph_name", "graph_node_count", "torch_neuronx_compile_us", "cache")}
-                           for g in graphs],
-            )
-        return found
 
     # -- jobs ----------------------------------------------------------------------------
     def main_job(self) -> dict:
         role, torch = self.job["role"], self.torch
         if role == "resume":
             return {"resume": self.resume()}
-        tracker = self.devices.op_tracking(self.device)
-        if tracker is not None:
-            tracker.clear_op_tracking()
-        self.devices.reset_peak_memory(self.device)
+        compiling = role == "target" and bool(self.cfg.compile)
+        self.counters.reset(compiling)
         model = self.model
-        if self.world > 1 and self.cfg["mode"] == "training":
+        if self.world > 1 and self.cfg.mode == Mode.TRAIN:
             from torch.nn.parallel import DistributedDataParallel
 
             model = DistributedDataParallel(model, device_ids=None)
-        if role == "target" and self.cfg.get("compile"):
-            module = self.devices.device_module(self.device)
-            if hasattr(module, "reset_dynamo_metrics"):
-                module.reset_dynamo_metrics()
-            model = torch.compile(model, backend=self.cfg["compile"])
+        if compiling:
+            model = torch.compile(model, backend=self.cfg.compile)
         primary = self.run(model, primary=True)
-        self.channel.send("progress", msg=f"{self.cfg['steps']} steps in {self.timing['time_to_n_s']:.1f} s from process start")
-        self.timing.update(
-            steps=primary["times"], peak_memory=self.devices.peak_memory(self.device), ops=self.op_counts(),
-            compile=self.compile_counters(),
-        )
+        self.channel.progress(f"{self.cfg.steps} steps in {self.timing['time_to_n_s']:.1f} s from process start")
+        self.timing.update(steps=primary["times"], peak_memory=self.counters.peak_memory(), ops=self.counters.ops(),
+                           compile=self.counters.compile(self.cfg.compile if compiling else None))
         self.timing["units_per_step"], self.timing["unit"] = self.units_per_step()
         self.live = (model, primary.pop("opt"))
+        summary: dict[str, Any] = {"timing": self.timing, "device": str(self.device), "batch_rows": self.batch_rows}
         if self.rank > 0:  # rank 0 speaks for the group; the others only time their share
-            return {"timing": self.timing, "device": str(self.device)}
+            return summary
         tensors: dict[str, Any] = {"run": primary, "probe": self.probe()}
-        summary: dict[str, Any] = {"timing": self.timing, "device": str(self.device)}
         if role == "ref":
-            self.channel.send("progress", msg="second reference run (determinism check)")
+            self.channel.progress("second reference run (determinism check)")
             again = self.run(self.fresh())
             again.pop("opt")
             summary["determinism"] = self.compare_runs(primary, again, self.probe(), tensors["probe"])
-            self.channel.send("progress", msg="float64 golden run")
+            self.channel.progress("float64 golden run")
             golden = self.run(self.fresh(fp64=True), fp64=True)
             golden.pop("opt")
             tensors["golden"] = {"run": golden, "probe": self.probe(fp64=True)}
@@ -468,12 +422,11 @@ class Session:
             summary["exit"] = {"saved": self.save_exit(self.model, self.live[1]), "architecture": self.architecture()}
             # the bare module: a DDP forward may broadcast buffers, a collective rank 0 would wait in alone
             tensors["eval_outputs"] = self.eval_outputs(self.model if self.world > 1 else self.live[0])
-        torch.save(tensors, self.outdir / f"{role}.pt")
-        summary["tensors"] = str(self.outdir / f"{role}.pt")
+        torch.save(tensors, self.job["tensors"])
         return summary
 
     def eval_outputs(self, model: Any) -> dict:
-        batch = self.workload.batch(self.device, self.cfg["seed"] + 10_000)
+        batch = self.workload.batch(self.device, self.cfg.eval_seed)
         with self.torch.no_grad(), self.autocast(False):
             return to_cpu({k: v for k, v in flatten(self.workload.forward(model, batch)).items() if _floating(v)})
 
@@ -493,48 +446,27 @@ class Session:
     def steady(self, reps: int, offset: int) -> list[float]:
         """Timed repetitions of one step, for the runner to interleave across devices."""
         model, opt = self.live
-        return [self.step(model, opt, self.cfg["steps"] + offset + i)[0] for i in range(reps)]
-
-
-def error_kind(exc: BaseException) -> str:
-    from torchferry import errors
-
-    oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", MemoryError)
-    if isinstance(exc, (MemoryError, oom)):
-        return "oom"
-    if isinstance(exc, NonFinite):
-        return "nonfinite"
-    for cls, kind in (
-        (errors.DeviceUnavailableError, "device"),
-        (errors.MissingDependencyError, "dependency"),
-        (errors.UsageError, "usage"),
-        (errors.WorkloadError, "workload"),
-    ):
-        if isinstance(exc, cls):
-            return kind
-    return "workload"
+        return [self.step(model, opt, self.cfg.steps + offset + i)[0] for i in range(reps)]
 
 
 def main(argv: list[str]) -> int:
-    channel = Channel()
     job = json.loads(Path(argv[0]).read_text())
+    channel = Channel(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)))
     os.environ[ROLE_ENV] = job["role"]
     session = Session(job, channel)
-    try:
+
+    def serve() -> None:
         session.setup()
         channel.send("result", data=session.main_job())
-        for line in sys.stdin:
-            command = json.loads(line)
+        for command in channel.commands():
             if command["cmd"] == "steady":
                 channel.send("steady", times=session.steady(command["reps"], command["offset"]))
-            else:
-                break
         if session.world > 1:
             session.torch.distributed.destroy_process_group()
-    except BaseException as exc:  # report every failure to the runner, then exit non-zero
-        tb = getattr(exc, "user_traceback", None) or traceback.format_exc()
-        channel.send("error", kind=error_kind(exc), type=type(exc).__name__, message=str(exc), traceback=tb,
-                     timing=session.timing)
+
+    outcome = run_case(serve)
+    if not outcome.ok:  # report the failure to the runner, then exit non-zero
+        channel.send("error", **outcome.error_event(), timing=session.timing)
         return 1
     return 0
 

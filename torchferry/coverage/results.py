@@ -1,9 +1,6 @@
-"""The coverage result model: row categories, the headline, and the baseline comparison.
+"""Coverage figures from rows: the summary, the headline, and the baseline comparison.
 
-``FORMAT_VERSION`` is the schema version of ``coverage.json`` and of baseline files; bump it
-with a line below on every incompatible change.
-
-- 1: first version (meta, environment, config, headline, summary, rows, baseline).
+The result model itself (rows, categories, the report) is torchferry.report.coverage.
 """
 
 from __future__ import annotations
@@ -12,14 +9,9 @@ import traceback
 from collections import Counter
 from typing import Any
 
-FORMAT_VERSION = 1
+from torchferry.report.coverage import BASELINE_VERSION, CATEGORIES, Category, Mark, Row
 
-PASS, FAIL_PARITY, FAIL_FALLBACK, FAIL_COMPILE, FAIL_RECOMPILE = (
-    "pass", "fail-parity", "fail-fallback", "fail-compile", "fail-recompile")
-ERROR, TIMEOUT, OOM, SKIPPED = "error", "timeout", "oom", "skipped"
-CATEGORIES = (PASS, FAIL_PARITY, FAIL_FALLBACK, FAIL_COMPILE, FAIL_RECOMPILE, ERROR, TIMEOUT, OOM, SKIPPED)
-MODES = ("forward", "generate", "train")
-UNCHANGED, FIXED, REGRESSED, NEW = "unchanged", "fixed", "regressed", "new"
+__all__ = ["CATEGORIES", "Category", "baseline_from", "compare_baseline", "error_signature", "headline", "summarise"]
 
 
 def error_signature(exc: BaseException) -> str:
@@ -38,34 +30,30 @@ def error_signature(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}{where}"
 
 
-def key(row: dict) -> str:
-    return f"{row['arch']}/{row['mode']}"
-
-
-def summarise(rows: list[dict], modes: list[str]) -> dict:
+def summarise(rows: list[Row], modes: list[str]) -> dict:
     """Per-mode and all-modes pass counts with their denominators; skipped rows are exclusions."""
     by_mode: dict[str, Any] = {}
     for mode in modes:
-        mine = [r for r in rows if r["mode"] == mode]
-        measured = [r for r in mine if r["category"] != SKIPPED]
+        mine = [r for r in rows if r.mode == mode]
+        measured = [r for r in mine if r.category != Category.SKIPPED]
         by_mode[mode] = {
-            "pass": sum(r["category"] == PASS for r in measured), "measured": len(measured), "rows": len(mine),
-            "excluded": sorted(r["arch"] for r in mine if r["category"] == SKIPPED),
-            "categories": dict(Counter(r["category"] for r in mine)),
+            "pass": sum(r.category == Category.PASS for r in measured), "measured": len(measured), "rows": len(mine),
+            "excluded": sorted(r.arch for r in mine if r.category == Category.SKIPPED),
+            "categories": {str(c): n for c, n in Counter(r.category for r in mine).items()},
         }
-    archs: dict[str, dict[str, str]] = {}
+    archs: dict[str, dict[str, Category]] = {}
     for r in rows:
-        archs.setdefault(r["arch"], {})[r["mode"]] = r["category"]
+        archs.setdefault(r.arch, {})[r.mode] = r.category
     complete = {a: c for a, c in archs.items() if all(m in c for m in modes)}
-    measured_all = {a: c for a, c in complete.items() if SKIPPED not in c.values()}
+    measured_all = {a: c for a, c in complete.items() if Category.SKIPPED not in c.values()}
     return {
         "modes": by_mode,
         "all_modes": {
-            "pass": sum(all(v == PASS for v in c.values()) for c in measured_all.values()),
+            "pass": sum(all(v == Category.PASS for v in c.values()) for c in measured_all.values()),
             "measured": len(measured_all), "architectures": len(archs), "complete": len(complete),
-            "excluded": sorted(a for a, c in complete.items() if SKIPPED in c.values()),
+            "excluded": sorted(a for a, c in complete.items() if Category.SKIPPED in c.values()),
         },
-        "categories": dict(Counter(r["category"] for r in rows)),
+        "categories": {str(c): n for c, n in Counter(r.category for r in rows).items()},
     }
 
 
@@ -86,32 +74,30 @@ def headline(summary: dict, device: str, compiled: str | None, versions: dict) -
     return lines
 
 
-def compare_baseline(rows: list[dict], baseline: dict) -> dict:
+def compare_baseline(rows: list[Row], baseline: dict) -> dict:
     """Mark each row unchanged / fixed / regressed / new against the expected categories."""
     expected = baseline.get("rows", {})
-    marks: dict[str, dict] = {}
+    marks: dict[str, Mark] = {}
     for r in rows:
-        k = key(r)
-        was = expected.get(k)
+        was = expected.get(r.key)
         if was is None:
-            mark = NEW
-        elif was == PASS and r["category"] != PASS:
-            mark = REGRESSED
-        elif was != PASS and r["category"] == PASS:
-            mark = FIXED
+            mark = Mark.NEW
+        elif was == Category.PASS and r.category != Category.PASS:
+            mark = Mark.REGRESSED
+        elif was != Category.PASS and r.category == Category.PASS:
+            mark = Mark.FIXED
         else:
-            mark = UNCHANGED
-        marks[k] = {"mark": mark, "expected": was, "actual": r["category"]}
-        r["baseline"] = mark
-    counts = Counter(m["mark"] for m in marks.values())
-    return {"counts": {m: counts.get(m, 0) for m in (UNCHANGED, FIXED, REGRESSED, NEW)},
-            "regressed": sorted(k for k, m in marks.items() if m["mark"] == REGRESSED),
-            "fixed": sorted(k for k, m in marks.items() if m["mark"] == FIXED),
+            mark = Mark.UNCHANGED
+        marks[r.key] = r.baseline = mark
+    counts = Counter(marks.values())
+    return {"counts": {str(m): counts.get(m, 0) for m in Mark},
+            "regressed": sorted(k for k, m in marks.items() if m == Mark.REGRESSED),
+            "fixed": sorted(k for k, m in marks.items() if m == Mark.FIXED),
             "missing": sorted(set(expected) - set(marks))}
 
 
-def baseline_from(rows: list[dict], device: str, config: dict, versions: dict) -> dict:
-    return {"format_version": FORMAT_VERSION, "device": device, "compile": config.get("compile"),
+def baseline_from(rows: list[Row], device: str, config: dict, versions: dict) -> dict:
+    return {"format_version": BASELINE_VERSION, "device": device, "compile": config.get("compile"),
             "modes": config.get("modes"), "versions": versions,
             "note": "expected category per architecture/mode; regenerate with `ferry coverage --write-baseline FILE`",
-            "rows": {key(r): r["category"] for r in sorted(rows, key=key)}}
+            "rows": {r.key: str(r.category) for r in sorted(rows, key=lambda r: r.key)}}

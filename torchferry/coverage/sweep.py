@@ -1,28 +1,32 @@
-"""Running the cases in subprocesses, ``--jobs`` architectures at a time, each row stored as it finishes.
+"""Running the cases in worker processes, ``--jobs`` architectures at a time, each row stored as it finishes.
 
-The parent never imports torch for a case. It starts ``python -m torchferry.coverage.worker``
-in a new session (so a timeout kills the whole process group, children included), gives each
-mode the per-case limit, and turns what it finds into a row: the worker's own row, ``timeout``,
-or for a process that died without writing one, ``oom`` (SIGKILL that we did not send: the
+The parent never imports torch or user code for a case. It starts ``python -m
+torchferry.coverage.worker`` through the harness's worker protocol (its own session, so a
+timeout kills the whole process group, children included), gives the start-up and each mode
+their own limit, and turns what it finds into a row: the worker's own row, ``timeout``, or for
+a process that died without sending one, ``oom`` (a SIGKILL this side did not send: the
 kernel's OOM killer) or ``error`` (the signal or exit code, with the log's last line).
+
+``Sweep.stop()`` (the command calls it on Ctrl-C) kills the running workers at once and starts
+no new one; the rows already stored stay.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from torchferry.coverage.results import ERROR, OOM, TIMEOUT
 from torchferry.coverage.store import Store
+from torchferry.errors import StepTimeoutError
+from torchferry.harness.protocol import WorkerProcess, python_module
+from torchferry.report.coverage import Category, Row
 
+WORKER = "torchferry.coverage.worker"
 # imports and the model build get their own limit before the first mode's clock starts, so that a
 # short --timeout (or a loaded machine) does not turn a slow start into a timeout row
 STARTUP_S = 180.0
@@ -32,83 +36,126 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-def run_architecture(job: dict, workdir: Path, timeout: float, on_row: Callable[[dict], None]) -> None:
-    """Run ``job['modes']`` of one architecture; each mode gets ``timeout`` seconds and always a row.
-
-    Modes share one process while they succeed; after a timeout or a crash the mode in progress
-    gets its row and the remaining modes start again in a fresh process.
-    """
-    modes = list(job["modes"])
-    while modes:
-        modes = modes[_run_process({**job, "modes": modes}, workdir, timeout, on_row):]
+class Stopped(Exception):
+    """The sweep was stopped (Ctrl-C): the case in progress gets no row."""
 
 
-def _run_process(job: dict, workdir: Path, timeout: float, on_row: Callable[[dict], None]) -> int:
-    """One worker process; returns how many of ``job['modes']`` got a row."""
-    stem = f"{_safe(job['arch'])}__{'-'.join(job['modes'])}"
-    job_path, log = workdir / f"{stem}.job.json", workdir / f"{stem}.log"
-    results = {m: workdir / f"{_safe(job['arch'])}__{m}.row.json" for m in job["modes"]}
-    ready = workdir / f"{stem}.ready"
-    for path in [*results.values(), ready]:
-        path.unlink(missing_ok=True)
-    job_path.write_text(json.dumps({**job, "results": {m: str(p) for m, p in results.items()}, "ready": str(ready)}))
-    done, start = 0, time.perf_counter()
-    mode_start, started = start, False
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "torchferry.coverage.worker", str(job_path)], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+class Sweep:
+    """Every (architecture, mode) not yet in the store, run ``workers`` architectures at a time."""
+
+    def __init__(self, store: Store, workdir: Path, timeout: float, workers: int,
+                 on_row: Callable[[Row, int, int], None]) -> None:
+        self.store, self.workdir, self.timeout, self.workers, self.on_row = store, workdir, timeout, workers, on_row
+        self.stopping = threading.Event()
+        self.live: set[WorkerProcess] = set()
+        self.lock = threading.Lock()
+
+    def stop(self) -> None:
+        """Kill every running worker and start no new one (the finished rows are already stored)."""
+        self.stopping.set()
+        with self.lock:
+            live = list(self.live)
+        for proc in live:
+            proc.kill()
+
+    def run(self, jobs: list[dict]) -> None:
+        """Run the jobs; ``on_row(row, done, total)`` after each stored row. Returns early once stopped."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        total = sum(len(j["modes"]) for j in jobs)
+        todo = [{**j, "modes": [m for m in j["modes"] if not self.store.done(j["arch"], m)]} for j in jobs]
+        todo = [j for j in todo if j["modes"]]
+        self.done = total - sum(len(j["modes"]) for j in todo)
+        self.total = total
+        pool = ThreadPoolExecutor(max_workers=max(1, self.workers))
+        futures = [pool.submit(self.architecture, j) for j in todo]
         try:
+            for future in futures:
+                future.result()
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    def stored(self, row: Row) -> None:
+        if self.stopping.is_set():
+            raise Stopped()
+        self.store.add(row)
+        with self.lock:
+            self.done += 1
+            self.on_row(row, self.done, self.total)
+
+    def architecture(self, job: dict) -> None:
+        """All modes of one architecture; each mode gets ``timeout`` seconds and always a row.
+
+        Modes share one process while they succeed; after a timeout or a crash the mode in progress
+        gets its row and the remaining modes start again in a fresh process.
+        """
+        modes = list(job["modes"])
+        try:
+            while modes and not self.stopping.is_set():
+                modes = modes[self.process({**job, "modes": modes}):]
+        except Stopped:
+            return
+
+    def process(self, job: dict) -> int:
+        """One worker process; returns how many of ``job['modes']`` got a row."""
+        stem = f"{_safe(job['arch'])}__{'-'.join(job['modes'])}"
+        job_path, log = self.workdir / f"{stem}.job.json", self.workdir / f"{stem}.log"
+        job_path.write_text(json.dumps(job))
+        spawned = time.perf_counter()
+        proc = WorkerProcess(job["arch"], python_module(WORKER, str(job_path)), log)
+        with self.lock:
+            self.live.add(proc)
+        if self.stopping.is_set():
+            proc.kill()
+        done = 0
+        try:
+            started = False
             while done < len(job["modes"]):
                 mode = job["modes"][done]
-                if results[mode].exists():
-                    row = json.loads(results[mode].read_text())
-                    # the first mode carries the process start and the model build; later ones their own time
-                    row["wall_s"] = round(time.perf_counter() - start, 3) if done == 0 else row.get("case_s", 0.0)
-                    if row["category"] != "pass":
-                        row["log"] = str(log)
-                    on_row(row)
-                    done, mode_start = done + 1, time.perf_counter()
-                    continue
-                code = proc.poll()
-                if code is not None and not results[mode].exists():
-                    on_row(_died(job, mode, code, log, time.perf_counter() - mode_start))
-                    return done + 1
-                if not started and ready.exists():
-                    started, mode_start = True, time.perf_counter()
-                limit = timeout if started or done else max(timeout, STARTUP_S)
-                if time.perf_counter() - mode_start > limit:
-                    _kill_group(proc)
+                limit = self.timeout if started or done else max(self.timeout, STARTUP_S)
+                try:
+                    event = proc.wait("ready", "row", timeout=limit)
+                except StepTimeoutError:
+                    if self.stopping.is_set():
+                        raise Stopped() from None
                     phase = "" if started or done else " of process start, imports and model build"
-                    on_row({**_base(job, mode), "category": TIMEOUT, "wall_s": round(time.perf_counter() - mode_start, 3),
-                            "reason": f"no result within {limit:g} s{phase} (process group killed)", "log": str(log)})
+                    self.stored(Row(**_base(job, mode), category=Category.TIMEOUT, wall_s=round(limit, 3), log=str(log),
+                                    reason=f"no result within {limit:g} s{phase} (process group killed)"))
                     return done + 1
-                time.sleep(0.1)
+                if event["event"] == "ready":
+                    started = True
+                    continue
+                if event["event"] != "row":  # died without a row (or a protocol error)
+                    if self.stopping.is_set() or proc.killed:
+                        raise Stopped()
+                    self.stored(_died(job, mode, event, log))
+                    return done + 1
+                row = Row.from_dict(event["row"])
+                # the first mode carries the process start and the model build; later ones their own time
+                row.wall_s = round(time.perf_counter() - spawned, 3) if done == 0 else row.case_s or 0.0
+                if row.category != Category.PASS:
+                    row.log = str(log)
+                self.stored(row)
+                done += 1
         finally:
-            _kill_group(proc)
-    return done
+            proc.close(grace=5)
+            with self.lock:
+                self.live.discard(proc)
+        return done
 
 
 def _base(job: dict, mode: str) -> dict:
     return {"arch": job["arch"], "mode": mode, "device": job["target"], "ref": job["ref"], "compile": job.get("compile")}
 
 
-def _died(job: dict, mode: str, code: int, log: Path, wall: float) -> dict:
-    """The row of a worker that exited without writing one: the kernel's OOM kill, or a crash."""
-    tail = _last_line(log)
-    base = {**_base(job, mode), "wall_s": round(wall, 3), "log": str(log)}
+def _died(job: dict, mode: str, event: dict, log: Path) -> Row:
+    """The row of a worker that exited without sending one: the kernel's OOM kill, or a crash."""
+    code, tail = event.get("returncode"), _last_line(log)
+    base = {**_base(job, mode), "log": str(log)}
     if code == -signal.SIGKILL:
-        return {**base, "category": OOM, "reason": f"killed by SIGKILL (the kernel's OOM killer); last output: {tail}"}
-    how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-    return {**base, "category": ERROR,
-            "reason": f"ProcessCrash: worker died with {how} before writing a row; last output: {tail}"}
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
+        return Row(**base, category=Category.OOM, reason=f"killed by SIGKILL (the kernel's OOM killer); last output: {tail}")
+    how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
+    return Row(**base, category=Category.ERROR,
+               reason=f"ProcessCrash: worker died with {how} before sending a row; last output: {tail}")
 
 
 def _last_line(log: Path) -> str:
@@ -117,25 +164,3 @@ def _last_line(log: Path) -> str:
     except OSError:
         return "(no log)"
     return lines[-1][:240] if lines else "(no output)"
-
-
-def sweep(jobs: list[dict], store: Store, workdir: Path, timeout: float, workers: int,
-          on_row: Callable[[dict, int, int], None]) -> None:
-    """Run every (architecture, mode) not yet in the store; ``on_row(row, done, total)`` after each stored row."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    total = sum(len(j["modes"]) for j in jobs)
-    todo = [{**j, "modes": [m for m in j["modes"] if not store.done(j["arch"], m)]} for j in jobs]
-    todo = [j for j in todo if j["modes"]]
-    done = total - sum(len(j["modes"]) for j in todo)
-    lock = threading.Lock()
-
-    def stored(row: dict) -> None:
-        nonlocal done
-        store.add(row)
-        with lock:
-            done += 1
-            on_row(row, done, total)
-
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for future in [pool.submit(run_architecture, j, workdir, timeout, stored) for j in todo]:
-            future.result()

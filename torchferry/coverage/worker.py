@@ -4,30 +4,35 @@ The parent (sweep.py) gives a JSON job: an architecture, the modes still to run,
 result path per mode. This process caps its own address space (RLIMIT_AS), builds the shrunk
 model once on the reference device (imports dominate a case's time, so the modes of one
 architecture share a process), and for each mode copies it to the target, runs it on both plus
-a float64 golden run on the reference, judges with the decision test's parity rule
-(torchferry.check.parity) and writes that mode's row before starting the next. A crash or hang
-still costs one row: the parent times each mode, kills the process group, records the mode in
-progress, and runs the remaining modes in a fresh process.
+a float64 golden run on the reference, judges with the harness's parity rule
+(torchferry.harness.parity) and sends that mode's row before starting the next. It speaks the
+harness's worker protocol: a ``ready`` event once the model is built, then one ``row`` event per
+mode. A crash or hang still costs one row: the parent times each mode, kills the process group,
+records the mode in progress, and runs the remaining modes in a fresh process.
+
+``--list-archs PLUGIN...`` prints the model types known once the plugins are imported: the
+parent validates architecture names with it, so that plugin code runs only in workers.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
 import resource
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from torchferry.coverage.results import (ERROR, FAIL_COMPILE, FAIL_FALLBACK, FAIL_PARITY, FAIL_RECOMPILE, OOM, PASS,
-                                         SKIPPED, error_signature)
+from torchferry.coverage.results import error_signature
+from torchferry.errors import DeviceOutOfMemoryError
+from torchferry.harness.modes import Mode
+from torchferry.harness.worker import Channel, Outcome, run_case
+from torchferry.report.comparison import Comparison, ComparisonStatus, describe
+from torchferry.report.coverage import Category
 
 SEQ, BATCH, PROMPT, NEW_TOKENS = 16, 2, 8, 8
 MAX_PARAMS = 60_000_000  # the milder shrink variant must stay small enough to run three copies
-PARITY_MODE = {"forward": "inference", "generate": "generation", "train": "training"}
 
 
 class Skip(Exception):
@@ -73,7 +78,8 @@ class Case:
 
     # -- setup -------------------------------------------------------------------------
     def setup(self) -> None:
-        from torchferry.check import devices
+        from torchferry.harness import devices
+        from torchferry.harness.parity import Tolerance
 
         torch = self.torch
         torch.set_num_threads(max(1, int(self.job.get("threads", 1))))
@@ -81,7 +87,8 @@ class Case:
             _import_plugin(plugin)
         self.ref = devices.resolve(self.job["ref"])
         self.target = devices.resolve(self.job["target"])
-        self.tracker = devices.op_tracking(self.target)
+        self.counters = devices.Counters(self.target)
+        self.tolerances = {m: Tolerance.resolve(m, "float32", self.job.get("tol")) for m in Mode}
 
     def build(self) -> None:
         """The first shrink variant that builds and runs a forward on the reference device."""
@@ -206,13 +213,12 @@ class Case:
         scores_g = torch.stack(out_g.scores) if out_g is not None else None
         comps = [self._compare("step logits", scores_r, scores_t, scores_g if scores_g is not None and
                                out_g.sequences.shape == tok_r.shape and torch.equal(out_g.sequences, tok_r) else None)]
-        from torchferry.check.results import Comparison
-
         if tok_r.shape != tok_t.shape or not torch.equal(tok_r, tok_t):
             first = int((tok_r != tok_t).flatten().nonzero()[0]) if tok_r.shape == tok_t.shape else 0
             ambiguous = out_g is not None and not torch.equal(out_g.sequences, tok_r)
             # when the fp64 golden also disagrees with the reference, the argmax is a near-tie: not the device's fault
-            comps.append(Comparison("generated tokens", ambiguous, "pass" if ambiguous else "fail_accuracy"))
+            comps.append(Comparison("generated tokens", ambiguous,
+                                    ComparisonStatus.PASS if ambiguous else ComparisonStatus.FAIL_ACCURACY))
             self.row["tokens"] = {"ref": tok_r.tolist(), "target": tok_t.tolist(), "first_mismatch": first,
                                   "near_tie": ambiguous}
         return comps, 1
@@ -246,60 +252,38 @@ class Case:
         comps = [self._compare("loss", r["losses"], t["losses"], g["losses"] if g else None)]
         for name, grad in r["grads"].items():
             if name not in t["grads"]:
-                from torchferry.check.results import Comparison
-
-                comps.append(Comparison(f"grad {name}", False, "missing"))
+                comps.append(Comparison(f"grad {name}", False, ComparisonStatus.MISSING))
                 continue
             comps.append(self._compare(f"grad {name}", grad, t["grads"][name], g["grads"].get(name) if g else None))
         return comps, 1
 
     def _compare(self, name: str, ref: Any, target: Any, golden: Any | None) -> Any:
-        from torchferry.check import parity
+        from torchferry.harness import parity
 
-        tol = parity.tolerance(PARITY_MODE[self.mode], "float32", self.job.get("tol"))
         return parity.compare(name, ref.detach().cpu().float(), target.detach().cpu().float(),
-                              golden.detach().cpu() if golden is not None else None, tol)
-
-    def graphs(self) -> int | None:
-        """Graphs compiled so far: the device's own dynamo metrics when it has them, else dynamo's counter."""
-        module = self.torch.get_device_module(self.target.type)
-        metrics = getattr(module, "get_dynamo_metrics", None)
-        if callable(metrics):
-            try:
-                m = metrics()
-                for key in ("graphs", "unique_graphs", "graph_count", "compiled_graphs"):
-                    if isinstance(m, dict) and isinstance(m.get(key), int):
-                        return int(m[key])
-            except Exception:
-                pass
-        from torch._dynamo.utils import counters
-
-        return int(counters["stats"].get("unique_graphs", 0))
+                              golden.detach().cpu() if golden is not None else None, self.tolerances[Mode(self.mode)].tol)
 
     # -- the row -----------------------------------------------------------------------
     def run(self) -> dict:
-        from torchferry.check.parity import describe
-
-        if self.tracker is not None:
-            self.tracker.clear_op_tracking()
+        self.counters.reset()
         comps, signatures = getattr(self, self.mode)()
-        fallback = dict(self.tracker.get_fallback_ops()) if self.tracker is not None else {}
+        fallback = self.counters.fallback_ops()
         failed = [c for c in comps if not c.passed]
         self.row.update(checks=len(comps), failed_checks=len(failed), fallback_ops=fallback)
         if self.job.get("compile"):
-            self.row.update(graphs=self.graphs(), signatures=signatures)
+            self.row.update(graphs=self.counters.graphs(), signatures=signatures)
         if failed:
             c = failed[0]
             more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
-            return self._row(FAIL_PARITY, f"{c.name}: {describe(c)}{more}")
+            return self._row(Category.FAIL_PARITY, f"{c.name}: {describe(c)}{more}")
         if fallback:
             ops = ", ".join(f"{op} x{n}" for op, n in sorted(fallback.items(), key=lambda kv: -kv[1]))
-            return self._row(FAIL_FALLBACK, f"host fallback: {ops}")
+            return self._row(Category.FAIL_FALLBACK, f"host fallback: {ops}")
         if self.mode == "forward" and self.job.get("compile") and (self.row["graphs"] or 0) > signatures:
-            return self._row(FAIL_RECOMPILE, f"{self.row['graphs']} graphs for {signatures} input signatures")
-        return self._row(PASS, f"{len(comps)} checks within tolerance")
+            return self._row(Category.FAIL_RECOMPILE, f"{self.row['graphs']} graphs for {signatures} input signatures")
+        return self._row(Category.PASS, f"{len(comps)} checks within tolerance")
 
-    def _row(self, category: str, reason: str) -> dict:
+    def _row(self, category: Category, reason: str) -> dict:
         self.row.update(category=category, reason=reason)
         return self.row
 
@@ -333,46 +317,57 @@ def _limit_memory(gib: float | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _finish(case: Case | None, job: dict, mode: str, run: Any) -> None:
-    """Run one mode (or the shared setup) and write its row; every failure becomes a row."""
-    start = time.perf_counter()
-    base = case.row if case else {"arch": job["arch"], "mode": mode, "device": job["target"], "ref": job["ref"],
-                                  "compile": job.get("compile")}
-    try:
-        row = run()
-    except Skip as exc:
-        row = {**base, "category": SKIPPED, "reason": str(exc)}
-    except CompileFailure as exc:
-        row = {**base, "category": FAIL_COMPILE, "reason": str(exc)}
-    except BaseException as exc:  # the parent never has to parse a traceback
-        if _is_oom(exc):
-            row = {**base, "category": OOM, "reason": error_signature(exc)}
-        else:
-            row = {**base, "category": ERROR, "reason": error_signature(exc), "traceback": traceback.format_exc()[-4000:]}
-    row["case_s"] = round(time.perf_counter() - start, 3)
-    result = job["results"][mode]
-    Path(result + ".tmp").write_text(json.dumps(row, default=str))
-    os.replace(result + ".tmp", result)
+def row_of(outcome: Outcome, base: dict) -> dict:
+    """The row of one mode's outcome: its own row, or its failure as a category (never a traceback to parse)."""
+    if outcome.ok:
+        row = outcome.value
+    elif isinstance(outcome.exception, Skip):
+        row = {**base, "category": Category.SKIPPED, "reason": outcome.message}
+    elif isinstance(outcome.exception, CompileFailure):
+        row = {**base, "category": Category.FAIL_COMPILE, "reason": outcome.message}
+    elif outcome.kind == DeviceOutOfMemoryError.slug or _is_oom(outcome.exception):
+        row = {**base, "category": Category.OOM, "reason": error_signature(outcome.exception)}
+    else:
+        row = {**base, "category": Category.ERROR, "reason": error_signature(outcome.exception),
+               "traceback": outcome.traceback[-4000:]}
+    return {**row, "case_s": round(outcome.seconds, 3)}
+
+
+def list_archs(plugins: list[str]) -> list[str]:
+    """Model types transformers knows once ``plugins`` are imported (in this worker, never in the parent)."""
+    from transformers import CONFIG_MAPPING
+
+    for plugin in plugins:
+        _import_plugin(plugin)
+    return sorted(CONFIG_MAPPING.keys())
 
 
 def main(argv: list[str]) -> int:
+    channel = Channel()
+    if argv[0] == "--list-archs":
+        outcome = run_case(lambda: list_archs(argv[1:]))
+        channel.send("result", data=outcome.value) if outcome.ok else channel.send("error", **outcome.error_event())
+        return 0
     job = json.loads(Path(argv[0]).read_text())
     _limit_memory(job.get("memory_gib"))
-    try:
+    case: Case | None = None
+
+    def prepare() -> None:
+        nonlocal case
         case = Case(job)
         case.setup()
         case.build()
-    except BaseException as exc:  # the architecture cannot run at all: every mode gets the same row
-        def fail() -> dict:
-            raise exc
+
+    built = run_case(prepare)
+    if not built.ok:  # the architecture cannot run at all: every mode gets the same row
+        base = case.row if case else {"arch": job["arch"], "device": job["target"], "ref": job["ref"], "compile": job.get("compile")}
         for mode in job["modes"]:
-            _finish(None, job, mode, fail)
+            channel.send("row", row=row_of(built, {**base, "mode": mode}))
         return 0
-    if job.get("ready"):
-        Path(job["ready"]).touch()  # the parent's per-mode clock starts here, after imports and the build
+    channel.send("ready")  # the parent's per-mode clock starts here, after imports and the build
     for mode in job["modes"]:
         case.start_row(mode)
-        _finish(case, job, mode, case.run)
+        channel.send("row", row=row_of(run_case(case.run), case.row))
     return 0
 
 

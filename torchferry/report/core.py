@@ -1,12 +1,43 @@
-"""Writing reports: all or nothing (temp file + ``os.replace``), parent folders created."""
+"""The reporter protocol and the one atomic writer of every report, store snapshot and baseline.
+
+A reporter turns one result model into the text of one file (``filename``); ``write_reports``
+writes each of them all or nothing (temp file + ``os.replace``, parent folders created).
+"""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from torchferry.errors import OutputError
+
+
+class Reporter(Protocol):
+    """Renders a result model into one file's text; reads nothing but the model."""
+
+    filename: str
+
+    def render(self, result: Any) -> str: ...
+
+
+@dataclass(frozen=True)
+class FileReporter:
+    """A reporter from a file name and a render function."""
+
+    filename: str
+    render: Callable[[Any], str]
+
+
+def write_reports(result: Any, reporters: Sequence[Reporter], folder: Path) -> list[Path]:
+    """Render ``result`` with each reporter into ``folder``; an OutputError names the folder to change."""
+    try:
+        return [write_atomic(folder / r.filename, r.render(result)) for r in reporters]
+    except OSError as exc:
+        raise OutputError(f"the report could not be written to {str(folder)!r} ({exc}); pass a writable --output DIR.") from exc
 
 
 def ensure_writable(folder: Path) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from html import escape
 
-from torchferry.check.parity import describe, ratio
-from torchferry.check.results import CheckReport
+from torchferry.report.check import CheckReport
+from torchferry.report.comparison import describe, ratio
 from torchferry.report import svg
 from torchferry.report.text import money, seconds
 
@@ -126,9 +126,10 @@ def _resume_exit(r: CheckReport) -> str:
 def render(report: CheckReport) -> str:
     cfg = report.config
     verdicts = table(["result", "verdict", "reason"], [[v.result, v.verdict, v.reason] for v in report.verdicts])
-    failure = (f'<p class="no-go" id="failure">Stopped early ({escape(report.failure["kind"])}): '
-               f'{escape(report.failure["message"])}</p>') if report.failure else ""
-    env_rows = [[k, str(v)] for k, v in report.environment.items()] + [["format_version", str(report.meta["format_version"])]]
+    f = report.failure
+    failure = (f'<p class="no-go" id="failure">{"Target failed" if f.finding else "Stopped"} ({escape(f.kind)}'
+               f'{", during " + escape(f.phase) if f.phase else ""}): {escape(f.message)}</p>') if f else ""
+    env_rows = [[k, str(v)] for k, v in report.environment.items()] + [["format_version", str(report.meta.format_version)]]
     body = "\n".join([
         failure, section("verdicts", "Verdict per result", verdicts),
         _parity(report), _timing(report), _resume_exit(report), _cost(report),

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from torchferry.check.parity import describe
-from torchferry.check.results import CheckReport, DeviceTiming
+from torchferry.report.check import STOPPED, CheckReport, DeviceTiming
+from torchferry.report.comparison import describe
 
 
 def seconds(value: float | None) -> str:
@@ -59,7 +59,11 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
         f"{cfg['ref']} -> {cfg['target']}")
     if cfg.get("target_reason"):
         add(f"  target: {cfg['target_reason']}")
-    add(f"verdict: {report.verdict.upper()}")
+    if report.verdict == STOPPED:
+        add(f"stopped: {report.failure.kind} during {report.failure.phase or 'the run'}; everything measured before "
+            "is below and in the report")
+    else:
+        add(f"verdict: {report.verdict.upper()}")
     for item in report.verdicts:
         add(f"  {item.result:<7} {item.verdict:<19} {item.reason}")
     p = report.parity
@@ -125,7 +129,11 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
             add(f"  assumption: {note}")
     if report.failure:
         add("")
-        add(f"stopped early ({report.failure['kind']}): {report.failure['message']}")
+        f = report.failure
+        if f.finding:
+            add(f"target failed ({f.kind}): {f.message}")
+        else:
+            add(f"stopped: {f.kind}: {f.message}" + (f" (details: {f.log})" if f.log else ""))
     if paths:
         add("")
         add("report: " + ", ".join(paths))

@@ -13,6 +13,12 @@ object with these attributes, or a ``(model, batch[, loss])`` tuple):
 - ``generates`` (optional, default: the model has ``generate``): whether generation mode applies.
 
 Specs: a built-in name (``llama``), ``path/to/file.py:build`` or ``package.module:build``.
+A relative file path is resolved against the caller's working directory once, in the
+parent (``resolve_source``); workers load the resolved source and never re-resolve the spec.
+
+``mode`` keeps the protocol's names (``training``, ``inference``, ``generation``): user
+``build()`` functions compare against them. The harness's own names (torchferry.harness.modes)
+are translated here.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from torchferry.errors import MissingDependencyError, UsageError, WorkloadError
 from torchferry.workloads import BUILTIN
 
 OPTION_NAMES = ("size", "batch_size", "seq_len", "mode")
+# the harness's mode names -> the names build() receives (the protocol's, unchanged since version 1)
+PROTOCOL_MODE = {"train": "training", "forward": "inference", "generate": "generation"}
 
 
 @dataclass
@@ -68,8 +76,8 @@ class Workload:
         return loss
 
 
-def resolve_source(spec: str) -> dict:
-    """Where ``spec``'s build function lives, without importing it."""
+def resolve_source(spec: str, cwd: Path | None = None) -> dict:
+    """Where ``spec``'s build function lives, without importing it; a relative path is taken from ``cwd``."""
     if spec in BUILTIN:
         return {"kind": "module", "module": f"torchferry.workloads.{spec}", "attr": "build"}
     target, sep, attr = spec.rpartition(":")
@@ -79,7 +87,8 @@ def resolve_source(spec: str) -> dict:
             "or 'package.module:build'."
         )
     if target.endswith(".py"):
-        path = Path(target).expanduser().resolve()
+        path = Path(target).expanduser()
+        path = (path if path.is_absolute() else (cwd or Path.cwd()) / path).resolve()
         if not path.is_file():
             raise UsageError(f"workload file {target!r} does not exist (from {spec!r}); check the path.")
         return {"kind": "file", "path": str(path), "attr": attr}
@@ -119,10 +128,12 @@ def import_build(source: dict) -> Callable[..., Any]:
     return build
 
 
-def load_workload(spec: str, options: dict) -> Workload:
-    """Build the workload named by ``spec`` with the options its ``build`` accepts."""
-    source = resolve_source(spec)
+def load_workload(spec: str, options: dict, source: dict | None = None) -> Workload:
+    """Build the workload named by ``spec`` (at ``source`` when already resolved) with the options its ``build`` accepts."""
+    source = source or resolve_source(spec)
     build = import_build(source)
+    if options.get("mode") is not None:
+        options = {**options, "mode": PROTOCOL_MODE.get(str(options["mode"]), str(options["mode"]))}
     accepted = inspect.signature(build).parameters
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
     kwargs = {k: v for k, v in options.items() if k in OPTION_NAMES and v is not None and (takes_all or k in accepted)}

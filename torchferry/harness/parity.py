@@ -6,29 +6,53 @@ the reference device, and pass when ``rmse_target <= multiplier * rmse_ref + tol
 The multiplier is 2 for float32 results and 3 for bfloat16/float16 results, tensors under
 1000 elements, or tol >= 2e-2 (``same()`` in torch/_dynamo/utils.py). Cosine similarity
 and the allclose verdict are reported beside. The policy is documented in docs/check/parity.md.
+
+The tolerance is resolved once per run (``Tolerance.resolve``) and handed to every judge.
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 from typing import Any
 
-from torchferry.check.results import Comparison, ParityResult
+from torchferry.harness.modes import Mode
+from torchferry.report.check import ParityResult, ParityStatus
+from torchferry.report.comparison import Comparison, ComparisonStatus, describe
 
 # (mode, dtype) -> tol, from the HuggingFace suite of the dynamo benchmarks (inference 1e-3,
 # training 1e-2) and TorchBench's `higher_bf16` (1e-2) for bfloat16; bf16 training doubles it.
 TOLERANCES = {
-    ("inference", "float32"): 1e-3,
-    ("generation", "float32"): 1e-3,
-    ("training", "float32"): 1e-2,
-    ("inference", "bfloat16"): 1e-2,
-    ("generation", "bfloat16"): 1e-2,
-    ("training", "bfloat16"): 2e-2,
+    (Mode.FORWARD, "float32"): 1e-3,
+    (Mode.GENERATE, "float32"): 1e-3,
+    (Mode.TRAIN, "float32"): 1e-2,
+    (Mode.FORWARD, "bfloat16"): 1e-2,
+    (Mode.GENERATE, "bfloat16"): 1e-2,
+    (Mode.TRAIN, "bfloat16"): 2e-2,
 }
+RULE = "allclose(atol=rtol=tol), else rmse(target, fp64) <= multiplier * rmse(ref, fp64) + tol/10"
+MULTIPLIERS = "2 (float32); 3 (bfloat16/float16, numel < 1000 or tol >= 2e-2)"
 
 
-def tolerance(mode: str, dtype: str, override: float | None = None) -> float:
-    return override if override is not None else TOLERANCES[(mode, dtype)]
+@dataclass(frozen=True, kw_only=True)
+class Tolerance:
+    """The parity tolerance of one run: its value, where it came from, and the precision it applies to."""
+
+    tol: float
+    source: str  # "--tol" or "default for (mode, dtype)"
+    dtype: str = "float32"
+
+    @property
+    def low_precision(self) -> bool:
+        return self.dtype != "float32"
+
+    @classmethod
+    def resolve(cls, mode: Mode, dtype: str, override: float | None = None) -> Tolerance:
+        if override is not None:
+            return cls(tol=float(override), source="--tol", dtype=dtype)
+        return cls(tol=TOLERANCES[(Mode(mode), dtype)], source=f"default for ({Mode(mode).value}, {dtype})", dtype=dtype)
+
+    def to_dict(self) -> dict:
+        return {"tol": self.tol, "source": self.source, "dtype": self.dtype, "rule": RULE, "multiplier": MULTIPLIERS}
 
 
 def multiplier(dtype: Any, numel: int, tol: float, low_precision: bool) -> float:
@@ -49,35 +73,26 @@ def compare(name: str, ref: Any, target: Any, golden: Any | None, tol: float, lo
 
     numel = int(target.numel())
     if ref.shape != target.shape:
-        return Comparison(name, False, "fail_shape", numel=numel)
+        return Comparison(name, False, ComparisonStatus.FAIL_SHAPE, numel=numel)
     if ref.dtype != target.dtype:
-        return Comparison(name, False, "fail_dtype", numel=numel)
+        return Comparison(name, False, ComparisonStatus.FAIL_DTYPE, numel=numel)
     r, t = ref.double(), target.double()
     ref_finite, tgt_finite = torch.isfinite(r), torch.isfinite(t)
     if not bool((ref_finite == tgt_finite).all()):
-        return Comparison(name, False, "non_finite", numel=numel, tol=tol)
+        return Comparison(name, False, ComparisonStatus.NON_FINITE, numel=numel, tol=tol)
     close = bool(torch.allclose(t, r, atol=tol, rtol=tol, equal_nan=True))
     both = ref_finite & tgt_finite
     cosine = float(torch.nn.functional.cosine_similarity(r[both].flatten(), t[both].flatten(), dim=0)) if both.any() else 1.0
     max_abs = float((t[both] - r[both]).abs().max()) if both.any() else 0.0
     mult = multiplier(target.dtype, numel, tol, low_precision)
-    result = Comparison(name, close, "pass_allclose" if close else "fail_accuracy", tol=tol, allclose=close,
+    result = Comparison(name, close, ComparisonStatus.PASS_ALLCLOSE if close else ComparisonStatus.FAIL_ACCURACY, tol=tol, allclose=close,
                         cosine=cosine, max_abs_diff=max_abs, numel=numel, multiplier=mult)
     if golden is not None and golden.shape == target.shape:
         g = golden.double()
         result.rmse_target, result.rmse_ref = _rmse(t[both], g[both]), _rmse(r[both], g[both])
         if not close and result.rmse_target <= mult * result.rmse_ref + tol / 10:
-            result.passed, result.status = True, "pass"
+            result.passed, result.status = True, ComparisonStatus.PASS
     return result
-
-
-def ratio(c: Comparison) -> float | None:
-    """How much further from fp64 the target is than the reference (the plotted per-module error)."""
-    if c.rmse_target is None or c.rmse_ref is None:
-        return None
-    if c.rmse_ref == 0:
-        return 1.0 if c.rmse_target == 0 else math.inf
-    return c.rmse_target / c.rmse_ref
 
 
 def compare_dicts(prefix: str, ref: dict, target: dict, golden: dict | None, tol: float, low: bool) -> list[Comparison]:
@@ -91,31 +106,33 @@ def localise(ref: dict, target: dict, golden: dict | None, tol: float, low: bool
     return modules, next((m for m in modules if not m.passed), None)
 
 
-def judge(cfg: dict, ref: dict, target: dict, determinism: dict | None) -> ParityResult:
-    """The parity result from the two workers' tensors (``ref`` includes the fp64 ``golden`` run)."""
+def judge(mode: Mode, tolerance: Tolerance, ref: dict, target: dict, determinism: dict | None) -> ParityResult:
+    """The parity result from the two workers' tensors (``ref`` includes the fp64 ``golden`` run).
+
+    A gradient the reference has and the target lacks fails (a target code path that bypasses
+    a parameter must not pass by omission).
+    """
     import torch
 
-    tol = tolerance(cfg["mode"], cfg["dtype"], cfg.get("tol"))
-    low = cfg["dtype"] != "float32"
+    tol, low = tolerance.tol, tolerance.low_precision
     golden = ref["golden"]
-    result = ParityResult(tolerance={
-        "tol": tol, "rule": "allclose(atol=rtol=tol), else rmse(target, fp64) <= multiplier * rmse(ref, fp64) + tol/10",
-        "multiplier": "2 (float32); 3 (bfloat16/float16, numel < 1000 or tol >= 2e-2)", "dtype": cfg["dtype"],
-    })
+    result = ParityResult(tolerance=tolerance.to_dict())
     result.deterministic = determinism["deterministic"] if determinism else None
     result.outputs = compare_dicts("", ref["probe"]["outputs"], target["probe"]["outputs"], golden["probe"]["outputs"], tol, low)
     result.modules, result.first_divergent_module = localise(
         ref["probe"]["modules"], target["probe"]["modules"], golden["probe"]["modules"], tol, low)
     failed = [c for c in result.outputs if not c.passed]
-    if cfg["mode"] == "training":
+    if mode == Mode.TRAIN:
         result.gradients = compare_dicts("grad ", ref["run"]["grads"], target["run"]["grads"], golden["run"]["grads"], tol, low)
+        result.gradients += [Comparison(f"grad {k}", False, ComparisonStatus.MISSING)
+                             for k in ref["run"]["grads"] if k not in target["run"]["grads"]]
         failed += [c for c in result.gradients if not c.passed]
         losses = {k: v["run"]["losses"] for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
         curve = compare("loss curve", torch.tensor(losses["ref"]), torch.tensor(losses["target"]),
                         torch.tensor(losses["fp64"]), tol, low)
         result.loss_curve = {**losses, "comparison": curve}
         failed += [] if curve.passed else [curve]
-    if cfg["mode"] == "generation":
+    if mode == Mode.GENERATE:
         tokens = {k: v["run"]["tokens"] for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
         same_shape = tokens["ref"].shape == tokens["target"].shape
         mismatch = (tokens["ref"] != tokens["target"]).flatten().nonzero() if same_shape else None
@@ -125,15 +142,15 @@ def judge(cfg: dict, ref: dict, target: dict, determinism: dict | None) -> Parit
                          "target": tokens["target"].tolist(),
                          "fp64_matches_ref": bool(tokens["fp64"].shape == tokens["ref"].shape and torch.equal(tokens["fp64"], tokens["ref"]))}
         if not match:
-            failed.append(Comparison("generated tokens", False, "fail_accuracy"))
-    if any(c.status == "non_finite" for c in failed):
-        result.status = "non_finite"
+            failed.append(Comparison("generated tokens", False, ComparisonStatus.FAIL_ACCURACY))
+    if any(c.status == ComparisonStatus.NON_FINITE for c in failed):
+        result.status = ParityStatus.NON_FINITE
     elif failed:
-        result.status = "fail_accuracy"
+        result.status = ParityStatus.FAIL_ACCURACY
     elif result.deterministic is False:
-        result.status = "eager_two_runs_differ"
+        result.status = ParityStatus.EAGER_TWO_RUNS_DIFFER
     else:
-        result.status = "pass"
+        result.status = ParityStatus.PASS
     if failed:
         result.notes.append(f"{len(failed)} check(s) outside tolerance; first: {failed[0].name}")
     if result.deterministic is False:
@@ -142,15 +159,3 @@ def judge(cfg: dict, ref: dict, target: dict, determinism: dict | None) -> Parit
         m = result.first_divergent_module
         result.notes.append(f"first divergent module: {m.name} ({describe(m)})")
     return result
-
-
-def describe(c: Comparison) -> str:
-    """One line of figures: the rule's inputs and the reported extras."""
-    parts = []
-    if c.rmse_target is not None:
-        parts.append(f"rmse vs fp64 {c.rmse_target:.3g} (target) vs {c.rmse_ref:.3g} (ref), limit x{c.multiplier:g} + {c.tol / 10:.1g}")
-    if c.cosine is not None:
-        parts.append(f"cosine {c.cosine:.6f}")
-    if c.max_abs_diff is not None:
-        parts.append(f"max |diff| {c.max_abs_diff:.3g}")
-    return "; ".join(parts) or c.status

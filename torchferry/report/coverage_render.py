@@ -1,4 +1,4 @@
-"""Terminal, JSON and HTML renderings of one coverage document (built in command.py).
+"""Terminal and HTML renderings of the coverage result model (JSON: torchferry.report.jsonreport).
 
 The HTML page is self-contained: inline CSS, inline SVG charts (torchferry.report.svg) and a
 few lines of inline script that sort the table when a header is clicked; nothing is fetched.
@@ -8,47 +8,42 @@ from __future__ import annotations
 
 from html import escape
 
-from torchferry.coverage.results import CATEGORIES, PASS
 from torchferry.report import svg
-from torchferry.report.jsonreport import _clean
+from torchferry.report.coverage import CATEGORIES, Category, CoverageReport, Mark
 
 
-def render_json(doc: dict) -> str:
-    import json
-
-    return json.dumps(_clean(doc), indent=1) + "\n"
-
-
-def render_text(doc: dict) -> str:
-    modes = doc["config"]["modes"]
+def render_text(doc: CoverageReport) -> str:
+    modes = doc.config["modes"]
     archs: dict[str, dict] = {}
-    for r in doc["rows"]:
-        archs.setdefault(r["arch"], {})[r["mode"]] = r
+    for r in doc.rows:
+        archs.setdefault(r.arch, {})[r.mode] = r
     width = max([len(a) for a in archs] + [12])
     lines = [f"{'architecture':<{width}}  " + "  ".join(f"{m:<14}" for m in modes)]
     for arch, by_mode in archs.items():
         cells = []
         for m in modes:
             r = by_mode.get(m)
-            mark = f" ({r['baseline']})" if r and r.get("baseline") not in (None, "unchanged") else ""
-            cells.append(f"{(r['category'] + mark) if r else '-':<14}")
+            mark = f" ({r.baseline})" if r and r.baseline not in (None, Mark.UNCHANGED) else ""
+            cells.append(f"{(r.category + mark) if r else '-':<14}")
         lines.append(f"{arch:<{width}}  " + "  ".join(cells))
     lines.append("")
-    counts = doc["summary"]["categories"]
+    counts = doc.summary["categories"]
     lines.append("categories: " + ", ".join(f"{c} {counts[c]}" for c in CATEGORIES if counts.get(c)))
-    failures = [r for r in doc["rows"] if r["category"] not in (PASS,)]
+    failures = [r for r in doc.rows if r.category != Category.PASS]
     if failures:
         lines.append("not passing:")
-        lines += [f"  {r['arch']}/{r['mode']}: {r['category']}: {r['reason'][:160]}" for r in failures[:60]]
+        lines += [f"  {r.arch}/{r.mode}: {r.category}: {r.reason[:160]}" for r in failures[:60]]
         if len(failures) > 60:
             lines.append(f"  ... {len(failures) - 60} more in coverage.json")
-    if "baseline" in doc:
-        b = doc["baseline"]
+    if doc.baseline:
+        b = doc.baseline
         lines.append(f"baseline {b['file']}: " + ", ".join(f"{k} {v}" for k, v in b["counts"].items()))
         lines += [f"  REGRESSED {k}" for k in b["regressed"]]
     lines.append("")
-    lines += doc["headline"]
-    lines.append(f"wall time {doc['wall_s']:.0f} s with {doc['config']['jobs']} job(s)")
+    if doc.failure:
+        lines.append(f"stopped: {doc.failure.kind}: {doc.failure.message}; {len(doc.rows)} finished rows reported")
+    lines += doc.headline
+    lines.append(f"wall time {doc.meta.wall_s:.0f} s with {doc.config['jobs']} job(s)")
     return "\n".join(lines)
 
 
@@ -64,7 +59,7 @@ th{{cursor:pointer;background:#f4f4f4}} .pass{{color:#1a7f37}} .skipped{{color:#
 </style></head><body>
 <h1>ferry coverage: {device}</h1>
 <ul id="headline">{headline}</ul>
-<p>Wall time {wall:.0f} s with {jobs} job(s). Exclusions (skipped rows) are out of the denominator: {excluded}.</p>
+{stopped}<p>Wall time {wall:.0f} s with {jobs} job(s). Exclusions (skipped rows) are out of the denominator: {excluded}.</p>
 <div class="plots">{plots}</div>
 {baseline}
 <h2>Rows</h2>
@@ -88,8 +83,8 @@ document.querySelectorAll("#rows th").forEach(function (th, i) {{
 """
 
 
-def render_html(doc: dict) -> str:
-    summary = doc["summary"]
+def render_html(doc: CoverageReport) -> str:
+    summary = doc.summary
     share = [(m, 100.0 * s["pass"] / s["measured"] if s["measured"] else 0.0) for m, s in summary["modes"].items()]
     if len(summary["modes"]) > 1 and summary["all_modes"]["measured"]:
         a = summary["all_modes"]
@@ -98,21 +93,23 @@ def render_html(doc: dict) -> str:
     plots = [svg.bar_chart("pass-share", "Pass share per mode (% of measured)", share, "% pass"),
              svg.bar_chart("categories", "Rows per category", [(c, float(counts[c])) for c in CATEGORIES if counts.get(c)],
                            "rows")]
-    header = ["architecture", "mode", "category", "reason", "class", "wall s"] + (["baseline"] if "baseline" in doc else [])
+    header = ["architecture", "mode", "category", "reason", "class", "wall s"] + (["baseline"] if doc.baseline else [])
     body = []
-    for r in doc["rows"]:
-        cls = "pass" if r["category"] == PASS else "skipped" if r["category"] == "skipped" else "fail"
-        cells = [r["arch"], r["mode"], r["category"], r["reason"], r.get("model_class", ""), f"{r.get('wall_s', 0):.1f}"]
-        if "baseline" in doc:
-            cells.append(r.get("baseline", ""))
+    for r in doc.rows:
+        cls = "pass" if r.category == Category.PASS else "skipped" if r.category == Category.SKIPPED else "fail"
+        cells = [r.arch, r.mode, r.category, r.reason, r.model_class or "", f"{r.wall_s:.1f}"]
+        if doc.baseline:
+            cells.append(r.baseline or "")
         body.append(f'<tr class="{cls}">' + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
     baseline = ""
-    if "baseline" in doc:
-        b = doc["baseline"]
+    if doc.baseline:
+        b = doc.baseline
         baseline = (f"<h2>Baseline</h2><p>{escape(b['file'])}: " + escape(", ".join(f"{k} {v}" for k, v in b["counts"].items()))
                     + "</p>" + ("<p>Regressed: " + escape(", ".join(b["regressed"])) + "</p>" if b["regressed"] else ""))
     excluded = sorted({a for s in summary["modes"].values() for a in s["excluded"]})
-    return PAGE.format(device=escape(doc["config"]["target"]), headline="".join(f"<li>{escape(h)}</li>" for h in doc["headline"]),
-                       wall=doc["wall_s"], jobs=doc["config"]["jobs"], excluded=escape(", ".join(excluded) or "none"),
+    stopped = (f'<p id="failure" class="fail">Stopped ({escape(doc.failure.kind)}): {escape(doc.failure.message)}; '
+               f"{len(doc.rows)} finished rows below.</p>") if doc.failure else ""
+    return PAGE.format(device=escape(doc.config["target"]), headline="".join(f"<li>{escape(h)}</li>" for h in doc.headline),
+                       wall=doc.meta.wall_s or 0.0, jobs=doc.config["jobs"], excluded=escape(", ".join(excluded) or "none"),
                        plots="\n".join(plots), baseline=baseline, head="".join(f"<th>{escape(h)}</th>" for h in header),
-                       body="\n".join(body))
+                       body="\n".join(body), stopped=stopped)

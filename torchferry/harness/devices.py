@@ -1,7 +1,8 @@
-"""Device resolution, synchronisation and memory, through torch.accelerator and the device module.
+"""Devices behind one interface: resolution, availability, synchronisation, memory and counters.
 
-Nothing here branches on a device name except ``BACKEND_PROVIDERS``, the data that says
-which package registers a PrivateUse1 name when ``torch.device(name)`` does not know it yet.
+Everything goes through ``torch.accelerator`` and ``torch.get_device_module(type)``. Nothing
+here branches on a device name except ``BACKEND_PROVIDERS``, the data that says which package
+registers a PrivateUse1 name when ``torch.device(name)`` does not know it yet.
 """
 
 from __future__ import annotations
@@ -63,6 +64,50 @@ def _register(device_type: str) -> None:
                 f"device {device_type!r} needs {name}, which failed to load ({type(exc).__name__}: {exc}). "
                 "Rebuild torchferry (pip install --no-build-isolation -e .) or choose another --target."
             ) from exc
+
+
+def check_usable(name: str) -> None:
+    """Fail before any worker starts when ``name`` cannot be a usable device here; registers nothing.
+
+    The name must parse (or be a PrivateUse1 name whose package is installed), its device
+    module must say it is available, and an index must be below the device count.
+    """
+    import torch
+
+    device_type = name.split(":")[0]
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        providers = BACKEND_PROVIDERS.get(device_type)
+        if providers is None:
+            raise DeviceUnavailableError(
+                f"unknown device {name!r}. Valid here: {', '.join(available_devices())} (any registered "
+                "PrivateUse1 name also works). Pass one of them to --ref/--target."
+            ) from None
+        if importlib.util.find_spec(providers[0]) is None and not builtin_device_present():
+            raise DeviceUnavailableError(
+                f"device {name!r} needs {' or '.join(providers)}, and neither is available (torchferry's built-in "
+                "device is not built). Build it (pip install --no-build-isolation -e .) or choose another --target."
+            ) from None
+        return
+    if device.type in ("cpu", "meta"):
+        return
+    try:
+        module = torch.get_device_module(device.type)
+    except (RuntimeError, AttributeError):
+        module = None
+    available = getattr(module, "is_available", None)
+    if module is None or (callable(available) and not available()):
+        raise DeviceUnavailableError(
+            f"device {name!r} is not available here (torch.{device.type}.is_available() is False on this machine). "
+            f"Available: {', '.join(available_devices())}. Pass one of them to --ref/--target."
+        )
+    count = getattr(module, "device_count", None)
+    if device.index is not None and callable(count) and device.index >= count():
+        raise DeviceUnavailableError(
+            f"device {name!r} does not exist: this machine has {count()} {device.type} device(s) "
+            f"({device.type}:0 to {device.type}:{count() - 1}). Pass an index in that range."
+        )
 
 
 def resolve(name: str) -> Any:
@@ -149,3 +194,66 @@ def op_tracking(device: Any) -> Any | None:
     """The device module if it tracks fallback/executed ops (torchferry's built-in device does)."""
     module = device_module(device)
     return module if all(hasattr(module, n) for n in ("get_fallback_ops", "get_executed_ops", "clear_op_tracking")) else None
+
+
+class Counters:
+    """Op and compile counters of one device, read the same way by every command's worker.
+
+    ``reset`` before the measured work, then ``ops``/``fallback_ops``/``compile``/``peak_memory``
+    after it. Devices that track nothing give empty figures, never invented ones.
+    """
+
+    def __init__(self, device: Any) -> None:
+        self.device, self.module, self.tracker = device, device_module(device), op_tracking(device)
+
+    def reset(self, compiling: bool = False) -> None:
+        if self.tracker is not None:
+            self.tracker.clear_op_tracking()
+        reset_peak_memory(self.device)
+        if compiling and hasattr(self.module, "reset_dynamo_metrics"):
+            self.module.reset_dynamo_metrics()
+
+    def fallback_ops(self) -> dict[str, int]:
+        return dict(self.tracker.get_fallback_ops()) if self.tracker is not None else {}
+
+    def ops(self) -> dict:
+        """``{"fallback": op -> calls, "executed_total": calls}``, or ``{}`` when the device does not track ops."""
+        if self.tracker is None:
+            return {}
+        return {"fallback": self.fallback_ops(), "executed_total": sum(dict(self.tracker.get_executed_ops()).values())}
+
+    def peak_memory(self) -> dict:
+        return peak_memory(self.device)
+
+    def compile(self, backend: str | None) -> dict:
+        """Dynamo's graph counts, plus the device backend's per-graph metrics where it reports them."""
+        if not backend:
+            return {}
+        from torch._dynamo.utils import counters
+
+        found: dict[str, Any] = {
+            "backend": backend,
+            "graphs": int(counters["stats"].get("unique_graphs", 0)),
+            "recompilations": int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0,
+            "graph_breaks": int(sum(counters["graph_break"].values())),
+        }
+        metrics = getattr(self.module, "get_dynamo_metrics", None)
+        if callable(metrics):  # the device's backend reports per compiled graph
+            m = metrics()
+            graphs = m["graphs"]
+            found.update(
+                compiled_graphs=len(graphs),
+                compile_s=sum(g["torch_neuronx_compile_us"] for g in graphs) / 1e6,
+                cache_hits=sum(g["cache"] == "hit" for g in graphs),
+                cache_misses=sum(g["cache"] == "miss" for g in graphs),
+                graph_break_reasons=m["graph_breaks"],
+                per_graph=[{k: g[k] for k in ("graph_name", "graph_node_count", "torch_neuronx_compile_us", "cache")}
+                           for g in graphs],
+            )
+        return found
+
+    def graphs(self) -> int:
+        """Graphs Dynamo compiled so far in this process (its ``unique_graphs`` counter)."""
+        from torch._dynamo.utils import counters
+
+        return int(counters["stats"].get("unique_graphs", 0))

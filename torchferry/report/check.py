@@ -1,44 +1,72 @@
 """The one result model of `ferry check`; every reporter (terminal, JSON, HTML) renders it.
 
-``FORMAT_VERSION`` is the schema version of ``report.json``; bump it with a line below on
-every incompatible change.
+``FORMAT_VERSION`` is the schema version of ``report.json``; bump it with a line below (and
+in docs/check/report-format.md) on every incompatible change.
 
 - 1: first version (meta, environment, config, parity, timing, resume, exit, cost, verdict, failure).
 - 2: ``config.nproc``; ``timing.ranks`` (the target's per-rank timings under ``--nproc N``, N > 1)
   and ``rank`` in each device timing (null outside a process group).
+- 3: one ``meta`` block shape for every command (``format``, ``format_version``, ``torchferry``,
+  ``created``, ``command``, ``wall_s``); ``config.mode`` uses the one set of mode names
+  (``train``, ``forward``, ``generate``); verdict ``stopped`` when something other than a
+  finding ended the run; ``failure`` is ``{kind (an error slug), message, exit_status,
+  phase, log}``; ``config`` gains ``nnodes``, ``rdzv_endpoint``, ``eval_seed``,
+  ``tolerance`` (resolved once) and ``workload_source``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-FORMAT_VERSION = 2
+from torchferry.report.comparison import Comparison
+from torchferry.report.meta import Failure, Meta
 
-GO, CONDITIONS, NO_GO, NOT_RUN = "go", "go-with-conditions", "no-go", "not-run"
+FORMAT_VERSION = 3
+FORMAT = "torchferry.check"
 
 
-@dataclass
-class Comparison:
-    """One tensor (or tensor family) judged by the fp64-relative rule, with figures beside it."""
+class Verdict(StrEnum):
+    GO = "go"
+    CONDITIONS = "go-with-conditions"
+    NO_GO = "no-go"
+    NOT_RUN = "not-run"
+    STOPPED = "stopped"  # an error, a timeout or Ctrl-C ended the run before it could decide
 
-    name: str
-    passed: bool
-    status: str  # pass | pass_allclose | fail_accuracy | fail_shape | fail_dtype | non_finite
-    rmse_target: float | None = None  # target vs fp64 golden
-    rmse_ref: float | None = None  # reference device vs fp64 golden
-    multiplier: float | None = None
-    tol: float | None = None
-    allclose: bool | None = None  # target vs reference at atol = rtol = tol
-    cosine: float | None = None  # target vs reference
-    max_abs_diff: float | None = None
-    numel: int = 0
+
+GO, CONDITIONS, NO_GO, NOT_RUN, STOPPED = Verdict
+
+
+class ParityStatus(StrEnum):
+    PASS = "pass"
+    FAIL_ACCURACY = "fail_accuracy"
+    EAGER_TWO_RUNS_DIFFER = "eager_two_runs_differ"
+    NON_FINITE = "non_finite"
+    FAIL_TO_RUN = "fail_to_run"
+    NOT_RUN = "not-run"
+
+
+class TimingStatus(StrEnum):
+    MEASURED = "measured"
+    PARTIAL = "partial"  # some devices (or phases) measured before the run stopped
+    NOT_RUN = "not-run"
+
+
+class ResultStatus(StrEnum):
+    """Status of the resume, exit and cost results."""
+
+    PASS = "pass"
+    CONDITIONS = "conditions"
+    FAIL = "fail"
+    ESTIMATED = "estimated"
+    NOT_RUN = "not-run"
 
 
 @dataclass
 class ParityResult:
-    status: str = NOT_RUN  # pass | fail_accuracy | eager_two_runs_differ | non_finite | not-run
+    status: ParityStatus = ParityStatus.NOT_RUN
     deterministic: bool | None = None
     tolerance: dict = field(default_factory=dict)
     outputs: list[Comparison] = field(default_factory=list)
@@ -74,7 +102,7 @@ class DeviceTiming:
 
 @dataclass
 class TimingResult:
-    status: str = NOT_RUN
+    status: TimingStatus = TimingStatus.NOT_RUN
     ref: DeviceTiming | None = None
     target: DeviceTiming | None = None
     speedup_time_to_n: float | None = None  # ref / target: > 1 means the target is faster
@@ -85,7 +113,7 @@ class TimingResult:
 
 @dataclass
 class ResumeResult:
-    status: str = NOT_RUN  # pass | fail | not-run
+    status: ResultStatus = ResultStatus.NOT_RUN  # pass | fail | not-run
     saved_at_step: int | None = None
     uninterrupted: list[float] = field(default_factory=list)
     resumed: list[float] = field(default_factory=list)
@@ -110,7 +138,7 @@ class ExitFormat:
 
 @dataclass
 class ExitResult:
-    status: str = NOT_RUN  # pass | conditions | fail | not-run
+    status: ResultStatus = ResultStatus.NOT_RUN  # pass | conditions | fail | not-run
     torchferry_absent: bool | None = None
     loader_device: str = ""
     formats: list[ExitFormat] = field(default_factory=list)
@@ -119,7 +147,7 @@ class ExitResult:
 
 @dataclass
 class CostResult:
-    status: str = NOT_RUN
+    status: ResultStatus = ResultStatus.NOT_RUN  # estimated | not-run
     devices: list[dict] = field(default_factory=list)  # device, instance, price, cost per unit, utilisation
     break_even: dict = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
@@ -128,23 +156,23 @@ class CostResult:
 @dataclass
 class VerdictItem:
     result: str
-    verdict: str
+    verdict: Verdict
     reason: str
 
 
 @dataclass
 class CheckReport:
-    meta: dict
+    meta: Meta
     environment: dict
-    config: dict
+    config: dict  # the resolved CheckConfig, as written into the report
     parity: ParityResult = field(default_factory=ParityResult)
     timing: TimingResult = field(default_factory=TimingResult)
     resume: ResumeResult = field(default_factory=ResumeResult)
     exit: ExitResult = field(default_factory=ExitResult)
     cost: CostResult = field(default_factory=CostResult)
-    verdict: str = NOT_RUN
+    verdict: Verdict = Verdict.NOT_RUN
     verdicts: list[VerdictItem] = field(default_factory=list)
-    failure: dict | None = None  # kind, message, exit_status: set when the run stopped early
+    failure: Failure | None = None  # set when the run stopped early
     progress: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:

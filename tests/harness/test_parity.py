@@ -2,7 +2,9 @@
 
 import torch
 
-from torchferry.check import parity
+from torchferry.harness import parity
+from torchferry.harness.modes import Mode
+from torchferry.report.comparison import ratio
 
 
 def test_allclose_passes_without_consulting_fp64():
@@ -45,10 +47,12 @@ def test_shape_dtype_and_non_finite_mismatches_fail():
 
 
 def test_tolerance_policy_per_mode_and_dtype_and_override():
-    assert parity.tolerance("inference", "float32") == 1e-3
-    assert parity.tolerance("training", "float32") == 1e-2
-    assert parity.tolerance("training", "bfloat16") == 2e-2
-    assert parity.tolerance("training", "float32", 0.5) == 0.5
+    assert parity.Tolerance.resolve(Mode.FORWARD, "float32").tol == 1e-3
+    assert parity.Tolerance.resolve(Mode.TRAIN, "float32").tol == 1e-2
+    bf16 = parity.Tolerance.resolve(Mode.TRAIN, "bfloat16")
+    assert bf16.tol == 2e-2 and bf16.low_precision and "default" in bf16.source
+    override = parity.Tolerance.resolve(Mode.TRAIN, "float32", 0.5)
+    assert override.tol == 0.5 and override.source == "--tol"
 
 
 def test_localise_names_the_first_module_in_execution_order_that_leaves_tolerance():
@@ -63,4 +67,19 @@ def test_localise_names_the_first_module_in_execution_order_that_leaves_toleranc
 def test_ratio_is_the_plotted_per_module_error():
     golden = torch.zeros(2000, dtype=torch.float64)
     c = parity.compare("x", torch.full((2000,), 0.1), torch.full((2000,), 0.3), golden, 1e-3)
-    assert abs(parity.ratio(c) - 3.0) < 1e-5
+    assert abs(ratio(c) - 3.0) < 1e-5
+
+
+def _tensors(grads: dict) -> dict:
+    x = torch.ones(4)
+    probe = {"outputs": {"out": x}, "modules": {"m": x}}
+    return {"run": {"grads": grads, "losses": [1.0, 0.5], "tokens": None}, "probe": probe}
+
+
+def test_a_gradient_missing_on_the_target_fails_parity():
+    grads = {"a": torch.ones(3), "b": torch.ones(3)}
+    ref = {**_tensors(grads), "golden": _tensors({k: v.double() for k, v in grads.items()})}
+    result = parity.judge(Mode.TRAIN, parity.Tolerance.resolve(Mode.TRAIN, "float32"), ref, _tensors({"a": torch.ones(3)}), None)
+    assert result.status == "fail_accuracy"
+    missing = [g for g in result.gradients if g.status == "missing"]
+    assert [g.name for g in missing] == ["grad b"] and not missing[0].passed

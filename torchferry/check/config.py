@@ -1,0 +1,133 @@
+"""The one typed configuration of `ferry check`, built and validated once, before any worker starts.
+
+``CheckConfig.build(args, cwd)`` checks everything that can be checked without running the
+workload: numbers in range, the workload spec (resolved against the caller's working
+directory), both devices usable here, the price table and the instances, ``--batch-size``
+against ``--nproc``, and the output folder. Derived values (tolerance, eval seed, resume
+step, instances) are computed here and nowhere else. Workers receive ``to_dict()`` and
+rebuild the same frozen object with ``from_dict``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from torchferry.errors import UsageError
+from torchferry.harness.modes import Mode, parse_mode
+from torchferry.harness.parity import Tolerance
+
+EVAL_SEED_OFFSET = 10_000  # the exit check's eval batch: a seed no timed step uses
+DTYPES = ("float32", "bfloat16")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostInputs:
+    """What the cost estimate needs besides the measured timings."""
+
+    prices: str | None  # the user's --prices file (absolute), merged over the shipped table
+    ref_instance: str | None  # resolved: --ref-instance, else the table's default for the device type
+    target_instance: str | None
+    dtype: str
+    eng_hours: float
+    eng_rate: float
+    volume: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckConfig:
+    workload: str  # the spec as given
+    workload_source: dict  # where its build() lives, resolved against the caller's working directory
+    mode: Mode
+    size: str
+    batch_size: int | None
+    seq_len: int | None
+    dtype: str
+    steps: int
+    new_tokens: int
+    seed: int
+    eval_seed: int
+    lr: float
+    ref: str
+    target: str
+    target_reason: str
+    compile: str | None
+    nproc: int
+    nnodes: int
+    rdzv_endpoint: str | None
+    tolerance: Tolerance
+    rounds: int
+    reps: int
+    timeout: float
+    resume_step: int
+    cost: CostInputs
+    output: str  # absolute
+
+    @property
+    def workdir(self) -> Path:
+        return Path(self.output) / "work"
+
+    def workload_options(self) -> dict:
+        """The options offered to the workload's ``build()`` (the protocol's names, workloads/protocol.py)."""
+        return {"size": self.size, "batch_size": self.batch_size, "seq_len": self.seq_len, "mode": self.mode}
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["tolerance"] = self.tolerance.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CheckConfig:
+        tol = data["tolerance"]
+        return cls(**{**data, "mode": Mode(data["mode"]), "cost": CostInputs(**data["cost"]),
+                      "tolerance": Tolerance(tol=tol["tol"], source=tol["source"], dtype=tol["dtype"])})
+
+    @classmethod
+    def build(cls, args: argparse.Namespace, cwd: Path) -> CheckConfig:
+        """Validate the command line and resolve every derived value; raises a typed error before any worker."""
+        from torchferry.harness import devices
+        from torchferry.harness.prices import instance_for, load_prices
+        from torchferry.report.core import ensure_writable
+        from torchferry.workloads.protocol import resolve_source
+
+        for name in ("steps", "rounds", "reps", "new_tokens", "nproc", "nnodes"):
+            if getattr(args, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
+        for name in ("batch_size", "seq_len"):
+            if getattr(args, name) is not None and getattr(args, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
+        if args.timeout <= 0:
+            raise UsageError(f"--timeout must be a positive number of seconds (got {args.timeout:g}).")
+        mode = parse_mode(args.mode)
+        world = args.nproc * args.nnodes
+        if world > 1 and mode == Mode.GENERATE:
+            raise UsageError(f"--nproc {args.nproc} applies to train and forward, not generate (greedy tokens are "
+                             "compared for the whole batch). Use --mode train or forward, or --nproc 1.")
+        if args.nnodes > 1 and not args.rdzv_endpoint:
+            raise UsageError(f"--nnodes {args.nnodes} needs --rdzv-endpoint HOST:PORT, the rendezvous every node joins.")
+        if args.batch_size is not None and args.batch_size % world:
+            raise UsageError(f"the batch size {args.batch_size} does not split into {world} equal shards (--nproc "
+                             f"{args.nproc} x --nnodes {args.nnodes}). Pass a --batch-size that is a multiple of {world}.")
+        source = resolve_source(args.workload, cwd)
+        target, reason = (args.target, "chosen with --target") if args.target else devices.default_target()
+        for name in (args.ref, target):
+            devices.check_usable(name)
+        prices = str((cwd / args.prices).resolve()) if args.prices else None
+        table = load_prices(prices)
+        output = (cwd / args.output).resolve()
+        ensure_writable(output)
+        tolerance = Tolerance.resolve(mode, args.dtype, args.tol)
+        return cls(
+            workload=args.workload, workload_source=source, mode=mode, size=args.size, batch_size=args.batch_size,
+            seq_len=args.seq_len, dtype=args.dtype, steps=args.steps, new_tokens=args.new_tokens, seed=args.seed,
+            eval_seed=args.seed + EVAL_SEED_OFFSET, lr=args.lr, ref=args.ref, target=target, target_reason=reason,
+            compile=args.compile, nproc=args.nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint,
+            tolerance=tolerance, rounds=args.rounds, reps=args.reps, timeout=float(args.timeout),
+            resume_step=max(1, args.steps // 2), output=str(output),
+            cost=CostInputs(prices=prices, dtype=args.dtype, eng_hours=args.eng_hours, eng_rate=args.eng_rate,
+                            volume=args.volume,
+                            ref_instance=instance_for(table, args.ref, args.ref_instance, "--ref-instance"),
+                            target_instance=instance_for(table, target, args.target_instance, "--target-instance")),
+        )

@@ -1,0 +1,54 @@
+"""Multi-process ranks through PyTorch's own launcher, ``torch.distributed.run`` (elastic launch).
+
+The runner starts one launcher on this node with a static rendezvous at ``--rdzv-endpoint``
+(this node is node 0, so its ranks are 0..nproc-1 and rank 0, the one that speaks for the
+group, is here). Other nodes join with the command ``other_node_command`` prints. The
+launcher stops every rank when one fails and prints each rank's exit code; ``exit_codes``
+reads them back from its log.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import sys
+from pathlib import Path
+
+MONITOR_INTERVAL_S = "0.1"  # how often the launcher checks its ranks (a dead rank stops the others this fast)
+_FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a one-node rendezvous."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def launcher_args(nproc: int, nnodes: int, endpoint: str | None, node_rank: int = 0) -> list[str]:
+    """``python -m torch.distributed.run`` with the rendezvous options (a free local port on one node)."""
+    endpoint = endpoint or f"127.0.0.1:{free_port()}"
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--nnodes", str(nnodes),
+            "--node-rank", str(node_rank), "--rdzv-backend", "static", "--rdzv-endpoint", endpoint,
+            "--max-restarts", "0", "--monitor-interval", MONITOR_INTERVAL_S]
+
+
+def other_node_command(nproc: int, nnodes: int, endpoint: str, module: str, job: Path) -> str:
+    """What to run on node K (1..nnodes-1) to join this run (the job file must be readable there)."""
+    args = launcher_args(nproc, nnodes, endpoint, node_rank=0)
+    args[args.index("--node-rank") + 1] = "K"
+    return " ".join(["python", *args[1:], "-m", module, str(job)])
+
+
+def exit_codes(log: Path) -> tuple[dict[int, int], int | None]:
+    """Each failed rank's exit code from the launcher's summary, and the rank it names as the root cause."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return {}, None
+    codes: dict[int, int] = {}
+    for rank, code in _FAILURE.findall(text):
+        codes[int(rank)] = int(code)
+    root = text.split("Root Cause (first observed failure):", 1)
+    cause = _FAILURE.search(root[1]) if len(root) == 2 else None
+    return codes, int(cause.group(1)) if cause else None

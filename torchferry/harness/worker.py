@@ -1,0 +1,85 @@
+"""The worker side of the protocol (torchferry.harness.protocol) and the one case runner.
+
+``Channel`` keeps the protocol stream apart from anything user code prints: the real stdout
+is duplicated for JSON lines, and fd 1 is pointed at stderr (the parent's log). ``run_case``
+runs one piece of user-facing work and turns whatever happens into an ``Outcome`` with an
+error slug, so that check and coverage workers report failures the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from torchferry.errors import kind_of
+
+
+class Channel:
+    """The protocol stream of this process (rank ``rank`` of ``world``)."""
+
+    def __init__(self, rank: int = 0, world: int = 1) -> None:
+        self.rank, self.world = rank, world
+        self.stream = os.fdopen(os.dup(1), "w", buffering=1)
+        os.dup2(2, 1)
+        sys.stdout = sys.stderr
+
+    def send(self, event: str, **data: Any) -> None:
+        self.stream.write(json.dumps({"event": event, "rank": self.rank, **data}, default=float) + "\n")
+        self.stream.flush()
+
+    def progress(self, message: str) -> None:
+        self.send("progress", msg=message)
+
+    def commands(self) -> Iterator[dict]:
+        """The parent's commands until ``quit`` or end of input; rank 0 reads them and broadcasts to the other ranks."""
+        while True:
+            command: dict | None = None
+            if self.rank == 0:
+                line = sys.stdin.readline()
+                command = json.loads(line) if line.strip() else {"cmd": "quit"}
+            if self.world > 1:
+                import torch.distributed as dist
+
+                box = [command]
+                dist.broadcast_object_list(box, src=0)
+                command = box[0]
+            if command["cmd"] == "quit":
+                return
+            yield command
+
+
+@dataclass
+class Outcome:
+    """What one case did: its value, or its failure as an error slug with the message and traceback."""
+
+    value: Any = None
+    kind: str | None = None  # None: it succeeded
+    type: str = ""
+    message: str = ""
+    traceback: str = ""
+    seconds: float = 0.0
+    exception: BaseException | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.kind is None
+
+    def error_event(self) -> dict:
+        return {"kind": self.kind, "type": self.type, "message": self.message, "traceback": self.traceback}
+
+
+def run_case(fn: Callable[[], Any]) -> Outcome:
+    """Run ``fn``; any exception (Ctrl-C included) becomes an Outcome with its slug, never escapes."""
+    start = time.perf_counter()
+    try:
+        return Outcome(value=fn(), seconds=time.perf_counter() - start)
+    except BaseException as exc:  # the parent never has to parse a traceback
+        return Outcome(kind=kind_of(exc), type=type(exc).__name__, message=str(exc), exception=exc,
+                       traceback=getattr(exc, "user_traceback", None) or traceback.format_exc(),
+                       seconds=time.perf_counter() - start)
