@@ -22,6 +22,7 @@ class CliResult:
     stdout: str
     stderr: str
     report: dict | None
+    report_dir: Path
 
 
 def run_check(args: list[str], output: Path) -> CliResult:
@@ -31,6 +32,6 @@ def run_check(args: list[str], output: Path) -> CliResult:
     status = main(["check", *args, "-o", str(output)], env)
     path = output / "report.json"
     report = json.loads(path.read_text()) if path.is_file() else None
-    return CliResult(status, out.getvalue(), err.getvalue(), report)
+    return CliResult(status, out.getvalue(), err.getvalue(), report, output)
 
 

@@ -2,9 +2,13 @@
 
 ``ferry-planted`` calls an op that raises on any device but the CPU (the reference), so it must
 come out as an ``error`` row naming that op; ``ferry-hang`` never returns on a non-CPU device, so
-it must come out as a ``timeout`` row while the sweep goes on.
+it must come out as a ``timeout`` row while the sweep goes on. ``ferry-interrupt`` presses Ctrl-C:
+on a non-CPU device it writes the time to ``$FERRY_TEST_SIGINT_STAMP`` and sends SIGINT to the
+`ferry` process (its worker's parent), then waits to be killed.
 """
 
+import os
+import signal
 import time
 
 import torch
@@ -60,6 +64,23 @@ class HangForCausalLM(PlantedForCausalLM):
         return CausalLMOutput(logits=self.head(self.embed(input_ids)))
 
 
-for config, model in ((PlantedConfig, PlantedForCausalLM), (HangConfig, HangForCausalLM)):
+class InterruptConfig(PlantedConfig):
+    model_type = "ferry-interrupt"
+
+
+class InterruptForCausalLM(PlantedForCausalLM):
+    config_class = InterruptConfig
+
+    def forward(self, input_ids, **kwargs):
+        if input_ids.device.type != "cpu":
+            with open(os.environ["FERRY_TEST_SIGINT_STAMP"], "w") as f:
+                f.write(repr(time.time()))
+            os.kill(os.getppid(), signal.SIGINT)
+            time.sleep(3600)
+        return CausalLMOutput(logits=self.head(self.embed(input_ids)))
+
+
+for config, model in ((PlantedConfig, PlantedForCausalLM), (HangConfig, HangForCausalLM),
+                      (InterruptConfig, InterruptForCausalLM)):
     AutoConfig.register(config.model_type, config)
     AutoModelForCausalLM.register(config, model)

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from torchferry.coverage import configs, results
+from torchferry.report.coverage import CATEGORIES, FORMAT_VERSION, Category, Row
 from torchferry.status import ExitStatus
 
 
@@ -37,24 +38,25 @@ def test_shrink_reaches_the_text_config_of_a_composite_model():
 
 def test_planted_device_only_failure_is_an_error_row_naming_the_op(planted_sweep):
     row = planted_sweep["rows"]["ferry-planted"]
-    assert row["category"] == results.ERROR
+    assert row["category"] == Category.ERROR
     assert row["reason"].startswith("NotImplementedError: planted_op has no kernel for device 'neuron'")
 
 
 def test_hanging_architecture_costs_one_timeout_row(planted_sweep):
     row = planted_sweep["rows"]["ferry-hang"]
-    assert row["category"] == results.TIMEOUT and "8 s" in row["reason"]
-    assert planted_sweep["rows"]["llama"]["category"] == results.PASS
+    assert row["category"] == Category.TIMEOUT and "8 s" in row["reason"]
+    assert planted_sweep["rows"]["llama"]["category"] == Category.PASS
 
 
 def test_every_row_has_a_category_and_a_reason(planted_sweep):
     for row in planted_sweep["doc"]["rows"]:
-        assert row["category"] in results.CATEGORIES and row["reason"]
+        assert row["category"] in CATEGORIES and row["reason"]
 
 
 def test_headline_states_numerator_denominator_and_versions(planted_sweep):
     doc = planted_sweep["doc"]
-    assert doc["meta"]["format_version"] == results.FORMAT_VERSION
+    assert doc["meta"]["format_version"] == FORMAT_VERSION and doc["meta"]["format"] == "torchferry.coverage"
+    assert doc["complete"] is True and doc["failure"] is None
     assert doc["headline"][0].startswith("1 of 3 architectures pass on neuron (forward, eager)")
     assert "transformers" in doc["headline"][-1] and "torch" in doc["headline"][-1]
     assert "1 of 3 architectures pass on neuron (forward, eager)" in planted_sweep["stdout"]
@@ -75,6 +77,22 @@ def test_resume_runs_nothing_already_stored_and_ignores_a_torn_line(planted_swee
                                  plugin, "--timeout", "8", "-o", str(planted_sweep["out"] / "run"), "--target", "neuron")
     assert code == 0 and "resuming, 3 rows stored" in stderr
     assert "[" not in stderr.split("\n", 1)[1]  # no progress line: no case ran again
+
+
+def test_a_torn_last_line_is_cut_off_and_the_next_row_is_not_lost(tmp_path):
+    from torchferry.coverage.store import Store
+
+    settings = {"ref": "cpu", "target": "neuron", "compile": None, "tol": None, "seed": 1, "plugins": []}
+    store = Store(tmp_path / "rows.jsonl", settings)
+    store.add(Row(arch="a", mode="forward", category=Category.PASS, reason="ok"))
+    with open(tmp_path / "rows.jsonl", "a") as f:
+        f.write('{"kind": "row", "arch": "b", "mo')  # a crash in the middle of a write
+    reopened = Store(tmp_path / "rows.jsonl", settings)
+    assert set(reopened.rows) == {"a/forward"}  # the torn row's case runs again
+    reopened.add(Row(arch="c", mode="forward", category=Category.ERROR, reason="boom"))
+    again = Store(tmp_path / "rows.jsonl", settings)
+    assert set(again.rows) == {"a/forward", "c/forward"} and again.rows["c/forward"].category == Category.ERROR
+    assert (tmp_path / "rows.jsonl").read_text().endswith("\n")
 
 
 def test_store_refuses_rows_measured_with_other_settings(planted_sweep, run_ferry):
@@ -107,11 +125,11 @@ def test_rerun_measures_only_rows_of_the_named_categories(planted_sweep, run_fer
 
 
 def test_compare_baseline_marks_each_transition():
-    rows = [{"arch": a, "mode": "forward", "category": c} for a, c in
+    rows = [Row(arch=a, mode="forward", category=Category(c), reason="") for a, c in
             (("a", "pass"), ("b", "error"), ("c", "pass"), ("d", "timeout"), ("e", "pass"))]
     out = results.compare_baseline(rows, {"rows": {"a/forward": "pass", "b/forward": "pass", "c/forward": "fail-parity",
                                                    "d/forward": "error", "z/forward": "pass"}})
-    assert [r["baseline"] for r in rows] == ["unchanged", "regressed", "fixed", "unchanged", "new"]
+    assert [r.baseline for r in rows] == ["unchanged", "regressed", "fixed", "unchanged", "new"]
     assert out["regressed"] == ["b/forward"] and out["missing"] == ["z/forward"]
 
 
@@ -125,5 +143,22 @@ def test_small_architectures_pass_all_modes(tmp_path, run_ferry):
     code, stdout, _ = run_ferry("coverage", "mistral", "qwen2", "--jobs", "2", "-o", str(tmp_path), "--target", "neuron")
     doc = json.loads((tmp_path / "coverage.json").read_text())
     assert code == 0 and len(doc["rows"]) == 6
-    assert {r["mode"] for r in doc["rows"]} == set(results.MODES)
-    assert all(r["category"] == results.PASS for r in doc["rows"]), [(r["arch"], r["mode"], r["reason"]) for r in doc["rows"]]
+    assert {r["mode"] for r in doc["rows"]} == {"forward", "generate", "train"}
+    assert all(r["category"] == Category.PASS for r in doc["rows"]), [(r["arch"], r["mode"], r["reason"]) for r in doc["rows"]]
+
+
+def test_plugins_are_imported_only_in_workers(plugin, tmp_path, run_ferry, monkeypatch):
+    """--plugin code never runs in the ferry process: a marker it sets stays unset here."""
+    import sys
+
+    code, _, stderr = run_ferry("coverage", "ferry-nope", "--plugin", plugin, "--modes", "forward", "-o", str(tmp_path))
+    assert code == ExitStatus.USAGE and "unknown architecture 'ferry-nope'" in stderr and "ferry-planted" in stderr
+    assert not any(name.startswith("ferry_coverage_plugin_") for name in sys.modules)
+    from transformers import CONFIG_MAPPING
+
+    assert "ferry-planted" not in CONFIG_MAPPING
+
+
+def test_modes_accept_the_check_names_as_aliases(tmp_path, run_ferry):
+    code, _, stderr = run_ferry("coverage", "llama", "--modes", "inference,bogus", "-o", str(tmp_path))
+    assert code == ExitStatus.USAGE and "unknown mode 'bogus'" in stderr and "inference=forward" in stderr
