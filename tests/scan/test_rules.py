@@ -123,3 +123,8 @@ def test_cuda_method_on_torch_module_attribute_is_not_a_method_call(rule_ids):
 def test_compile_default_mode_and_none_are_accepted(rule_ids):
     code = "import torch\ntorch.compile(m, mode=None)\ntorch.compile(m)\ntorch.compile(m, dynamic=None)\n"
     assert rule_ids(code) == []
+
+
+def test_a_formatted_cuda_device_string_is_reported_not_rewritten(rule_ids, fixed):
+    code = 'import torch\nd = torch.device(f"cuda:{rank}")\nname = f"cuda_{rank}.log"\n'
+    assert rule_ids(code) == ["TF002"] and fixed(code) == code

@@ -1,4 +1,4 @@
-"""TF002: a `"cuda"` / `"cuda:N"` string names the device."""
+"""TF002: a `"cuda"` / `"cuda:N"` string (or `f"cuda:{rank}"`) names the device."""
 
 import re
 from collections.abc import Iterator
@@ -12,7 +12,18 @@ from torchferry.scan.slots import is_device_slot
 _CUDA = re.compile(r"cuda(:\d+)?")
 
 
-def check(node: cst.SimpleString, ctx) -> Iterator[Hit]:
+def _formatted_device(node: cst.FormattedString) -> bool:
+    """`f"cuda:{i}"`: the text before the first placeholder is exactly "cuda:"."""
+    parts = node.parts
+    return (len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) and parts[0].value == "cuda:"
+            and isinstance(parts[1], cst.FormattedStringExpression))
+
+
+def check(node: cst.SimpleString | cst.FormattedString, ctx) -> Iterator[Hit]:
+    if isinstance(node, cst.FormattedString):
+        if _formatted_device(node):
+            yield Hit(node, message='f"cuda:{...}" names a CUDA device by number; it fails on any other accelerator.')
+        return
     value = node.evaluated_value
     if not (isinstance(value, str) and _CUDA.fullmatch(value)):
         return
@@ -30,6 +41,6 @@ RULE = Rule(
     fix='`torch.accelerator.current_accelerator()` (a device) or its `.type` (a str) instead of "cuda"',
     safe_fix='"cuda" passed straight to torch as a device (`device=`, `device_type=`, `map_location=`, '
     '`torch.device(...)`, `.to(...)`) -> the current accelerator type; "cuda:N" and stored strings are left alone',
-    node_types=(cst.SimpleString,),
+    node_types=(cst.SimpleString, cst.FormattedString),
     check=check,
 )

@@ -1,0 +1,62 @@
+"""Train a compiled GRU tagger on variable-length sentences (each batch padded to its longest)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.utils.rnn import pad_sequence
+from torch.utils.data import DataLoader, Dataset
+
+PAD = 0
+
+
+class Sentences(Dataset):
+    def __init__(self, path):
+        self.items = torch.load(path, weights_only=True)
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        tokens, tags = self.items[i]
+        return torch.as_tensor(tokens), torch.as_tensor(tags)
+
+
+def collate(batch):
+    tokens, tags = zip(*batch)
+    return pad_sequence(tokens, batch_first=True, padding_value=PAD), pad_sequence(tags, batch_first=True,
+                                                                                   padding_value=-100)
+
+
+class Tagger(nn.Module):
+    def __init__(self, vocab=20000, dim=256, num_tags=17):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim, padding_idx=PAD)
+        self.rnn = nn.GRU(dim, dim, batch_first=True, bidirectional=True)
+        self.out = nn.Linear(2 * dim, num_tags)
+
+    def forward(self, tokens):
+        hidden, _ = self.rnn(self.embed(tokens))
+        return self.out(hidden)
+
+
+def main():
+    device = torch.accelerator.current_accelerator()
+    loader = DataLoader(Sentences("train.pt"), batch_size=64, shuffle=True, collate_fn=collate)
+    model = torch.compile(Tagger().to(device))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for epoch in range(5):
+        for tokens, tags in loader:
+            tokens, tags = tokens.to(device), tags.to(device)
+            logits = model(tokens)
+            loss = F.cross_entropy(logits.flatten(0, 1), tags.flatten(), ignore_index=-100)
+            if torch.isnan(loss):
+                raise RuntimeError("loss is NaN")
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        print(f"epoch {epoch}: last loss {loss.item():.4f}")
+    torch.save(model.state_dict(), "tagger.pt")
+
+
+if __name__ == "__main__":
+    main()
