@@ -23,7 +23,7 @@ def test_a_hanging_target_leaves_the_references_timing_in_the_report(check):
     assert "stopped: timeout" in result.stdout and "NO-GO" not in result.stdout
 
 
-def test_ctrl_c_during_the_target_keeps_the_reference_and_says_stopped(check):
+def test_ctrl_c_during_the_target_keeps_the_reference_and_says_stopped(check, ctrl_c_raises):
     result = check("--target", "cpu", "-w", f"{FAILING}:interrupt_target", *FAST)
     assert result.exit_status == ExitStatus.INTERRUPTED, result.stderr
     report = result.report

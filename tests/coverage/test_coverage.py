@@ -162,3 +162,24 @@ def test_plugins_are_imported_only_in_workers(plugin, tmp_path, run_ferry, monke
 def test_modes_accept_the_check_names_as_aliases(tmp_path, run_ferry):
     code, _, stderr = run_ferry("coverage", "llama", "--modes", "inference,bogus", "-o", str(tmp_path))
     assert code == ExitStatus.USAGE and "unknown mode 'bogus'" in stderr and "inference=forward" in stderr
+
+
+@pytest.mark.slow  # ~30 s: one real architecture, then Ctrl-C
+def test_ctrl_c_stops_the_sweep_within_10_s_and_reports_the_finished_rows(tmp_path, run_ferry, plugin, monkeypatch,
+                                                                          ctrl_c_raises):
+    import subprocess
+    import time
+
+    stamp = tmp_path / "sigint-at"
+    monkeypatch.setenv("FERRY_TEST_SIGINT_STAMP", str(stamp))
+    code, stdout, stderr = run_ferry("coverage", "llama", "ferry-interrupt", "mistral", "qwen2", "--modes", "forward",
+                                     "--plugin", plugin, "--jobs", "1", "-o", str(tmp_path / "run"), "--target", "neuron")
+    returned = time.time()
+    assert code == ExitStatus.INTERRUPTED, stderr
+    assert returned - float(stamp.read_text()) < 10, "the sweep took 10 s or more to stop after Ctrl-C"
+    doc = json.loads((tmp_path / "run" / "coverage.json").read_text())
+    assert [(r["arch"], r["category"]) for r in doc["rows"]] == [("llama", "pass")]  # finished row kept, nothing after
+    assert doc["complete"] is False and doc["failure"]["kind"] == "interrupted"
+    assert "stopped: interrupted" in stdout
+    running = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(tmp_path / "run") not in running  # every worker's process group was killed

@@ -32,6 +32,9 @@ from torchferry.harness.worker import Channel, run_case
 
 T_MAIN = time.time()
 ROLE_ENV = "TORCHFERRY_CHECK_ROLE"  # "ref" | "target" | "resume": visible to workloads, for test fixtures
+# A failed rank stays alive this long after reporting: its launcher would otherwise stop every other rank at
+# once, and the runner could no longer tell a peer that hangs from one that was stopped (it waits 10 s).
+FAILED_RANK_WAIT_S = 60.0
 
 def _floating(x: Any) -> bool:
     return hasattr(x, "is_floating_point") and x.is_floating_point()
@@ -467,6 +470,8 @@ def main(argv: list[str]) -> int:
     outcome = run_case(serve)
     if not outcome.ok:  # report the failure to the runner, then exit non-zero
         channel.send("error", **outcome.error_event(), timing=session.timing)
+        if channel.world > 1:
+            time.sleep(FAILED_RANK_WAIT_S)  # the runner gathers the other ranks' states, then stops the launcher
         return 1
     return 0
 

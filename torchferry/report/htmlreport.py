@@ -76,20 +76,21 @@ def _parity(r: CheckReport) -> str:
 
 def _timing(r: CheckReport) -> str:
     t = r.timing
-    if not (t.ref and t.target):
+    if not (t.ref or t.target):
         return section("timing", "Full time", "<p>Not measured.</p>", notes(t.notes))
     from torchferry.report.text import _timing_rows, rank_table
 
     rows = [list(row) for row in _timing_rows(t.ref, t.target, r.config["steps"])]
+    sides = [(role, d) for role, d in (("ref", t.ref), ("target", t.target)) if d is not None]
     warm = svg.line_chart("warmup", "Warm-up curve (per-step time, synchronised)",
-                          {f"ref {t.ref.device}": [s * 1e3 for s in t.ref.steps],
-                           f"target {t.target.device}": [s * 1e3 for s in t.target.steps]}, "step", "ms")
+                          {f"{role} {d.device}": [s * 1e3 for s in d.steps] for role, d in sides}, "step", "ms")
     time_bars = svg.bar_chart("time-to-n", f"Time to {r.config['steps']} steps from process start",
-                              [(f"ref {t.ref.device}", t.ref.time_to_n_s), (f"target {t.target.device}", t.target.time_to_n_s)], "s")
+                              [(f"{role} {d.device}", d.time_to_n_s) for role, d in sides], "s")
     ranks = ""
     if t.ranks:
         ranks = f'<h3 id="ranks">Target per rank ({len(t.ranks)} DDP processes)</h3>' + table(*rank_table(t.ranks, r.config["steps"]))
-    return section("timing", "Full time", table(["", f"ref {t.ref.device}", f"target {t.target.device}"], rows), ranks,
+    header = ["", *(f"{role} {d.device if d else '-'}" for role, d in (("ref", t.ref), ("target", t.target)))]
+    return section("timing", "Full time", table(header, rows), ranks,
                    f'<div class="plots">{warm}{time_bars}</div>', notes(t.notes))
 
 

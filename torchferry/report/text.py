@@ -30,9 +30,10 @@ def rank_table(ranks: list[DeviceTiming], steps: int) -> tuple[list[str], list[l
     return header, [[str(t.rank), t.device, seconds(t.time_to_n_s), seconds(t.first_call_s), steady(t)] for t in ranks]
 
 
-def _timing_rows(ref: DeviceTiming, target: DeviceTiming, steps: int) -> list[tuple[str, str, str]]:
+def _timing_rows(ref: DeviceTiming | None, target: DeviceTiming | None, steps: int) -> list[tuple[str, str, str]]:
+    """Rows of the timing table; a side not measured (the run stopped before it) shows ``-``."""
     def pair(get) -> tuple[str, str]:
-        return get(ref), get(target)
+        return (get(ref) if ref else "-"), (get(target) if target else "-")
 
     rows = [
         (f"time to {steps} steps (headline)", *pair(lambda t: seconds(t.time_to_n_s))),
@@ -46,7 +47,7 @@ def _timing_rows(ref: DeviceTiming, target: DeviceTiming, steps: int) -> list[tu
         ("fallback ops (share of calls)", *pair(
             lambda t: "not tracked" if t.fallback_share is None else f"{sum(t.fallback_ops.values())} ({t.fallback_share:.1%})")),
     ]
-    if ref.compile or target.compile:
+    if (ref and ref.compile) or (target and target.compile):
         rows.append(("compile: graphs / recompilations", *pair(
             lambda t: f"{t.compile.get('graphs')} / {t.compile.get('recompilations')}" if t.compile else "eager")))
     return rows
@@ -84,10 +85,10 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
     for note in p.notes:
         add(f"  note: {note}")
     t = report.timing
-    if t.ref and t.target:
+    if t.ref or t.target:
         add("")
         add(f"time (explicitly synchronised){' - partial' if t.status == 'partial' else ''}:")
-        add(f"  {'':<32}{'ref ' + t.ref.device:>30}{'target ' + t.target.device:>42}")
+        add(f"  {'':<32}{'ref ' + (t.ref.device if t.ref else '-'):>30}{'target ' + (t.target.device if t.target else '-'):>42}")
         for label, a, b in _timing_rows(t.ref, t.target, cfg["steps"]):
             add(f"  {label:<32}{a:>30}{b:>42}")
         if t.ranks:
