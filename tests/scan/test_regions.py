@@ -195,3 +195,12 @@ def test_a_scalar_written_through_a_mask_is_a_masked_fill():
                 x[mask] += 1
                 return x
     """) == [(7, "TF020"), (8, "TF020")]
+
+
+def test_a_comparison_used_as_an_index_is_a_boolean_mask():
+    assert found("""
+        import torch
+        class M(torch.nn.Module):
+            def forward(self, x, labels):
+                return x[labels != -100], x[:, x.sum(0) > 0], x[labels]
+    """) == [(5, "TF020"), (5, "TF020")]

@@ -1,10 +1,12 @@
-"""The device profile's host-fallback ops, as the Python calls a rule can see in source.
+"""The device profile's data-dependent ops, as the Python calls a rule can see in source.
 
-The op list itself is the built-in device's profile (`torchferry.device.profile`), so the
-scan and the rehearsal never disagree: an op the profile drops is no longer reported, and
-a data-dependent op it adds (one citing `dynamic_output_shape`) must get a spelling here
-(tests/scan/test_host_ops.py fails until it has one). This module holds only the mapping
-the profile cannot: ATen op name -> the Python calls that run it.
+The op list is the built-in device's profile (`torchferry.device.profile`, its
+`[[host_fallback]]` entries), and so is where each runs on the target: an entry in
+`fallback_reasons()` runs on the host; an entry the target implements runs on the device
+and reads its output size on the host. So the scan and the rehearsal never disagree: an
+op the profile drops is no longer reported, and a data-dependent op it adds must get a
+spelling here (tests/scan/test_host_ops.py fails until it has one). This module holds
+only the mapping the profile cannot: ATen op name -> the Python calls that run it.
 """
 
 from __future__ import annotations
@@ -73,22 +75,37 @@ SPELLINGS: dict[str, Spelling] = {
 
 @dataclass(frozen=True)
 class HostOp:
-    """One host-fallback entry of the profile, with its Python spelling."""
+    """One data-dependent entry of the profile, with its Python spelling and where the target runs it."""
 
     entry: HostFallback
     spelling: Spelling
     profile: str
+    on_host: bool  # True: the target runs it on the host; False: on the device, reading its size on the host
 
     def cite(self) -> str:
         """Where the fact comes from: the profile entry (its reason and sources are in the profile)."""
         return f"{self.profile} device profile, host_fallback {self.entry.op}"
 
+    def effect(self) -> str:
+        """What the target does with the op, in a few words."""
+        if self.on_host:
+            return f"TorchNeuron runs {self.entry.op} on the host (a sync and two copies per call)"
+        return (f"TorchNeuron runs {self.entry.op} at the input's full size and reads the output size on the "
+                "host (a sync per call)")
+
+
+# Every name any spelling uses: a call with another name is no candidate, and the profile
+# (which imports torch to check its op names) is not even loaded for it.
+_NAMES = frozenset(n for s in SPELLINGS.values() for names in (s.functions, s.methods) for n in names)
+
 
 @cache
 def host_ops(profile: str = DEFAULT_PROFILE) -> tuple[HostOp, ...]:
-    """The profile's host-fallback entries that have a Python spelling, in profile order."""
+    """The profile's data-dependent entries that have a Python spelling, in profile order."""
     loaded = load_profile(profile)
-    return tuple(HostOp(e, SPELLINGS[e.op], loaded.name) for e in loaded.host_fallback if e.op in SPELLINGS)
+    on_host = loaded.fallback_reasons()
+    return tuple(HostOp(e, SPELLINGS[e.op], loaded.name, e.op in on_host)
+                 for e in loaded.host_fallback if e.op in SPELLINGS)
 
 
 def profile_source(key: str, profile: str = DEFAULT_PROFILE) -> str:
@@ -102,6 +119,8 @@ def matching_call(call: cst.Call, ctx) -> tuple[HostOp, str] | None:  # noqa: AN
     qualname = ctx.qualname(call.func) or ""
     is_method = isinstance(call.func, cst.Attribute) and not qualname.startswith("torch.")
     name = call.func.attr.value if is_method else qualname
+    if name not in _NAMES:
+        return None
     for op in host_ops():
         spellings = op.spelling.methods if is_method else op.spelling.functions
         if name in spellings and (spellings[name] is None or spellings[name](call, ctx, is_method)):

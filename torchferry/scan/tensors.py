@@ -1,11 +1,13 @@
-"""Which expressions hold tensors, and which hold boolean tensors, judged from one function's code.
+"""Which expressions hold tensors, boolean tensors or modules, judged from one function's code.
 
-A static guess, made only where rules already know the code runs on device tensors (see
-`regions`): a name holds what its latest assignment before the use held, in the same
-function; a forward's parameters without a literal default are tensors; model outputs
-(`out.loss`, `out.logits`), `torch.*` functions, calls of a model or loss (`model(x)`,
+A static guess: a name holds what its latest assignment (or loop target) before the use held,
+in the same function; a forward's parameters without a literal default are tensors; model
+outputs (`out.loss`, `out.logits`), `torch.*` functions, calls of a module or loss (`model(x)`,
 `criterion(p, y)`, `self.block(x)` in a forward), tensor methods and arithmetic on tensors
-give tensors. `.item()`, `.tolist()`, `.shape`, `len()` ... do not.
+give tensors. `.item()`, `.tolist()`, `.shape`, `len()` ... do not. Modules are constructors of
+`torch.nn` classes or of module classes defined here, `from_pretrained`/`from_config` of a
+`...Model...` class, wrappers (`torch.compile`, DDP, FSDP), `self` in a module class, and names
+that say so (`model`, `net`, `encoder` ...; not `model_state`, `model_path` ...).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import libcst as cst
+from libcst.helpers import get_full_name_for_node
 
 # Tensor methods and attributes whose result is not a tensor.
 NOT_TENSOR_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "nelement", "element_size",
@@ -35,6 +38,13 @@ MODEL_WORDS = ("model", "net", "criterion", "loss", "encoder", "decoder", "unet"
 BOOL_FUNCTIONS = {"bool", "eq", "ne", "lt", "le", "gt", "ge", "greater", "less", "isnan", "isinf", "isfinite",
                   "isneginf", "isposinf", "isreal", "logical_and", "logical_or", "logical_not", "logical_xor",
                   "isin", "isclose", "signbit"}
+# Calls that return a module wrapped around their first argument.
+MODULE_WRAPPERS = {"torch.compile", "torch.nn.parallel.DistributedDataParallel", "torch.nn.DataParallel",
+                   "torch.distributed.fsdp.FullyShardedDataParallel", "torch.nn.parallel.DataParallel"}
+# Module methods that return the module itself.
+MODULE_METHODS = {"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16", "double", "requires_grad_"}
+MODULE_LOADERS = {"from_pretrained", "from_config", "from_single_file"}
+NOT_MODULE_WORDS = ("state", "dict", "ckpt", "checkpoint", "path", "param", "weight", "config", "name", "dir", "file")
 TENSOR_COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 _LITERALS = (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.Tuple, cst.List)
 
@@ -47,27 +57,61 @@ def _bound_names(target: cst.BaseExpression) -> Iterator[str]:
             yield from _bound_names(element.value)
 
 
-class _Bindings(cst.CSTVisitor):
-    """`name = value` statements directly in one function (nested functions and classes excluded).
+def _loop_bindings(target: cst.BaseExpression, iterated: cst.BaseExpression
+                   ) -> Iterator[tuple[str, cst.BaseExpression | None]]:
+    """What a loop target holds: an element of `iterated` (judged like `iterated` itself: an element
+    of a tensor is a tensor), through `zip(a, b)` and `enumerate(a)`; None where unknown."""
+    call_name = iterated.func.value if isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Name) else ""
+    elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else None
+    if call_name == "zip" and elements is not None and len(elements) == len(iterated.args):
+        for element, arg in zip(elements, iterated.args):
+            yield from _loop_bindings(element.value, arg.value)
+    elif call_name == "enumerate" and elements is not None and len(elements) == 2 and iterated.args:
+        yield from ((name, None) for name in _bound_names(elements[0].value))
+        yield from _loop_bindings(elements[1].value, iterated.args[0].value)
+    elif isinstance(target, cst.Name):
+        yield target.value, iterated
+    else:
+        yield from ((name, None) for name in _bound_names(target))
 
-    Each binding is recorded with the node after which it holds: the whole assignment, or a
-    `for` loop's target (its contents are unknown: value None).
+
+def _name_says_module(name: str) -> bool:
+    name = name.lower()
+    if any(word in name for word in NOT_MODULE_WORDS):
+        return False
+    return name in ("module", "net") or name.endswith(("model", "net", "_module", "encoder", "decoder", "unet"))
+
+
+_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+
+
+class _Bindings(cst.CSTVisitor):
+    """Assignments and loop targets directly in one function (nested functions and classes excluded).
+
+    Each binding is recorded as (anchor, from_start, name, value): it holds after the anchor
+    ends (an assignment, a `for` target), or, for a comprehension's variables, from the start
+    of the comprehension (its element is written before its `for`).
     """
 
     def __init__(self, scope: cst.CSTNode) -> None:
         self.scope = scope
-        self.found: list[tuple[cst.CSTNode, str, cst.BaseExpression | None]] = []
+        self.found: list[tuple[cst.CSTNode, bool, str, cst.BaseExpression | None]] = []
 
     def on_visit(self, node: cst.CSTNode) -> bool:
         if node is not self.scope and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             return False
         if isinstance(node, cst.Assign):
             for target in node.targets:
-                self.found.extend((node, name, node.value) for name in _bound_names(target.target))
+                self.found.extend((node, False, name, node.value) for name in _bound_names(target.target))
         elif isinstance(node, cst.AnnAssign) and node.value is not None:
-            self.found.extend((node, name, node.value) for name in _bound_names(node.target))
+            self.found.extend((node, False, name, node.value) for name in _bound_names(node.target))
         elif isinstance(node, cst.For):
-            self.found.extend((node.target, name, None) for name in _bound_names(node.target))
+            self.found.extend((node.target, False, n, v) for n, v in _loop_bindings(node.target, node.iter))
+        elif isinstance(node, _COMPREHENSIONS):
+            clause = node.for_in
+            while clause is not None:
+                self.found.extend((node, True, n, v) for n, v in _loop_bindings(clause.target, clause.iter))
+                clause = clause.inner_for_in
         return True
 
 
@@ -101,7 +145,8 @@ class Tensors:
             collector = _Bindings(scope)
             scope.visit(collector)
             self._bindings[id(scope)] = sorted(
-                ((self._end(after), n, value) for after, n, value in collector.found), key=lambda b: b[0])
+                ((self._start(anchor) if from_start else self._end(anchor), n, value)
+                 for anchor, from_start, n, value in collector.found), key=lambda b: b[0])
         where = self._start(name)
         latest = [value for position, n, value in self._bindings[id(scope)] if n == name.value and position <= where]
         return (True, latest[-1]) if latest else (False, None)
@@ -116,11 +161,43 @@ class Tensors:
         return False
 
     def _is_model(self, func: cst.BaseExpression) -> bool:
+        """Whether calling `func` runs a model or a loss (its result is a tensor)."""
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
             return self._ctx.regions.in_forward(func)
         name = (func.value if isinstance(func, cst.Name) else
                 func.attr.value if isinstance(func, cst.Attribute) else "").lower()
-        return any(word in name for word in MODEL_WORDS)
+        return any(word in name for word in MODEL_WORDS) or self.is_module(func)
+
+    def _enclosing_class(self, node: cst.CSTNode) -> str | None:
+        current = self._ctx.parent(node)
+        while current is not None and not isinstance(current, cst.ClassDef):
+            current = self._ctx.parent(current)
+        return current.name.value if current is not None else None
+
+    def is_module(self, node: cst.BaseExpression) -> bool:
+        """Whether `node` most likely evaluates to an nn.Module."""
+        if isinstance(node, cst.Name):
+            if node.value == "self":
+                return self._enclosing_class(node) in self._ctx.regions.module_classes
+            found, value = self.latest_binding(node)
+            if found:
+                return value is not None and self.is_module(value)
+            return _name_says_module(node.value)
+        if isinstance(node, cst.Attribute):
+            return node.attr.value == "module" or _name_says_module(node.attr.value)
+        if not isinstance(node, cst.Call):
+            return False
+        qualname = self._ctx.qualname(node.func) or ""
+        last = qualname.rsplit(".", 1)[-1]
+        if qualname in MODULE_WRAPPERS or last in ("DistributedDataParallel", "FullyShardedDataParallel"):
+            return True
+        if (qualname.startswith("torch.nn.") and last[:1].isupper()) or last in self._ctx.regions.module_classes:
+            return True
+        if last in MODULE_LOADERS and isinstance(node.func, cst.Attribute):
+            owner = (get_full_name_for_node(node.func.value) or "").rsplit(".", 1)[-1]
+            return "Model" in owner or "For" in owner
+        return (isinstance(node.func, cst.Attribute) and node.func.attr.value in MODULE_METHODS
+                and self.is_module(node.func.value))
 
     def _is_tensor_call(self, call: cst.Call) -> bool:
         func = call.func

@@ -1,7 +1,8 @@
 """TF020: ops whose output shape depends on the data, in a forward or a training step.
 
-Which ops: the host-fallback entries of the built-in device's profile (`host_ops`), so the
-scan and the rehearsal name the same ops. Indexing with a boolean mask (`t[mask]`, and
+Which ops, and whether the target runs each on the host or on the device with a host read
+of its output size: the built-in device's profile (`host_ops`), so the scan and the
+rehearsal name the same ops the same way. Indexing with a boolean mask (`t[mask]`, and
 `t[mask] = tensor`) runs `nonzero` on TorchNeuron; `t[mask] = scalar` becomes a masked_fill
 there and is not reported. Nothing is reported in data loading, where it costs nothing.
 """
@@ -15,8 +16,7 @@ from torchferry.scan.model import Hit, Rule, Severity
 
 
 def _message(written: str, region: str, op: HostOp) -> str:
-    return (f"`{written}` in a {region}: {op.entry.reason}, so TorchNeuron runs {op.entry.op} on the host "
-            f"(a sync and two copies per call; a graph break under torch.compile) [{op.cite()}].")
+    return f"`{written}` in a {region}: {op.entry.reason}; {op.effect()}, and torch.compile breaks the graph [{op.cite()}]."
 
 
 def _stores_scalar(node: cst.Subscript, ctx) -> bool:

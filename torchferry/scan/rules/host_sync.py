@@ -1,7 +1,8 @@
 """TF021: reading a tensor's value on the host inside a forward or a training step.
 
-`.item()`, `.tolist()`, `bool(t)` / `float(t)` / `int(t)`, a tensor as an `if`/`while`/`assert`
-condition, and `print(t)` all wait for the device and copy to the host, every step. Logging
+`.item()`, `.tolist()`, `.cpu()`, `bool(t)` / `float(t)` / `int(t)`, a tensor as an
+`if`/`while`/`assert` condition, and `print(t)` all wait for the device and copy to the
+host, every step; the built-in device counts each in `torchferry.device.host_syncs()`. Logging
 under `if step % N == 0:` is the usual cure, so reads guarded by a modulo test are not reported.
 """
 
@@ -11,7 +12,7 @@ import libcst as cst
 
 from torchferry.scan.model import Hit, Rule, Severity
 
-READ_METHODS = {"item", "tolist"}
+READ_METHODS = {"item", "tolist", "cpu"}
 CONVERSIONS = {"builtins.bool", "builtins.float", "builtins.int"}
 SOURCE = "TorchNeuron FAQ, pytorch-native-overview: printing or reading a tensor ends the current fusion"
 
