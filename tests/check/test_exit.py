@@ -84,3 +84,32 @@ def test_loader_environment_keeps_torchferry_out():
     proc = subprocess.run([sys.executable, "-c", code], env=exit_mod.loader_env(), capture_output=True, text=True,
                           timeout=120, cwd="/")
     assert proc.stdout.strip() == "False", proc.stderr
+
+
+def test_save_pretrained_of_a_non_transformers_class_reloads_with_its_own_loader(tmp_path, monkeypatch):
+    from torchferry.check import exit_loader
+
+    (tmp_path / "ferry_own_loader.py").write_text(
+        "import torch\n\n"
+        "class Own(torch.nn.Linear):\n"
+        "    @classmethod\n"
+        "    def from_pretrained(cls, path):\n"
+        "        model = cls(2, 2)\n"
+        "        model.loaded_from = path\n"
+        "        return model\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    record = {}
+    model, inputs = exit_loader.load_pretrained(
+        {"kind": "module", "pretrained": {"module": "ferry_own_loader", "class": "Own"}}, "saved-dir", record)
+    assert model.loaded_from == "saved-dir" and record["loads_plain"] is True and inputs is None
+
+
+def test_a_loader_that_needs_the_base_model_is_skipped_with_the_reason():
+    pytest.importorskip("peft", reason="peft is not installed (pip install -e '.[test]' installs it)")
+    from torchferry.check import exit_loader
+
+    record = {}
+    model, _ = exit_loader.load_pretrained({"kind": "transformers", "pretrained": {"module": "peft", "class": "PeftModel"}},
+                                           "saved-dir", record)
+    assert model is None and "PeftModel.from_pretrained needs model, model_id" in record["skipped"]
+

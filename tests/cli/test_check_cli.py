@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from checkrun import FAST, FIXTURES
+from checkrun import FAST, FIXTURES, run_check
 
 from torchferry.report.check import FORMAT_VERSION
 from torchferry.status import ExitStatus
@@ -121,3 +121,13 @@ def test_bert_cannot_generate(check):
     result = check("--target", "cpu", "-w", "bert", "--mode", "generation", *FAST)
     assert result.exit_status == ExitStatus.USAGE
     assert "train, forward" in result.stderr
+
+
+@pytest.mark.slow  # ~40 s: a full cpu -> cpu check
+def test_extra_state_holding_a_device_is_named_with_a_fix_that_works(tmp_path):
+    result = run_check(["--target", "cpu", "-w", f"{FIXTURES / 'extra_state.py'}:build", *FAST], tmp_path / "r")
+    formats = {f["name"]: f for f in result.report["exit"]["formats"]}
+    safetensors = formats["safetensors"]
+    assert not safetensors["saved"] and "_extra_state" in safetensors["fix"] and "get_extra_state" in safetensors["fix"]
+    assert "cpu()" not in safetensors["fix"]  # a .cpu() copy would fail the same way: not offered
+    assert formats["torch.save state dict"]["loads_plain"] and formats["torch.save state dict"]["parity"]["passed"]

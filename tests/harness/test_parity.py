@@ -83,3 +83,13 @@ def test_a_gradient_missing_on_the_target_fails_parity():
     assert result.status == "fail_accuracy"
     missing = [g for g in result.gradients if g.status == "missing"]
     assert [g.name for g in missing] == ["grad b"] and not missing[0].passed
+
+
+def test_a_gradient_that_is_zero_on_both_sides_shows_as_zero_not_cosine_0():
+    from torchferry.report.comparison import describe
+
+    c = parity.compare("grad w", torch.zeros(10), torch.zeros(10), torch.zeros(10, dtype=torch.float64), 1e-2)
+    assert c.passed and c.zero and c.cosine is None
+    assert describe(c) == "exactly zero on both sides"
+    one_sided = parity.compare("grad w", torch.zeros(10), torch.ones(10), None, 1e-2)
+    assert not one_sided.passed and not one_sided.zero and one_sided.cosine is None

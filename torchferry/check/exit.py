@@ -64,9 +64,12 @@ def judge(summary: dict, loaded: dict, saved: dict, target_outputs: dict, cfg: C
         fmt = ExitFormat(name=name, path=info["path"], saved="error" not in info, error=info.get("error"))
         result.formats.append(fmt)
         if not fmt.saved:
-            fmt.fix = f"{name} cannot be written from the target device; save a .cpu() copy"
+            fmt.fix = info.get("fix")
             continue
         record = summary["formats"].get(name, {})
+        if record.get("skipped"):
+            fmt.skipped = record["skipped"]
+            continue
         fmt.loads_plain = bool(record.get("loads_plain"))
         fmt.location_tags = record.get("location_tags", [])
         fmt.needs_package = record.get("needs_package")
@@ -82,6 +85,7 @@ def judge(summary: dict, loaded: dict, saved: dict, target_outputs: dict, cfg: C
                                                tol.tol, tol.low_precision)
             worst = next((c for c in comparisons if not c.passed), comparisons[0] if comparisons else None)
             fmt.parity = worst
+    result.notes += [f"{f.name}: not reloaded: {f.skipped}" for f in result.formats if f.skipped]
     broken = [f for f in result.formats if not f.saved or f.needs_package or (f.error and not f.needs_map_location)
               or (f.parity is not None and not f.parity.passed)]
     tagged = [f for f in result.formats if f.needs_map_location]

@@ -83,6 +83,27 @@ def evaluate(model, inputs, batch, spec):
     return {"outputs": outputs, "golden": golden}
 
 
+def load_pretrained(arch, path, record):
+    """``from_pretrained`` of the model's own class (transformers, diffusers, peft, ...), or a skip with the reason."""
+    import importlib
+    import inspect
+
+    loader = arch["pretrained"]
+    cls = importlib.import_module(loader["module"])
+    for part in loader["class"].split("."):
+        cls = getattr(cls, part)
+    needed = [p.name for p in list(inspect.signature(cls.from_pretrained).parameters.values())
+              if p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(needed) > 1:  # e.g. peft's PeftModel.from_pretrained(model, model_id): it needs the base model too
+        record["skipped"] = (f"{loader['class']}.from_pretrained needs {', '.join(needed)}: the saved folder alone "
+                             "does not rebuild the model; reload it with the base model, as its library documents")
+        return None, None
+    model = cls.from_pretrained(path)
+    record["loads_plain"] = True
+    _, inputs = build_architecture(arch, None) if arch["kind"] == "file" else (None, None)
+    return model, inputs
+
+
 def load_pickle(path, record):
     """torch.load as a user would (no map_location), then with a recording map_location."""
     try:
@@ -110,10 +131,9 @@ def main(spec_path, out_path):
         results[name] = record
         try:
             if name == "save_pretrained":
-                import transformers
-
-                model = getattr(transformers, spec["architecture"]["class"]).from_pretrained(path)
-                record["loads_plain"], inputs = True, None
+                model, inputs = load_pretrained(spec["architecture"], path, record)
+                if model is None:
+                    continue
             elif name == "safetensors":
                 from safetensors.torch import load_model
 

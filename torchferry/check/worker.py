@@ -341,41 +341,57 @@ class Session:
 
         def attempt(name: str, path: Path, save) -> None:
             try:
-                save(path)
+                save(model, path)
                 saved[name] = {"path": str(path)}
             except Exception as exc:  # a format that cannot be saved from this device is a finding
-                saved[name] = {"path": str(path), "error": f"{type(exc).__name__}: {exc}"}
+                saved[name] = {"path": str(path), "error": f"{type(exc).__name__}: {exc}", "fix": self.save_fix(name, save, path)}
 
-        attempt("torch.save state dict", exit_dir / "state_dict.pt", lambda p: self.torch.save(model.state_dict(), p))
+        attempt("torch.save state dict", exit_dir / "state_dict.pt", lambda m, p: self.torch.save(m.state_dict(), p))
 
-        def save_safetensors(p: Path) -> None:
+        def save_safetensors(m: Any, p: Path) -> None:
             from safetensors.torch import save_model
 
-            save_model(model, str(p))
+            save_model(m, str(p))
 
         attempt("safetensors", exit_dir / "model.safetensors", save_safetensors)
         if hasattr(model, "save_pretrained"):
-            attempt("save_pretrained", exit_dir / "pretrained", lambda p: model.save_pretrained(str(p)))
+            attempt("save_pretrained", exit_dir / "pretrained", lambda m, p: m.save_pretrained(str(p)))
         if opt is not None:
-            attempt("optimizer state", exit_dir / "optimizer.pt", lambda p: self.torch.save(opt.state_dict(), p))
+            attempt("optimizer state", exit_dir / "optimizer.pt", lambda m, p: self.torch.save(opt.state_dict(), p))
         if hasattr(model, "config") and hasattr(model.config, "to_json_file"):
             model.config.to_json_file(str(exit_dir / "config.json"))  # the architecture, for the state-dict formats
         eval_batch = self.workload.batch("cpu", self.cfg.eval_seed)
         self.torch.save(eval_batch, exit_dir / "eval_batch.pt")
         return saved
 
+    def save_fix(self, name: str, save: Any, path: Path) -> str:
+        """The fix for a format that could not be saved: named from the cause, checked against a CPU copy."""
+        extra = [k for k, v in self.pristine.state_dict().items()
+                 if k.endswith("_extra_state") and not isinstance(v, self.torch.Tensor)]
+        if extra and name == "safetensors":
+            return (f"{', '.join(extra)} holds a non-tensor value (the module's get_extra_state()); safetensors "
+                    "stores tensors only, on any device. Make get_extra_state() return tensors (or nothing), or "
+                    "use torch.save for this model")
+        try:
+            save(copy.deepcopy(self.pristine), path.with_name(f"cpu-probe-{path.name}"))
+        except Exception as exc:
+            return f"{name} fails on the CPU too ({type(exc).__name__}): the model itself cannot be saved this way"
+        return f"{name} cannot be written from the target device; save a .cpu() copy"
+
     def architecture(self) -> dict:
-        """How a process without torchferry rebuilds this model: a transformers class, or the workload file."""
+        """How a process without torchferry rebuilds this model, and which class's loader reads save_pretrained."""
         import importlib.util
 
         model = self.pristine
-        if hasattr(model, "save_pretrained") and hasattr(model, "config"):
-            return {"kind": "transformers", "class": type(model).__name__}
+        transformers = sys.modules.get("transformers")
+        loader = {"module": type(model).__module__, "class": type(model).__qualname__}
+        if transformers is not None and isinstance(model, transformers.PreTrainedModel):
+            return {"kind": "transformers", "class": type(model).__name__, "pretrained": loader}
         source = dict(self.workload.source)
         if source["kind"] == "module":
             source = {"kind": "file", "path": importlib.util.find_spec(source["module"]).origin, **{
                 k: v for k, v in source.items() if k in ("attr", "options")}}
-        return source
+        return {**source, "pretrained": loader}
 
     def flops_per_step(self) -> float | None:
         from torch.utils.flop_counter import FlopCounterMode

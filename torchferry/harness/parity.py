@@ -82,11 +82,14 @@ def compare(name: str, ref: Any, target: Any, golden: Any | None, tol: float, lo
         return Comparison(name, False, ComparisonStatus.NON_FINITE, numel=numel, tol=tol)
     close = bool(torch.allclose(t, r, atol=tol, rtol=tol, equal_nan=True))
     both = ref_finite & tgt_finite
-    cosine = float(torch.nn.functional.cosine_similarity(r[both].flatten(), t[both].flatten(), dim=0)) if both.any() else 1.0
+    zero = bool(both.all()) and not bool(r.any()) and not bool(t.any())
+    # cosine is undefined when a side is all zero: None, not torch's 0 (two zero gradients are identical)
+    defined = both.any() and bool(r[both].any()) and bool(t[both].any())
+    cosine = float(torch.nn.functional.cosine_similarity(r[both].flatten(), t[both].flatten(), dim=0)) if defined else None
     max_abs = float((t[both] - r[both]).abs().max()) if both.any() else 0.0
     mult = multiplier(target.dtype, numel, tol, low_precision)
     result = Comparison(name, close, ComparisonStatus.PASS_ALLCLOSE if close else ComparisonStatus.FAIL_ACCURACY, tol=tol, allclose=close,
-                        cosine=cosine, max_abs_diff=max_abs, numel=numel, multiplier=mult)
+                        cosine=cosine, max_abs_diff=max_abs, numel=numel, multiplier=mult, zero=zero)
     if golden is not None and golden.shape == target.shape:
         g = golden.double()
         result.rmse_target, result.rmse_ref = _rmse(t[both], g[both]), _rmse(r[both], g[both])

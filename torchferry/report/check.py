@@ -134,6 +134,7 @@ class ExitFormat:
     parity: Comparison | None = None
     error: str | None = None
     fix: str | None = None
+    skipped: str | None = None  # why this format was not reloaded (its class's loader needs more than the file)
 
 
 @dataclass

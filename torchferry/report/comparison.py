@@ -35,10 +35,13 @@ class Comparison:
     cosine: float | None = None  # target vs reference
     max_abs_diff: float | None = None
     numel: int = 0
+    zero: bool = False  # both sides exactly zero (cosine is undefined, not 0)
 
 
 def describe(c: Comparison) -> str:
     """One line of figures: the rule's inputs and the reported extras."""
+    if c.zero:
+        return "exactly zero on both sides"
     parts = []
     if c.rmse_target is not None:
         parts.append(f"rmse vs fp64 {c.rmse_target:.3g} (target) vs {c.rmse_ref:.3g} (ref), limit x{c.multiplier:g} + {c.tol / 10:.1g}")
