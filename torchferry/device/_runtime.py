@@ -1,10 +1,6 @@
-"""The handle to the built-in device's C++ core: load it, start it, hand it out.
+"""Start-up of the built-in device: load the C++ core and register it with PyTorch.
 
-Everything in the device package reaches the core through `core()` and `profile()`; this
-module imports nothing of theirs, so there is no import circle. Registering the device with
-PyTorch (the name, `torch.neuron`, the compile and distributed backends) is the wiring
-`torchferry.device.enable()` does after `start()`. Kept apart from `torchferry.device`
-so that importing the package loads no C++.
+Kept apart from `torchferry.device` so that importing the package loads no C++.
 """
 
 from __future__ import annotations
@@ -14,11 +10,13 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from torchferry.device import _settings, target
+from torchferry.device import _settings
 from torchferry.device.profile import DEFAULT_PROFILE, DeviceProfile, load_profile
 
 _C: ModuleType | None = None
 _profile: DeviceProfile | None = None
+
+_FALLBACK_CODES = {"warn": 0, "silent": 1, "error": 2}
 
 
 def core() -> ModuleType:
@@ -38,28 +36,37 @@ def profile() -> DeviceProfile:
 
 
 def start(profile_name: str | Path | None) -> None:
-    """Load the C++ core and start it: devices, memory, CPU kernels, host fallbacks.
-
-    Settings are read (and rejected when malformed) before anything is registered.
-    """
     global _C, _profile
     environ = os.environ
     chosen = load_profile(profile_name or environ.get("TORCHFERRY_PROFILE") or DEFAULT_PROFILE)
     count = _settings.visible_device_count(environ)
     capacity = _settings.device_memory(environ, chosen.memory_bytes)
     mode = _settings.fallback_mode(environ)
-    numerics = _settings.numerics(environ, chosen.numerics)
 
     import torch
+    import torch.utils.backend_registration as registration
 
     from torchferry.device import _C as native
 
     native._init(count, capacity)
     atexit.register(native._release_autograd_workers)
     native._register_cpu_kernels(cpu_kernel_ops(torch))
-    target.configure(native, chosen, mode, numerics)
-    target.start(native, chosen, environ)
+    native._set_host_fallback(chosen.fallback_reasons(), _FALLBACK_CODES[mode], chosen.name)
     _C, _profile = native, chosen
+
+    from torchferry.device import compile as compile_backend
+    from torchferry.device import neuron
+
+    registration.rename_privateuse1_backend("neuron")
+    torch._register_device_module("neuron", neuron)
+    registration.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+    compile_backend.register()
+
+    from torchferry.device import distributed
+
+    distributed.register()
 
 
 def cpu_kernel_ops(torch: ModuleType) -> list[str]:
@@ -88,4 +95,9 @@ _COMPOSITE_KEYS = (
 
 def set_fallback_mode(mode: str) -> None:
     """Change TORCHFERRY_FALLBACK's effect at run time (tests, the decision test)."""
-    target.configure(core(), profile(), _settings.check_fallback_mode(mode, "fallback mode"))
+    if mode not in _FALLBACK_CODES:
+        raise _settings.DeviceSettingError(
+            f"fallback mode {mode!r} is not one of {', '.join(_settings.FALLBACK_MODES)}."
+        )
+    current = profile()
+    core()._set_host_fallback(current.fallback_reasons(), _FALLBACK_CODES[mode], current.name)
