@@ -57,6 +57,16 @@ def _bound_names(target: cst.BaseExpression) -> Iterator[str]:
             yield from _bound_names(element.value)
 
 
+def _assigned(target: cst.BaseExpression, value: cst.BaseExpression) -> Iterator[tuple[str, cst.BaseExpression]]:
+    """`a, b = x, y` binds a to x and b to y; any other unpacking binds each name to the whole value."""
+    if (isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List))
+            and len(target.elements) == len(value.elements)):
+        for t, v in zip(target.elements, value.elements):
+            yield from _assigned(t.value, v.value)
+    else:
+        yield from ((name, value) for name in _bound_names(target))
+
+
 def _loop_bindings(target: cst.BaseExpression, iterated: cst.BaseExpression
                    ) -> Iterator[tuple[str, cst.BaseExpression | None]]:
     """What a loop target holds: an element of `iterated` (judged like `iterated` itself: an element
@@ -102,7 +112,7 @@ class _Bindings(cst.CSTVisitor):
             return False
         if isinstance(node, cst.Assign):
             for target in node.targets:
-                self.found.extend((node, False, name, node.value) for name in _bound_names(target.target))
+                self.found.extend((node, False, name, value) for name, value in _assigned(target.target, node.value))
         elif isinstance(node, cst.AnnAssign) and node.value is not None:
             self.found.extend((node, False, name, node.value) for name in _bound_names(node.target))
         elif isinstance(node, cst.For):
