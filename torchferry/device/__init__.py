@@ -15,6 +15,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
+from types import ModuleType
 
 from torchferry.errors import DeviceConflictError
 
@@ -77,9 +78,27 @@ def enable(profile: str | Path | None = None) -> None:
 
         use_standin = _settings.standin_enabled(os.environ)
         _runtime.start(profile)
+        _register_with_torch(torch)
         _enabled = True
         if use_standin:
             standin.install()  # `import torch_neuronx` now finds the stand-in (HF libraries' test)
+
+
+def _register_with_torch(torch: ModuleType) -> None:
+    """The wiring, once the core is started: name PrivateUse1 `neuron`, create `torch.neuron`
+    and the tensor/module methods, register the compile and process-group backends."""
+    import torch.utils.backend_registration as registration
+
+    from torchferry.device import compile as compile_backend
+    from torchferry.device import distributed, neuron
+
+    registration.rename_privateuse1_backend(DEVICE_NAME)
+    torch._register_device_module(DEVICE_NAME, neuron)
+    registration.generate_methods_for_privateuse1_backend(
+        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+    )
+    compile_backend.register()
+    distributed.register()
 
 
 def _autoload() -> None:

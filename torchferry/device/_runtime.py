@@ -1,6 +1,10 @@
-"""Start-up of the built-in device: load the C++ core and register it with PyTorch.
+"""The handle to the built-in device's C++ core: load it, start it, hand it out.
 
-Kept apart from `torchferry.device` so that importing the package loads no C++.
+Everything in the device package reaches the core through `core()` and `profile()`; this
+module imports nothing of theirs, so there is no import circle. Registering the device with
+PyTorch (the name, `torch.neuron`, the compile and distributed backends) is the wiring
+`torchferry.device.enable()` does after `start()`. Kept apart from `torchferry.device`
+so that importing the package loads no C++.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ def profile() -> DeviceProfile:
 
 
 def start(profile_name: str | Path | None) -> None:
+    """Load the C++ core and start it: devices, memory, CPU kernels, host fallbacks.
+
+    Settings are read (and rejected when malformed) before anything is registered.
+    """
     global _C, _profile
     environ = os.environ
     chosen = load_profile(profile_name or environ.get("TORCHFERRY_PROFILE") or DEFAULT_PROFILE)
@@ -44,7 +52,6 @@ def start(profile_name: str | Path | None) -> None:
     mode = _settings.fallback_mode(environ)
 
     import torch
-    import torch.utils.backend_registration as registration
 
     from torchferry.device import _C as native
 
@@ -53,20 +60,6 @@ def start(profile_name: str | Path | None) -> None:
     native._register_cpu_kernels(cpu_kernel_ops(torch))
     native._set_host_fallback(chosen.fallback_reasons(), _FALLBACK_CODES[mode], chosen.name)
     _C, _profile = native, chosen
-
-    from torchferry.device import compile as compile_backend
-    from torchferry.device import neuron
-
-    registration.rename_privateuse1_backend("neuron")
-    torch._register_device_module("neuron", neuron)
-    registration.generate_methods_for_privateuse1_backend(
-        for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
-    )
-    compile_backend.register()
-
-    from torchferry.device import distributed
-
-    distributed.register()
 
 
 def cpu_kernel_ops(torch: ModuleType) -> list[str]:

@@ -6,6 +6,7 @@
 
 #include <ATen/ops/convolution.h>
 #include <ATen/ops/convolution_backward.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/histc_ops.h>
 
 namespace torchferry {
@@ -38,7 +39,7 @@ at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& mi
   at::Tensor counts = at::_ops::histc::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU),
                                                   integral ? host_self.to(at::kDouble) : host_self,
                                                   bins, min, max);
-  out.resize_(counts.sizes());
+  at::native::resize_output(out, counts.sizes());  // warns on a wrong-shaped out=, as the CPU does
   host_view_of(out).copy_(counts);
   return out;
 }

@@ -1,0 +1,25 @@
+"""`torch.compile` on the built-in device, with TorchNeuron's `neuron` backend contract.
+
+One module per job:
+
+- `backend`: the TorchDynamo backend `neuron` (the `torch_dynamo_backends` entry point) and
+  its registration;
+- `contract`: TorchNeuron's rules (static shapes only, mode `default` only);
+- `host_graph`: running Inductor's CPU code on zero-copy host views of device tensors;
+- `metrics`: `torch.neuron.get_dynamo_metrics()`;
+- `cache`: the persistent cache of compiled graphs.
+"""
+
+from torchferry.device.compile.backend import BACKEND_NAME, neuron_backend, register
+from torchferry.device.compile.contract import DynamicShapesError, UnsupportedGraphError
+from torchferry.device.compile.metrics import get_dynamo_metrics, reset_dynamo_metrics
+
+__all__ = [
+    "BACKEND_NAME",
+    "DynamicShapesError",
+    "UnsupportedGraphError",
+    "get_dynamo_metrics",
+    "neuron_backend",
+    "register",
+    "reset_dynamo_metrics",
+]

@@ -1,0 +1,114 @@
+"""The TorchDynamo backend `neuron`: one Dynamo graph compiled with TorchNeuron's contract.
+
+TorchNeuron compiles each Dynamo graph per input signature (forward and backward apart),
+rejects `dynamic=True`, ignores modes other than `default` and keeps compiled artifacts on
+disk. This backend checks that contract (`contract`), hands the graph to Inductor's CPU code
+generation with the device replaced by the host (`host_graph`), records each compiled graph
+(`metrics`) and compiles inside torchferry's persistent cache (`cache`).
+
+`neuron_backend` is the `torch_dynamo_backends` entry point named in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+from torchferry.device.compile import cache, contract, host_graph, metrics
+
+BACKEND_NAME = "neuron"
+
+
+class _Recorder:
+    """`inner_compile` for Inductor that records each forward/backward graph it compiles."""
+
+    def __init__(self, base_name: str, signature: str, cache_on: bool) -> None:
+        self.base_name, self.signature, self.cache_on = base_name, signature, cache_on
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
+        from torch._dynamo.utils import counters
+        from torch._inductor.compile_fx import compile_fx_inner
+
+        before = dict(counters["inductor"])
+        start = time.perf_counter_ns()
+        # The backward graph is compiled lazily, at the first backward, outside the scope
+        # the forward was compiled in: enter it again so both use torchferry's cache.
+        with cache.scope():
+            compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+        elapsed_us = (time.perf_counter_ns() - start) // 1000
+        delta = {k: counters["inductor"][k] - before.get(k, 0) for k in ("fxgraph_cache_hit", "fxgraph_cache_miss")}
+        if not self.cache_on:
+            outcome = "disabled"
+        elif delta["fxgraph_cache_hit"]:
+            outcome = "hit"
+        elif delta["fxgraph_cache_miss"]:
+            outcome = "miss"
+        else:
+            outcome = "bypass"  # Inductor declined to cache this graph (its log says why)
+        kind = "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
+        metrics.add_record(
+            graph_name=f"{self.base_name}_{kind}", graph_node_count=len(gm.graph.nodes),
+            torch_neuronx_compile_us=int(elapsed_us), cache=outcome,
+            cache_key=cache.graph_key(gm.code, metrics.signature(example_inputs)),
+            input_signature=self.signature, kind=kind,
+        )
+        return compiled
+
+
+def neuron_backend(
+    gm: torch.fx.GraphModule,
+    example_inputs: Sequence[Any],
+    *,
+    mode: str | None = None,
+    options: dict[str, Any] | None = None,
+) -> Callable[..., Any]:
+    """The TorchDynamo backend `neuron`: compile one Dynamo graph with TorchNeuron's contract."""
+    from torch._inductor.compile_fx import compile_fx
+
+    contract.check_static(gm)
+    contract.static_shapes_from_now_on()
+    contract.check_mode(mode)
+    if options is not None:
+        options.setdefault("dynamic", False)  # TorchNeuron writes this into the caller's dict too
+    model_name = (options or {}).get("model_name") or "neuron"
+    base_name = f"{model_name}_graph_{next(metrics.graph_ids)}"
+    signature = metrics.signature(example_inputs)
+    output_devices = host_graph.output_devices(gm)
+    host_graph.to_host_graph(gm)
+    fake_mode = torch._guards.detect_fake_mode(example_inputs)
+    host_inputs = [host_graph.host_example(x, fake_mode) for x in example_inputs]
+    from torch._dynamo.utils import counters
+
+    hits_before = counters["aot_autograd"]["autograd_cache_hit"]
+    start = time.perf_counter_ns()
+    with cache.scope() as cache_on:
+        compiled = compile_fx(gm, host_inputs, inner_compile=_Recorder(base_name, signature, cache_on))
+    if counters["aot_autograd"]["autograd_cache_hit"] > hits_before:
+        # AOTAutograd's cache returned forward and backward together, without compiling either.
+        metrics.add_record(
+            graph_name=f"{base_name}_cached", graph_node_count=len(gm.graph.nodes),
+            torch_neuronx_compile_us=(time.perf_counter_ns() - start) // 1000, cache="hit",
+            cache_key=cache.graph_key(gm.code, signature), input_signature=signature, kind="cached",
+        )
+    return host_graph.CompiledGraph(compiled, output_devices)
+
+
+def register() -> None:
+    """Make `torch.compile(backend="neuron")` find this backend (idempotent, cheap).
+
+    When Dynamo is already imported the backend is registered now; otherwise Dynamo loads
+    it from the `torch_dynamo_backends` entry point the first time it looks `neuron` up, so
+    enabling the device does not pay for importing Dynamo (~2.5 s).
+    """
+    import sys
+
+    if "torch._dynamo" not in sys.modules:
+        return
+    from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend
+
+    if BACKEND_NAME not in _COMPILER_FNS:
+        register_backend(neuron_backend, name=BACKEND_NAME)
