@@ -131,3 +131,14 @@ def test_extra_state_holding_a_device_is_named_with_a_fix_that_works(tmp_path):
     assert not safetensors["saved"] and "_extra_state" in safetensors["fix"] and "get_extra_state" in safetensors["fix"]
     assert "cpu()" not in safetensors["fix"]  # a .cpu() copy would fail the same way: not offered
     assert formats["torch.save state dict"]["loads_plain"] and formats["torch.save state dict"]["parity"]["passed"]
+
+
+@pytest.mark.slow  # ~45 s: a full cpu -> cpu check with torch.compile on the target
+def test_a_compiled_target_resumes_from_a_checkpoint_without_orig_mod_keys(check):
+    result = check("--target", "cpu", "-w", "mlp", "--compile", "eager", *FAST)
+    assert result.exit_status == ExitStatus.SUCCESS, result.stdout + result.stderr
+    assert result.report["resume"]["status"] == "pass", result.report["resume"]["notes"]
+    import torch
+
+    saved = torch.load(result.report_dir / "work" / "resume" / "checkpoint.pt", weights_only=True)
+    assert not any(k.startswith("_orig_mod.") for k in saved["model"])

@@ -63,6 +63,19 @@ def test_check_json_gold(report):
     check_gold("check.json", jsonreport.render(report))
 
 
+def test_stopped_check_text_gold(report):
+    """A run a timeout stopped after the reference: its timing shown, ``stopped: timeout``, no verdict."""
+    from torchferry.check import timing, verdict
+    from torchferry.report.check import CostResult, ExitResult, ParityResult, ResumeResult
+
+    report.parity, report.resume, report.exit, report.cost = ParityResult(), ResumeResult(), ExitResult(), CostResult()
+    report.timing = timing.summarise(report.timing.ref, None)
+    report.failure = Failure(kind="timeout", message="the target worker gave no result within 20 s (target run)",
+                             exit_status=8, phase="target", log="work/ferry.log")
+    verdict.decide(report)
+    check_gold("check-stopped.txt", text.render(report, ["report.json", "report.html"]))
+
+
 def test_coverage_text_gold(coverage_report):
     check_gold("coverage.txt", coverage_render.render_text(coverage_report) + "\n")
 
