@@ -15,6 +15,7 @@ from typing import Any
 
 # collective op name -> (kind, bytes each rank sends per byte of the named tensor, index of that tensor)
 # Ring algorithms: all-gather and reduce-scatter move (n-1)/n of the full buffer per rank, all-reduce twice that.
+COUNTED_NAMESPACES = ("aten", "fsdp", "c10d", "_c10d_functional")
 COLLECTIVES = {
     "c10d._allgather_base_.default": ("all_gather", 1, 0),
     "c10d.allgather_into_tensor_coalesced_.default": ("all_gather", 1, 0),
@@ -27,13 +28,13 @@ COLLECTIVES = {
 }
 
 
-def _nbytes(value: Any) -> int:
-    import torch
+def _nbytes(tensor: Any) -> int:
+    """Bytes the rank holds for ``tensor`` (a DTensor's local shard)."""
+    local = getattr(tensor, "_local_tensor", tensor)
+    return local.numel() * local.element_size()
 
-    return sum(t.numel() * t.element_size() for t in _tensors(value) if isinstance(t, torch.Tensor))
 
-
-def _tensors(value: Any) -> list:
+def _leaves(value: Any) -> list:
     import torch
     from torch.utils._pytree import tree_flatten
 
@@ -71,6 +72,8 @@ def _make_mode_class() -> type:
     cpu_flash = aten._scaled_dot_product_flash_attention_for_cpu
     cpu_flash_bw = aten._scaled_dot_product_flash_attention_for_cpu_backward
 
+    flop_ops = {*flop_registry, cpu_flash, cpu_flash_bw}
+
     def flops(func: Any, args: tuple, kwargs: dict, out: Any) -> int:
         packet = func.overloadpacket
         if packet in flop_registry:
@@ -78,11 +81,9 @@ def _make_mode_class() -> type:
         if packet is cpu_flash:
             query, key, value, _dropout, causal = (list(args) + [0.0, False])[:5]
             return int(sdpa_flop_count(query.shape, key.shape, value.shape) // (2 if causal else 1))
-        if packet is cpu_flash_bw:
-            grad_out, query, key, value = args[:4]
-            causal = args[7] if len(args) > 7 else kwargs.get("is_causal", False)
-            return int(sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape) // (2 if causal else 1))
-        return 0
+        grad_out, query, key, value = args[:4]  # cpu_flash_bw
+        causal = args[7] if len(args) > 7 else kwargs.get("is_causal", False)
+        return int(sdpa_backward_flop_count(grad_out.shape, query.shape, key.shape, value.shape) // (2 if causal else 1))
 
     class StepCounter(TorchDispatchMode):
         """Counts FLOPs, op bytes and collective traffic of every op dispatched while active."""
@@ -97,32 +98,32 @@ def _make_mode_class() -> type:
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
+            if func.namespace not in COUNTED_NAMESPACES:
+                return out
             name = str(func)
-            local_args, local_kwargs, local_out = _local(args), _local(kwargs), _local(out)
             if name in COLLECTIVES:
                 kind, factor, index = COLLECTIVES[name]
-                tensors = _tensors(local_args)
                 size = _group_size(name, args, kwargs)
-                full = _nbytes(tensors[index]) if index >= 0 else _nbytes(local_out)
+                full = _nbytes(_leaves(args)[index] if index >= 0 else _leaves(out)[0])
                 entry = self.collectives[kind]
                 entry["calls"] += 1
                 entry["bytes"] += full
                 entry["wire_bytes"] += factor * full * (size - 1) // max(size, 1)
                 return out
-            if func.namespace in ("aten", "fsdp"):
-                count = flops(func, local_args, local_kwargs, local_out)
+            if func.overloadpacket in flop_ops:
+                count = flops(func, _local(args), _local(kwargs), _local(out))
                 self.flops += count
-                if count:
-                    self.by_op[str(func.overloadpacket)] += count
-                if not _is_view(func):
-                    self.op_bytes += _nbytes(local_args) + _nbytes(local_kwargs) + _nbytes(local_out)
+                self.by_op[str(func.overloadpacket)] += count
+            if not _moves_nothing(func):
+                self.op_bytes += sum(_nbytes(t) for t in _leaves((args, kwargs, out)))
             return out
 
     return StepCounter
 
 
-def _is_view(func: Any) -> bool:
-    """Views and metadata ops move no bytes."""
+@cache
+def _moves_nothing(func: Any) -> bool:
+    """Views and metadata ops move no bytes (every output aliases an input without writing it)."""
     schema = func._schema
     return bool(schema.returns) and all(r.alias_info is not None and not r.alias_info.is_write for r in schema.returns)
 
