@@ -21,7 +21,7 @@ class ExitStatus(IntEnum):
     DEVICE_UNAVAILABLE = 5
     # A device ran out of memory while running the workload.
     OUT_OF_MEMORY = 6
-    # An output (report, checkpoint, store) could not be written.
+    # An output (report, checkpoint, store, a file `ferry scan --fix` rewrites) could not be written.
     OUTPUT_ERROR = 7
     # A step exceeded its time limit.
     TIMEOUT = 8

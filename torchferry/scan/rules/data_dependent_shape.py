@@ -50,7 +50,7 @@ RULE = Rule(
     name="data-dependent-shape",
     severity=Severity.WARNING,
     summary="An op whose output shape depends on the data (boolean-mask indexing, nonzero, masked_select, "
-    "unique, ...) runs in a forward or training step; TorchNeuron runs it on the host.",
+    "unique, ...) runs in a forward or training step; TorchNeuron runs it on the host, or reads its size there.",
     fix="keep shapes static: `torch.where(mask, x, 0)` / `x.masked_fill(~mask, 0)` with a masked reduction, "
     "`torch.nonzero_static(x, size=k)`, or move the op into data loading",
     node_types=(cst.Call, cst.Subscript),

@@ -93,7 +93,7 @@ RULE = Rule(
     id="TF021",
     name="host-sync-in-step",
     severity=Severity.WARNING,
-    summary="A tensor is read on the host (`.item()`, `.tolist()`, `bool(t)`, `print(t)`, `if t:`) in a "
+    summary="A tensor is read on the host (`.item()`, `.tolist()`, `.cpu()`, `bool(t)`, `print(t)`, `if t:`) in a "
     "forward or training step: a device sync and a graph break every step.",
     fix="keep values on the device (`total += loss.detach()`) and read them every N steps "
     "(`if step % N == 0:`) or once per epoch",
