@@ -1,57 +1,87 @@
-"""Conformance of the `neuron` device against PyTorch's own OpInfo test data.
+"""Judge one OpInfo sample on a device against the CPU, from identical inputs.
 
-Each OpInfo sample input runs on the CPU and on the device from identical inputs
-(same bytes, strides and storage sharing, same seed), and the two runs are compared:
+The conformance tier (tests/conformance) runs PyTorch's OpInfo samples on the device
+and on the CPU. A sample is transferred with the same bytes, strides, storage sharing
+and conj/neg bits, both runs start from the same seed, and the runs are compared:
 results bitwise (or, where a CPU kernel is not bitwise-reproducible across buffers,
 within `torch.testing.assert_close`'s default tolerance for the dtype), the inputs
 after the call (a functional op must not write them; an in-place op must write the
 same bytes), output devices, and aliasing (which outputs share storage with which
-inputs and with each other must be the same on both devices).
-
-`bench/opinfo_conformance.py` runs the whole database with this module, and
-`tests/device/test_opinfo_conformance.py` a fixed subset, so both judge a sample
-the same way. The device must already be enabled (`torchferry.device.enable()`).
+inputs and with each other). Bitwise first is what the device promises: its kernels
+are the CPU's.
 """
 
 from __future__ import annotations
 
 import math
-import traceback
-from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator
+import os
+import unittest
+from typing import Any, Callable
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
 
-DEVICE = "neuron"
-
-# Outcomes of one sample. PASSING count towards the pass rate; EXCLUDED samples do
-# not run on the CPU and are not part of it.
+# Outcomes of one sample.
 BITWISE = "bitwise"
 CLOSE = "close"  # within assert_close's tolerance, not bitwise
 UNDEFINED = "undefined"  # the CPU's own values differ run to run (e.g. `empty`); metadata agree
 FAIL = "fail"
-CPU_ERROR = "cpu_error"
+CPU_ERROR = "cpu_error"  # the CPU rejects the sample: nothing to compare
 PASSING = (BITWISE, CLOSE, UNDEFINED)
 
-# The dtypes a full run tries for each op (those of them the op supports on the CPU).
-DEFAULT_DTYPES = (torch.float32, torch.float64, torch.int64, torch.bool, torch.complex64, torch.bfloat16)
+# Which ops and modules the tier instantiates: the fixed CI subset, or everything
+# the torch wheel's OpInfo and ModuleInfo databases hold (bench/conformance.py).
+MODE_ENV = "TORCHFERRY_CONFORMANCE"
+MODES = {"ci": "the fixed CI subset (default)", "full": "every OpInfo and ModuleInfo (bench/conformance.py)"}
 
 
-@dataclass
-class SampleResult:
-    """The verdict on one sample of one op variant at one dtype."""
+SAMPLES_ENV = "TORCHFERRY_CONFORMANCE_SAMPLES"
+DTYPES_ENV = "TORCHFERRY_CONFORMANCE_DTYPES"
 
-    op: str  # OpInfo full name, e.g. "nn.functional.relu" or "div.floor_rounding"
-    variant: str  # "op" or "inplace"
-    dtype: str
-    index: int  # position in op.sample_inputs(...)
-    status: str
-    reason: str = ""
-    sample: str = ""  # short description of the sample's arguments
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+def sample_limit(default: int | None) -> int | None:
+    """At most this many samples per op and dtype (TORCHFERRY_CONFORMANCE_SAMPLES; 0 = all)."""
+    value = os.environ.get(SAMPLES_ENV)
+    if value is None:
+        return default
+    if not value.isdigit():
+        raise ValueError(f"{SAMPLES_ENV}={value!r}: expected a count of samples, 0 for all")
+    return int(value) or None
+
+
+def dtypes(default: tuple[torch.dtype, ...]) -> tuple[torch.dtype, ...]:
+    """The dtypes to try (TORCHFERRY_CONFORMANCE_DTYPES, comma-separated torch names)."""
+    value = os.environ.get(DTYPES_ENV)
+    if not value:
+        return default
+    names = [n.strip() for n in value.split(",")]
+    bad = [n for n in names if not isinstance(getattr(torch, n, None), torch.dtype)]
+    if bad:
+        raise ValueError(f"{DTYPES_ENV}={value!r}: {', '.join(bad)} not torch dtypes; e.g. float32,int64")
+    return tuple(getattr(torch, n) for n in names)
+
+
+def mode() -> str:
+    """The selected mode, from TORCHFERRY_CONFORMANCE."""
+    value = os.environ.get(MODE_ENV, "ci")
+    if value not in MODES:
+        valid = "; ".join(f"{k}: {v}" for k, v in MODES.items())
+        raise ValueError(f"{MODE_ENV}={value!r} is not a conformance mode; valid values: {valid}")
+    return value
+
+
+def declared_broken(info: Any, cls_name: str, test: str) -> bool:
+    """The OpInfo or ModuleInfo itself marks PyTorch's `<cls_name>.<test>` as an expected
+    failure or a skip on every device and dtype: its test data does not fit that check
+    (as_strided's samples have no noncontiguous form, ...), so the tier's counterpart
+    leaves it out on both devices alike."""
+    return any(getattr(d, "cls_name", None) == cls_name and d.test_name == test and d.device_type is None
+               and d.dtypes is None and any(_excludes(fn) for fn in d.decorators)
+               for d in info.decorators)
+
+
+def _excludes(decorator: Callable) -> bool:
+    return decorator is unittest.expectedFailure or getattr(decorator, "__qualname__", "").startswith("skip.")
 
 
 # ---------------------------------------------------------------- sample transfer
@@ -140,7 +170,7 @@ def _host_bytes(t: torch.Tensor) -> torch.Tensor:
 
 
 def _compare_tensor(expected: torch.Tensor, actual: torch.Tensor, what: str,
-                    device: str = DEVICE) -> tuple[str, str]:
+                    device: str) -> tuple[str, str]:
     """(status, reason) for one tensor: BITWISE, CLOSE or FAIL. `device` is where a
     result the CPU run leaves on the CPU must be (the CPU for factories given no
     tensor or device: they create on the default device)."""
@@ -176,10 +206,12 @@ def _values_equal(a: Any, b: Any) -> bool:
     return a == b
 
 
-def compare(expected: tuple[Any, Any], actual: tuple[Any, Any]) -> tuple[str, str]:
-    """Compare (outputs, inputs after the call) of the CPU run with the device run."""
+def compare(expected: tuple[Any, Any], actual: tuple[Any, Any], device: str) -> tuple[str, str]:
+    """Compare (outputs, inputs after the call) of the CPU run with the run on `device`
+    (a device type). A call given no tensor and no device creates on the CPU."""
     leaves = tree_flatten(expected[1])[0]
-    device = DEVICE if any(isinstance(x, torch.Tensor) or _is_cpu_device(x) for x in leaves) else "cpu"
+    if not any(isinstance(x, torch.Tensor) or _is_cpu_device(x) for x in leaves):
+        device = "cpu"
     exp_leaves, exp_spec = tree_flatten(expected[0])
     act_leaves, act_spec = tree_flatten(actual[0])
     if len(exp_leaves) != len(act_leaves):
@@ -197,31 +229,34 @@ def compare(expected: tuple[Any, Any], actual: tuple[Any, Any]) -> tuple[str, st
             return FAIL, f"output {i}: {a!r}, CPU gives {e!r}"
     exp_inputs, act_inputs = _tensors(expected[1]), _tensors(actual[1])
     for j, (e, a) in enumerate(zip(exp_inputs, act_inputs)):
-        s, reason = _compare_tensor(e, a, f"input {j} after the call")
+        s, reason = _compare_tensor(e, a, f"input {j} after the call", device)
         if s == FAIL:
             return s, reason
         status = CLOSE if s == CLOSE else status
     exp_alias = _aliasing(_tensors(expected[0]), exp_inputs)
     act_alias = _aliasing(_tensors(actual[0]), act_inputs)
     if exp_alias != act_alias:
-        return FAIL, (f"aliasing differs: neuron {sorted(act_alias)}, CPU {sorted(exp_alias)} "
+        return FAIL, (f"aliasing differs: {device} {sorted(act_alias)}, CPU {sorted(exp_alias)} "
                       "((kind, output, input-or-output) pairs that share storage)")
     return status, ""
 
 
 # ---------------------------------------------------------------- running samples
-def _call(fn: Callable, sample_args: tuple[Any, tuple, dict], seed: int) -> tuple[Any, Any]:
-    torch.manual_seed(seed)  # seeds every device's default generator, the neuron one included
+def seeded_call(fn: Callable, sample_args: tuple[Any, tuple, dict], seed: int = 0) -> tuple[Any, Any]:
+    """(result, the arguments after the call) of `fn(input, *args, **kwargs)`, from `seed`."""
+    torch.manual_seed(seed)  # seeds every device's default generator, the accelerator's included
     inp, args, kwargs = sample_args
     return fn(inp, *args, **kwargs), sample_args
 
 
-def _error_line(error: BaseException) -> str:
+def error_line(error: BaseException) -> str:
+    """`Type: first line` of an exception, for a one-line failure reason."""
     lines = [line for line in str(error).strip().splitlines() if line.strip()]
     return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
 
 
 def describe(sample: Any) -> str:
+    """A short, stable description of a sample's arguments (shapes, `nc` = noncontiguous)."""
     def short(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
             strided = x.layout == torch.strided
@@ -232,91 +267,22 @@ def describe(sample: Any) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def run_sample(fn: Callable, sample: Any, seed: int = 0) -> tuple[str, str]:
-    """Run one sample through `fn` on the CPU and on the device and judge it."""
+def run_sample(fn: Callable, sample: Any, device: str, seed: int = 0) -> tuple[str, str]:
+    """Run one sample through `fn` on the CPU and on `device` and judge it: (status, reason)."""
+    device_type = torch.device(device).type
     pristine = transfer((sample.input, sample.args, sample.kwargs), "cpu")
     try:
-        expected = _call(fn, transfer(pristine, "cpu"), seed)
-    except Exception as error:  # noqa: BLE001 - a sample the CPU rejects is outside the pass rate
-        return CPU_ERROR, _error_line(error)
+        expected = seeded_call(fn, transfer(pristine, "cpu"), seed)
+    except Exception as error:  # noqa: BLE001 - a sample the CPU rejects is outside the comparison
+        return CPU_ERROR, error_line(error)
     try:
-        actual = _call(fn, transfer(pristine, DEVICE), seed)
+        actual = seeded_call(fn, transfer(pristine, device), seed)
     except Exception as error:  # noqa: BLE001 - any device error is a failure to report
-        return FAIL, "neuron raised " + _error_line(error)
-    status, reason = compare(expected, actual)
-    if status == FAIL:
+        return FAIL, f"{device_type} raised " + error_line(error)
+    status, reason = compare(expected, actual, device_type)
+    if status == FAIL and "values differ" in reason:
         # A kernel whose values are undefined (empty, new_empty, ...) differs from itself.
-        try:
-            again = _call(fn, transfer(pristine, "cpu"), seed)
-        except Exception:  # noqa: BLE001
-            return status, reason
-        if compare(expected, again)[0] == FAIL and "values differ" in reason:
+        again = seeded_call(fn, transfer(pristine, "cpu"), seed)
+        if compare(expected, again, "cpu")[0] == FAIL:
             return UNDEFINED, "the CPU's values differ between two runs: " + reason
     return status, reason
-
-
-def op_variants(op: Any) -> Iterator[tuple[str, Callable]]:
-    yield "op", op.op
-    if op.inplace_variant is not None:
-        yield "inplace", op.inplace_variant
-
-
-def sample_key(op: str, variant: str, dtype: str, index: int) -> str:
-    return f"{op}|{variant}|{dtype}|{index}"
-
-
-def run_op(op: Any, dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES, limit: int | None = None,
-           seed: int = 0, skip: dict[str, str] | None = None,
-           before: Callable[[str], None] | None = None) -> list[SampleResult]:
-    """Every sample (up to `limit` per dtype) of every variant of one OpInfo.
-
-    `before(key)` is called before each sample runs (a crash-resilient runner records
-    it); samples whose key is in `skip` are not run and fail with the given reason.
-    """
-    results: list[SampleResult] = []
-    supported = op.supported_dtypes("cpu")
-    for dtype in dtypes:
-        if dtype not in supported:
-            continue
-        dtype_name = str(dtype).removeprefix("torch.")
-        try:
-            torch.manual_seed(seed)
-            samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))
-        except Exception as error:  # noqa: BLE001 - OpInfo's own generator failed on this torch
-            results.append(SampleResult(op.full_name, "op", dtype_name, -1, CPU_ERROR,
-                                        "sample generation: " + _error_line(error)))
-            continue
-        if limit is not None:
-            samples = samples[:limit]
-        for index, sample in enumerate(samples):
-            for variant, fn in op_variants(op):
-                key = sample_key(op.full_name, variant, dtype_name, index)
-                if skip and key in skip:
-                    results.append(SampleResult(op.full_name, variant, dtype_name, index, FAIL,
-                                                skip[key], describe(sample)))
-                    continue
-                if before is not None:
-                    before(key)
-                try:
-                    status, reason = run_sample(fn, sample, seed)
-                except Exception as error:  # noqa: BLE001 - a harness error is reported, not hidden
-                    status, reason = FAIL, "comparison raised " + _error_line(error) + " " + \
-                        traceback.format_exc(limit=-1).strip().splitlines()[-1]
-                results.append(SampleResult(op.full_name, variant, dtype_name, index, status, reason,
-                                            describe(sample) if status == FAIL else ""))
-    return results
-
-
-def summarize(results: list[SampleResult]) -> dict[str, Any]:
-    """Counts and the pass rate over the samples that run on the CPU."""
-    counted = [r for r in results if r.status != CPU_ERROR]
-    passed = [r for r in counted if r.status in PASSING]
-    by_status: dict[str, int] = {}
-    for r in results:
-        by_status[r.status] = by_status.get(r.status, 0) + 1
-    return {
-        "samples_run_on_cpu": len(counted),
-        "passed": len(passed),
-        "pass_rate": len(passed) / len(counted) if counted else 1.0,
-        "by_status": by_status,
-    }
