@@ -64,8 +64,12 @@ class HangForCausalLM(PlantedForCausalLM):
         return CausalLMOutput(logits=self.head(self.embed(input_ids)))
 
 
-class InterruptConfig(PlantedConfig):
+class InterruptConfig(PretrainedConfig):
     model_type = "ferry-interrupt"
+
+    def __init__(self, vocab_size=64, hidden_size=16, num_hidden_layers=1, **kwargs):
+        self.vocab_size, self.hidden_size, self.num_hidden_layers = vocab_size, hidden_size, num_hidden_layers
+        super().__init__(**kwargs)
 
 
 class InterruptForCausalLM(PlantedForCausalLM):

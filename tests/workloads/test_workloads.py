@@ -74,3 +74,23 @@ def test_mlp_imports_only_torch_so_exit_can_rebuild_it_without_torchferry():
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported <= {"torch", "__future__"}
+
+
+def test_a_relative_file_spec_is_resolved_against_the_given_folder(tmp_path):
+    (tmp_path / "wl").mkdir()
+    (tmp_path / "wl" / "x.py").write_text("def build():\n    pass\n")
+    source = resolve_source("wl/x.py:build", cwd=tmp_path)
+    assert source == {"kind": "file", "path": str(tmp_path / "wl" / "x.py"), "attr": "build"}
+    with pytest.raises(UsageError, match="does not exist"):
+        resolve_source("wl/x.py:build", cwd=tmp_path / "elsewhere")
+
+
+def test_build_receives_the_protocols_mode_names_from_the_harness_modes(tmp_path):
+    from torchferry.harness.modes import Mode
+
+    (tmp_path / "m.py").write_text(
+        "import torch\n\n"
+        "def build(mode):\n"
+        "    assert mode == 'training', mode\n"
+        "    return torch.nn.Linear(2, 2), lambda device, seed: torch.zeros(1, 2, device=device)\n")
+    assert load_workload(f"{tmp_path / 'm.py'}:build", {"mode": Mode.TRAIN}).model is not None

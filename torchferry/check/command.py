@@ -139,7 +139,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         if report.failure.kind == "internal":
             with open(log, "a") as f:
                 f.write(traceback.format_exc())
-        runner.close_all()
+        runner.kill_all()
     verdict.decide(report)
     report.meta.wall_s = time.monotonic() - started
     outdir = Path(cfg.output)

@@ -151,9 +151,15 @@ class Runner:
         return Group(proc, device, self.cfg.nproc if launcher else 1, self.cfg.timeout)
 
     def close_all(self) -> None:
-        """Stop every worker still running (their process groups), whatever ended the run."""
+        """Ask every worker still running to quit (their process groups are killed if they do not)."""
         for proc in self.live:
             proc.close(grace=10)
+        self.live.clear()
+
+    def kill_all(self) -> None:
+        """Kill every worker's process group at once (the run is stopping)."""
+        for proc in self.live:
+            proc.kill()
         self.live.clear()
 
     def run(self) -> None:
@@ -175,14 +181,17 @@ class Runner:
                 raise
             except FerryError as error:  # the target fails where the reference ran: a finding
                 self.target_failed(error, ref_summary)
+                self.close_all()
                 return
             target_summary = target_events[0]["data"]
             self.set_timing(ref_summary, target_events, None)
             self.phase = "steady state"
             steady = self.interleave({"ref": ref, "target": target})
             self.set_timing(ref_summary, target_events, steady)
-        finally:
-            self.close_all()
+        except BaseException:  # a timeout, Ctrl-C, a bug: stop every worker now, not after a grace period
+            self.kill_all()
+            raise
+        self.close_all()
         self.phase = "parity"
         ref_tensors = self.load_tensors("ref")
         target_tensors = self.load_tensors("target")
@@ -273,7 +282,7 @@ class Runner:
             self.report.resume.notes.append(str(error))
             return
         finally:
-            self.close_all()
+            self.kill_all()  # it has reported (or failed): nothing left to ask of it
         self.report.resume = resume.judge(target_tensors["run"]["losses"], event["data"]["resume"], cfg.tolerance.tol)
         self.note(f"resume: {self.report.resume.status}")
 
