@@ -8,6 +8,7 @@ import torch
 from torchferry.check import cost, timing, verdict
 from torchferry.check.config import CostInputs
 from torchferry.harness import parity
+from torchferry.harness.prices import load_prices
 from torchferry.report.check import FORMAT, FORMAT_VERSION, CheckReport, ExitFormat, ExitResult, ResumeResult
 from torchferry.report.meta import Meta
 
@@ -33,7 +34,7 @@ def report() -> CheckReport:
     r.timing = timing.summarise(timing.device_timing("cpu", steps, [[0.1, 0.11]]),
                                 timing.device_timing("neuron", {**steps, "time_to_n_s": 3.0}, [[0.05]]))
     r.cost = cost.estimate(r.timing, CostInputs(prices=None, dtype="float32", eng_hours=40, eng_rate=150, volume=1e9,
-                                                ref_instance="g6e.xlarge", target_instance="trn2.48xlarge"), cost.load_prices())
+                                                ref_instance="g6e.xlarge", target_instance="trn2.48xlarge"), load_prices())
     r.resume = ResumeResult(status="pass", saved_at_step=1, uninterrupted=[1.5, 1.2], resumed=[1.5, 1.2], max_abs_diff=0.0, exact=True)
     r.exit = ExitResult(status="conditions", torchferry_absent=True, loader_device="cpu", formats=[
         ExitFormat("torch.save state dict", saved=True, location_tags=["neuron:0"], needs_map_location=True, fix="save .cpu()")])

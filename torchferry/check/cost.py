@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from torchferry.check.config import CostInputs
 from torchferry.errors import UsageError
-from torchferry.harness.prices import SHIPPED, load_prices  # noqa: F401 - the price table's import path for callers
 from torchferry.report.check import CostResult, DeviceTiming, ResultStatus, TimingResult
 
 

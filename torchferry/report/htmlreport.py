@@ -12,7 +12,7 @@ from html import escape
 from torchferry.report.check import CheckReport
 from torchferry.report.comparison import describe, ratio
 from torchferry.report import svg
-from torchferry.report.text import money, seconds
+from torchferry.report.text import money
 
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
