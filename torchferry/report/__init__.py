@@ -1,1 +1,8 @@
-"""Renderers of the one `ferry check` result model: terminal (text), JSON, self-contained HTML."""
+"""Result models and their renderers, for every command; imports no command (layering: .importlinter).
+
+Module map: ``meta`` (the shared ``meta`` and ``failure`` blocks), ``comparison`` (one tensor
+judged by the parity rule), ``check`` and ``coverage`` (each command's result model and
+``FORMAT_VERSION``), ``core`` (the reporter protocol and the one atomic writer), ``jsonreport``
+(any model as versioned JSON), ``text``/``htmlreport`` (check), ``coverage_render`` (coverage),
+``svg`` (inline plots).
+"""
