@@ -53,3 +53,9 @@ def test_the_scan_flags_each_spelling_in_a_forward_citing_its_op(expression, op)
 @pytest.mark.parametrize("expression", STATIC)
 def test_static_shape_spellings_are_not_flagged(expression):
     assert analyse(_forward(expression), [RULES_BY_ID["TF020"]], fix=False)[0] == []
+
+
+def test_a_method_on_the_result_of_a_torch_function_is_a_method():
+    # libcst names `torch.greater(a, 0).nonzero` "torch.greater.nonzero"; it is Tensor.nonzero
+    hits, _ = analyse(_forward("torch.greater(x, 0).nonzero()"), [RULES_BY_ID["TF020"]], fix=False)
+    assert len(hits) == 1 and "host_fallback aten::nonzero" in hits[0].hit.message

@@ -204,3 +204,34 @@ def test_a_comparison_used_as_an_index_is_a_boolean_mask():
             def forward(self, x, labels):
                 return x[labels != -100], x[:, x.sum(0) > 0], x[labels]
     """) == [(5, "TF020"), (5, "TF020")]
+
+
+def test_annotated_and_helper_parameters_are_judged_by_their_annotation():
+    assert found("""
+        import numpy as np
+        import torch
+        def _spans(shape: tuple[int, int], length: int, mask: torch.Tensor, rate):
+            if length > shape[1]:
+                pass
+            if rate > 0.5:
+                pass
+            if mask.any():
+                pass
+            return np.random.rand(1).item(), np.arange(length).tolist()
+        class M(torch.nn.Module):
+            def forward(self, x, multimask_output: bool, pad: bool = False):
+                if multimask_output or pad:
+                    pass
+                return _spans(x.shape, 3, x > 0, 0.1)
+    """) == [(9, "TF021")]
+
+
+def test_torch_predicates_return_python_bools():
+    assert found("""
+        import torch
+        class M(torch.nn.Module):
+            def forward(self, x):
+                if torch.is_autocast_enabled("cpu") or torch.is_grad_enabled():
+                    x = x.float()
+                return x
+    """) == []

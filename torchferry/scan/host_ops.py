@@ -114,10 +114,16 @@ def profile_source(key: str, profile: str = DEFAULT_PROFILE) -> str:
     return text.split(" ", 1)[0] if text else f"{profile} device profile"
 
 
+def _is_dotted_name(node: cst.BaseExpression) -> bool:
+    return isinstance(node, cst.Name) or (isinstance(node, cst.Attribute) and _is_dotted_name(node.value))
+
+
 def matching_call(call: cst.Call, ctx) -> tuple[HostOp, str] | None:  # noqa: ANN001 - engine.Context
     """The host op `call` runs, with the call as written (`torch.unique`, `.nonzero()`), or None."""
     qualname = ctx.qualname(call.func) or ""
-    is_method = isinstance(call.func, cst.Attribute) and not qualname.startswith("torch.")
+    # `torch.f(...)` is a function; `x.f(...)` and `torch.g(a).f(...)` (qualname "torch.g.f") are methods
+    is_method = isinstance(call.func, cst.Attribute) and not (qualname.startswith("torch.")
+                                                              and _is_dotted_name(call.func.value))
     name = call.func.attr.value if is_method else qualname
     if name not in _NAMES:
         return None

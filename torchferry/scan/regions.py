@@ -109,7 +109,8 @@ class Regions:
         module.visit(index)
         self._index = index
         self.module_classes = self._find_module_classes()
-        self.forward_functions = self._reach(self._forward_roots())
+        self.forward_roots = self._forward_roots()  # forward methods and functions set as forward or hook
+        self.forward_functions = self._reach(self.forward_roots)
         self.step_functions, self.step_loops = self._find_steps()
         self._forward_bodies = {id(f.body) for f in self.forward_functions}
         self._step_bodies = {id(f.body) for f in self.step_functions} | {id(loop.body) for loop in self.step_loops}

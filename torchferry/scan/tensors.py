@@ -162,12 +162,31 @@ class Tensors:
         return (True, latest[-1]) if latest else (False, None)
 
     def _is_tensor_parameter(self, name: cst.Name) -> bool:
+        """A parameter annotated as a tensor; or, of a forward itself (not its helpers), one without an
+        annotation or a literal default."""
         scope = self._scope(name)
-        if scope not in self._ctx.regions.forward_functions:
+        if not isinstance(scope, cst.FunctionDef):
             return False
-        for param in scope.params.params:
-            if param.name.value == name.value and param.name.value not in ("self", "cls"):
-                return param.default is None or not isinstance(param.default, _LITERALS)
+        for param in (*scope.params.posonly_params, *scope.params.params, *scope.params.kwonly_params):
+            if param.name.value != name.value or param.name.value in ("self", "cls"):
+                continue
+            if param.annotation is not None:
+                return "Tensor" in cst.Module([]).code_for_node(param.annotation.annotation)
+            return (scope in self._ctx.regions.forward_roots
+                    and (param.default is None or not isinstance(param.default, _LITERALS)))
+        return False
+
+    def is_numpy(self, node: cst.BaseExpression) -> bool:
+        """Whether `node` is built by numpy (`np.random.rand(1)`, `np.array(x).reshape(...)`, a name bound to one)."""
+        if isinstance(node, cst.Call):
+            if (self._ctx.qualname(node.func) or "").startswith("numpy."):
+                return True
+            return isinstance(node.func, cst.Attribute) and self.is_numpy(node.func.value)
+        if isinstance(node, (cst.Attribute, cst.Subscript)):
+            return self.is_numpy(node.value)
+        if isinstance(node, cst.Name):
+            found, value = self.latest_binding(node)
+            return found and value is not None and self.is_numpy(value)
         return False
 
     def _is_model(self, func: cst.BaseExpression) -> bool:
@@ -217,7 +236,7 @@ class Tensors:
             if parts[1] == "nn":
                 return qualname.startswith("torch.nn.functional.")
             return (parts[1] not in NOT_TENSOR_NAMESPACES and parts[-1] not in NOT_TENSOR_FUNCTIONS
-                    and parts[-1][:1].islower())
+                    and parts[-1][:1].islower() and not parts[-1].startswith("is_"))  # torch.is_*: a bool
         if isinstance(func, cst.Attribute) and func.attr.value not in NOT_TENSOR_METHODS:
             if self.is_tensor(func.value):
                 return True

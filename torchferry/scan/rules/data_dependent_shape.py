@@ -36,14 +36,13 @@ def check(node: cst.Call | cst.Subscript, ctx) -> Iterator[Hit]:
         if region is not None:
             yield Hit(node.func, message=_message(found[1], region, found[0]))
         return
-    op = boolean_index_op()
-    if op is None or _stores_scalar(node, ctx):
-        return
     masked = any(isinstance(e.slice, cst.Index) and ctx.tensors.is_bool_mask(e.slice.value) for e in node.slice)
-    region = ctx.regions.region(node) if masked else None
-    if region is not None:
+    if not masked or _stores_scalar(node, ctx):
+        return
+    region = ctx.regions.region(node)
+    op = boolean_index_op() if region is not None else None  # the profile is loaded only when needed
+    if op is not None:
         yield Hit(node, message=_message("t[mask]", region, op))
-
 
 RULE = Rule(
     id="TF020",

@@ -63,7 +63,7 @@ def _read(node: cst.CSTNode, ctx) -> tuple[cst.CSTNode, str] | None:
     if isinstance(node, cst.Call):
         func = node.func
         if isinstance(func, cst.Attribute) and func.attr.value in READ_METHODS and not node.args:
-            return func.attr, f".{func.attr.value}()"
+            return None if ctx.tensors.is_numpy(func.value) else (func.attr, f".{func.attr.value}()")
         qualname = ctx.qualname(func)
         if qualname in CONVERSIONS and len(node.args) == 1 and ctx.tensors.is_tensor(node.args[0].value):
             return node, f"{qualname.split('.')[1]}(tensor)"
