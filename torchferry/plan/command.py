@@ -13,10 +13,17 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from torchferry.env import Environment
 from torchferry.errors import FerryError, UsageError
 from torchferry.status import ExitStatus
+
+if TYPE_CHECKING:
+    from torchferry.plan.layout import Layout
+    from torchferry.plan.results import PlanReport
+    from torchferry.plan.roofline import Peaks
+    from torchferry.plan.workload import ModelSpec
 
 DEFAULT_SEQ_LEN = 4096
 
@@ -104,7 +111,10 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     return _plan(args, env, model, capacity, target, reference, candidates, skipped, outdir, started)
 
 
-def _plan(args, env, model, capacity, target, reference, candidates, skipped, outdir, started) -> ExitStatus:
+def _plan(args: argparse.Namespace, env: Environment, model: ModelSpec, capacity: dict, target: Peaks,
+          reference: Peaks | None, candidates: list[Layout], skipped: list[str], outdir: Path, started: float) -> ExitStatus:
+    """Trace each candidate, bound it, validate it if asked; write the reports (also of what was traced
+    when a later candidate fails)."""
     from torchferry.plan.results import FORMAT, FORMAT_VERSION, LayoutResult, PlanReport, rank
     from torchferry.plan.roofline import reference_bounds, target_bounds
     from torchferry.plan.trace import trace_step
@@ -142,7 +152,7 @@ def _plan(args, env, model, capacity, target, reference, candidates, skipped, ou
     return ExitStatus.SUCCESS
 
 
-def _write(report, outdir: Path, started: float, reporters) -> list[Path]:
+def _write(report: PlanReport, outdir: Path, started: float, reporters: tuple) -> list[Path]:
     from torchferry.report.core import write_reports
 
     report.meta.wall_s = round(time.monotonic() - started, 3)

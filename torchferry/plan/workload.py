@@ -111,6 +111,10 @@ def build(model: ModelSpec, options: dict, device: str = "meta") -> tuple[Any, A
     config = dict(model.config)
     cfg = AutoConfig.for_model(config.pop("model_type"), **{k: v for k, v in config.items() if not k.startswith("_")})
     cfg._attn_implementation = "sdpa"
+    # Training keeps no KV cache. transformers creates one whenever use_cache is set, and under
+    # activation checkpointing the recomputed forward appends to it: attention over twice the keys
+    # and a second copy of every block's K and V, held to the end of the backward.
+    cfg.use_cache = False
     with torch.device(device):
         built = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     return built, None
