@@ -130,3 +130,16 @@ def test_force_and_backup_need_fix(project, ferry, flag):
     result = ferry("scan", str(project), flag)
     assert result.exit_status == ExitStatus.USAGE and "--fix" in result.stderr
     assert (project / "a.py").read_text() == BEFORE
+
+
+def test_every_report_format_names_the_unwritten_file(project, ferry, tmp_path_factory):
+    (project / "b.py").chmod(0o444)
+    text = ferry("scan", str(project), "--fix")
+    assert f"{project / 'b.py'}\n  fixes not written: read-only" in text.stdout
+    assert "fixes not written to 1 file" in text.stdout
+    (project / "a.py").write_text(BEFORE)  # the first run fixed it
+    out = tmp_path_factory.mktemp("report") / "scan.sarif"
+    ferry("scan", str(project), "--fix", "--format", "sarif", "-o", str(out))
+    notes = json.loads(out.read_text())["runs"][0]["invocations"][0]["toolExecutionNotifications"]
+    assert [(n["level"], n["message"]["text"].split(":")[0]) for n in notes] == [("warning", "fixes not written")]
+    assert notes[0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith("b.py")
