@@ -128,3 +128,16 @@ def test_compile_default_mode_and_none_are_accepted(rule_ids):
 def test_a_formatted_cuda_device_string_is_reported_not_rewritten(rule_ids, fixed):
     code = 'import torch\nd = torch.device(f"cuda:{rank}")\nname = f"cuda_{rank}.log"\n'
     assert rule_ids(code) == ["TF002"] and fixed(code) == code
+
+
+@pytest.mark.parametrize(("precision", "found"), [
+    ('Accelerator(mixed_precision="bf16")', True),
+    ('L.Trainer(precision="bf16-mixed")', True),
+    ("TrainingArguments(bf16=True)", True),
+    ('Accelerator(mixed_precision="fp16")', False),
+    ('L.Trainer(precision="16-mixed")', False),
+    ("x = torch.bfloat16 if bf16 else torch.float16", False),  # the scaler may be needed
+])
+def test_bf16_scaler_sees_the_precision_however_it_is_named(precision, found, rule_ids):
+    code = f"import torch\nscaler = torch.amp.GradScaler('cpu')\n{precision}\n"
+    assert ("TF024" in rule_ids(code)) is found

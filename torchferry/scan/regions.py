@@ -140,7 +140,8 @@ class Regions:
     def _forward_roots(self) -> set[cst.FunctionDef]:
         roots = {f for name in self.module_classes for f in self._methods(self._index.classes[name])
                  if f.name.value == "forward"}
-        roots |= {self._index.module_functions[n] for n in self._index.forward_roots if n in self._index.module_functions}
+        functions = self._index.module_functions
+        roots |= {functions[n] for n in self._index.forward_roots if n in functions}
         return roots
 
     def _callees(self, function: cst.FunctionDef) -> Iterator[cst.FunctionDef]:

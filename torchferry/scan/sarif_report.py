@@ -43,7 +43,7 @@ def _result(finding: Finding) -> dict[str, Any]:
 
 
 def to_dict(result: ScanResult) -> dict[str, Any]:
-    """One SARIF run: the full rule table, a result per open finding, unparseable and unwritten files as notifications."""
+    """One SARIF run: the rule table, a result per open finding, unparseable and unwritten files as notifications."""
     rules = [{
         "id": rule.id,
         "name": rule.name,

@@ -3,8 +3,9 @@
 Loss scaling exists because float16 gradients underflow; bfloat16 has float32's exponent
 range, so its gradients do not, and bf16 is TorchNeuron's recommended autocast dtype. A
 scaler still checks every gradient for inf/NaN and reads the result on the host in each
-`scaler.step` (`found_inf.item()` in torch/amp/grad_scaler.py), a device sync per step. Reported when the source uses `torch.bfloat16` and
-never float16; a scaler with `enabled=` given is left to its author.
+`scaler.step` (`found_inf.item()` in torch/amp/grad_scaler.py), a device sync per step.
+Reported when the source names bfloat16 (`torch.bfloat16`, `"bf16"`, `bf16=True`) and never
+float16; a scaler with `enabled=` given is left to its author.
 """
 
 from collections.abc import Iterator
@@ -18,7 +19,9 @@ SCALERS = {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cuda.amp.
            "torch.amp.grad_scaler.GradScaler", "torch.GradScaler"}
 BF16 = {"torch.bfloat16"}
 FP16 = {"torch.float16", "torch.half"}
-FP16_WORDS = {"fp16", "float16", "half"}
+# strings that name a precision (Accelerate's mixed_precision=, Lightning's precision=, ...)
+BF16_WORDS = {"bf16", "bfloat16", "bf16-mixed", "bf16-true"}
+FP16_WORDS = {"fp16", "float16", "half", "16-mixed", "16-true"}
 
 
 def _dtypes(ctx) -> set[str]:
@@ -33,8 +36,12 @@ def _dtypes(ctx) -> set[str]:
                     found.add("bf16")
                 elif name in FP16:
                     found.add("fp16")
-            elif isinstance(node, cst.SimpleString) and str(node.evaluated_value).lower() in FP16_WORDS:
-                found.add("fp16")
+            elif isinstance(node, cst.SimpleString):
+                word = str(node.evaluated_value).lower()
+                found.update({"bf16"} if word in BF16_WORDS else {"fp16"} if word in FP16_WORDS else set())
+            elif isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value in ("bf16", "fp16") \
+                    and isinstance(node.value, cst.Name) and node.value.value == "True":
+                found.add(node.keyword.value)  # TrainingArguments(bf16=True)
             return True
 
     ctx.module.visit(_Find())

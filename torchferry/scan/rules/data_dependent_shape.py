@@ -16,7 +16,8 @@ from torchferry.scan.model import Hit, Rule, Severity
 
 
 def _message(written: str, region: str, op: HostOp) -> str:
-    return f"`{written}` in a {region}: {op.entry.reason}; {op.effect()}, and torch.compile breaks the graph [{op.cite()}]."
+    return (f"`{written}` in a {region}: {op.entry.reason}; {op.effect()}, and torch.compile breaks the graph "
+            f"[{op.cite()}].")
 
 
 def _stores_scalar(node: cst.Subscript, ctx) -> bool:
@@ -43,6 +44,7 @@ def check(node: cst.Call | cst.Subscript, ctx) -> Iterator[Hit]:
     op = boolean_index_op() if region is not None else None  # the profile is loaded only when needed
     if op is not None:
         yield Hit(node, message=_message("t[mask]", region, op))
+
 
 RULE = Rule(
     id="TF020",
