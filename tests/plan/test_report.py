@@ -98,3 +98,19 @@ def test_html_draws_one_stacked_bar_per_layout_against_the_capacity_line(report)
     assert heights["activations"] == pytest.approx(heights["temporaries"] * 26.0 / 4.0, rel=0.01)
     assert "capacity 24.0 GiB" in svg
     assert '<section id="plan">' in html and "Sources and assumptions" in html
+
+
+def test_validation_is_reported_as_the_built_in_device_with_its_error(report):
+    from torchferry.plan.validate import compare
+
+    layout = report.layouts[0].layout
+    report.validations.append(compare(layout, 105 * 2**20, [{"peak_bytes": 100 * 2**20, "device": "neuron:0"},
+                                                             {"peak_bytes": 98 * 2**20, "device": "neuron:1"}]))
+    validation = report.validations[0]
+    assert validation.error == pytest.approx(0.05) and validation.passed  # against the worst rank
+    text = render.render_text(report)
+    assert ("validate FSDP 64 x TP 1, AC on: predicted 105.00 MiB, measured on the built-in neuron device "
+            "100.00, 98.00 MiB per rank: error +5.00% (within 10%)") in text
+    html = render.render_html(report)
+    assert "measured on the built-in device" in html and "+5.00%" in html and "yes (±10%)" in html
+    assert compare(layout, 120 * 2**20, [{"peak_bytes": 100 * 2**20, "device": "neuron:0"}]).passed is False

@@ -1,6 +1,7 @@
 """The plan's predicted peak per rank agrees within 10% with the peak measured on the built-in
 `neuron` device (torch.neuron.max_memory_allocated, second step), for FSDP2 over 2 and 4 ranks on
-a small Llama, without and with activation checkpointing: `ferry plan --validate`, in-process."""
+a small Llama, without and with activation checkpointing (and selective on 2 ranks): `ferry plan
+--validate`, in-process."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from torchferry.status import ExitStatus
 
 CASES = [pytest.param(2, "off", marks=pytest.mark.multiproc),
          pytest.param(2, "on", marks=pytest.mark.multiproc),
+         pytest.param(2, "selective", marks=pytest.mark.multiproc),
          pytest.param(4, "off", marks=[pytest.mark.multiproc, pytest.mark.slow]),
          pytest.param(4, "on", marks=[pytest.mark.multiproc, pytest.mark.slow])]
 

@@ -94,7 +94,7 @@ def render_text(report: PlanReport, paths: list[str] | None = None) -> str:
                          f"{r.tokens_per_s_upper:,.0f}, $/1M tokens >= {dollars(r.cost_per_1m_tokens_lower)}; at utilisation "
                          + ", ".join(f"{u} {dollars(c)}" for u, c in r.cost_at_utilisation.items()) + f" ({r.scope})")
     for v in report.validations:
-        lines.append(f"validate {v.layout}: predicted {v.predicted_bytes / 2**20:.2f} MiB, measured on {v.device} "
+        lines.append(f"validate {v.layout}: predicted {v.predicted_bytes / 2**20:.2f} MiB, measured on the built-in {v.device} device "
                      f"{', '.join(f'{m / 2**20:.2f}' for m in v.measured_bytes)} MiB per rank: error {v.error:+.2%} "
                      f"({'within' if v.passed else 'OUTSIDE'} {v.tolerance:.0%})")
     for note in report.skipped:
@@ -162,9 +162,9 @@ def plan_section(report: PlanReport) -> str:
     parts = [f"<p>{escape(_shape_line(report.model))}</p>", stacked_bars(report.layouts, report.capacity["bytes"]),
              table(HEADER, rows(report))]
     if report.validations:
-        parts.append(table(["layout", "predicted MiB", "measured MiB per rank", "error", "within"],
+        parts.append(table(["layout", "predicted MiB", "measured on the built-in device, MiB per rank", "error", "within tolerance"],
                            [[v.layout, f"{v.predicted_bytes / 2**20:.2f}", ", ".join(f"{m / 2**20:.2f}" for m in v.measured_bytes),
-                             f"{v.error:+.2%}", "yes" if v.passed else "NO"] for v in report.validations]))
+                             f"{v.error:+.2%}", f"{'yes' if v.passed else 'NO'} (±{v.tolerance:.0%})"] for v in report.validations]))
     parts += ["<h3>Sources and assumptions</h3>", notes(sources(report) + report.skipped + report.notes)]
     return section("plan", f"Memory and time bounds on {report.target.instance}", *parts)
 
