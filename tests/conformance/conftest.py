@@ -97,8 +97,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call" or (report.when == "setup" and not report.passed):
         outcome = "xfailed" if hasattr(report, "wasxfail") and report.skipped else report.outcome
         _outcomes[report.nodeid] = outcome
-        crash = getattr(report.longrepr, "reprcrash", None) if report.failed else None
-        reason = " ".join(crash.message.split())[:400] if crash is not None else ""
+        crash = getattr(report.longrepr, "reprcrash", None)
+        text = crash.message if crash is not None else str(report.longrepr or "")  # e.g. [XPASS(strict)]
+        reason = " ".join(text.split())[:400] if report.failed else ""
         _log({"test": report.nodeid, "outcome": outcome, "reason": reason})
 
 
