@@ -105,6 +105,9 @@ def build(model: ModelSpec, options: dict, device: str = "meta") -> tuple[Any, A
 
         with torch.device(device):
             loaded = load_workload(model.spec, {**options, "mode": "training"})
+        config = getattr(loaded.model, "config", None)
+        if getattr(config, "use_cache", False):  # a transformers model: train without a KV cache (below)
+            config.use_cache = False
         return loaded.model, loaded
     from transformers import AutoConfig, AutoModelForCausalLM
 
