@@ -235,3 +235,14 @@ def test_torch_predicates_return_python_bools():
                     x = x.float()
                 return x
     """) == []
+
+
+def test_one_read_is_one_finding():
+    assert found("""
+        import torch
+        for b in loader:
+            out = model(b)
+            out.loss.backward()
+            assert torch.isfinite(out.loss).item()
+            assert torch.equal(out.logits.detach().cpu(), b["expected"])
+    """) == [(6, "TF021"), (7, "TF021")]

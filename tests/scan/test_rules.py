@@ -141,3 +141,10 @@ def test_a_formatted_cuda_device_string_is_reported_not_rewritten(rule_ids, fixe
 def test_bf16_scaler_sees_the_precision_however_it_is_named(precision, found, rule_ids):
     code = f"import torch\nscaler = torch.amp.GradScaler('cpu')\n{precision}\n"
     assert ("TF024" in rule_ids(code)) is found
+
+
+def test_a_module_returned_by_a_function_of_the_source_is_a_module(rule_ids):
+    code = ("import copy, torch\ndef ema_of(model):\n    ema = copy.deepcopy(model)\n    return ema\n"
+            "def stats():\n    return {'n': 1}\n"
+            "torch.save(ema_of(net), 'ema.pt')\ntorch.save(stats(), 's.pt')\n")
+    assert rule_ids(code) == ["TF019"]

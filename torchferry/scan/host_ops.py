@@ -19,6 +19,7 @@ import libcst as cst
 
 from torchferry.device.profile import DEFAULT_PROFILE, HostFallback, load_profile
 from torchferry.scan.rewrite import keyword, positional
+from torchferry.scan.tensors import is_dotted_name
 
 Condition = Callable[[cst.Call, object, bool], bool]  # (call, ctx, written as a method) -> the op runs
 
@@ -114,16 +115,12 @@ def profile_source(key: str, profile: str = DEFAULT_PROFILE) -> str:
     return text.split(" ", 1)[0] if text else f"{profile} device profile"
 
 
-def _is_dotted_name(node: cst.BaseExpression) -> bool:
-    return isinstance(node, cst.Name) or (isinstance(node, cst.Attribute) and _is_dotted_name(node.value))
-
-
 def matching_call(call: cst.Call, ctx) -> tuple[HostOp, str] | None:  # noqa: ANN001 - engine.Context
     """The host op `call` runs, with the call as written (`torch.unique`, `.nonzero()`), or None."""
     qualname = ctx.qualname(call.func) or ""
     # `torch.f(...)` is a function; `x.f(...)` and `torch.g(a).f(...)` (qualname "torch.g.f") are methods
     is_method = isinstance(call.func, cst.Attribute) and not (qualname.startswith("torch.")
-                                                              and _is_dotted_name(call.func.value))
+                                                              and is_dotted_name(call.func.value))
     name = call.func.attr.value if is_method else qualname
     if name not in _NAMES:
         return None

@@ -115,6 +115,11 @@ class Regions:
         self._forward_bodies = {id(f.body) for f in self.forward_functions}
         self._step_bodies = {id(f.body) for f in self.step_functions} | {id(loop.body) for loop in self.step_loops}
 
+    @property
+    def module_functions(self) -> dict[str, cst.FunctionDef]:
+        """The functions defined at the top level of this source, by name."""
+        return self._index.module_functions
+
     # -- classes and forwards ------------------------------------------------------------------
 
     def _is_module_base(self, base: cst.BaseExpression, known: set[str]) -> bool:

@@ -28,10 +28,11 @@ OUTPUT_ATTRS = {"loss", "logits", "last_hidden_state", "pooler_output", "sample"
 # torch namespaces and functions that do not return tensors.
 NOT_TENSOR_NAMESPACES = {"cuda", "accelerator", "distributed", "utils", "optim", "backends", "jit", "amp",
                          "compiler", "profiler", "autograd", "onnx", "export", "hub"}
-NOT_TENSOR_FUNCTIONS = {"no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "device", "is_tensor",
-                        "is_grad_enabled", "numel", "compile", "load", "save", "manual_seed", "autocast",
-                        "get_default_dtype", "set_default_dtype", "is_floating_point", "use_deterministic_algorithms",
-                        "set_float32_matmul_precision", "get_rng_state", "set_rng_state", "seed", "initial_seed"}
+# (and every torch.is_* predicate: a Python bool)
+NOT_TENSOR_FUNCTIONS = {"no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "device", "numel", "compile",
+                        "load", "save", "manual_seed", "autocast", "get_default_dtype", "set_default_dtype",
+                        "use_deterministic_algorithms", "set_float32_matmul_precision", "get_rng_state",
+                        "set_rng_state", "seed", "initial_seed", "equal", "allclose"}
 # Callees whose name says they are a model or a loss (their call returns tensors).
 MODEL_WORDS = ("model", "net", "criterion", "loss", "encoder", "decoder", "unet", "vae", "head")
 # Methods and torch functions that return boolean tensors.
@@ -43,10 +44,16 @@ MODULE_WRAPPERS = {"torch.compile", "torch.nn.parallel.DistributedDataParallel",
                    "torch.distributed.fsdp.FullyShardedDataParallel", "torch.nn.parallel.DataParallel"}
 # Module methods that return the module itself.
 MODULE_METHODS = {"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat16", "double", "requires_grad_"}
+COPIES = {"copy.deepcopy", "copy.copy"}
 MODULE_LOADERS = {"from_pretrained", "from_config", "from_single_file"}
 NOT_MODULE_WORDS = ("state", "dict", "ckpt", "checkpoint", "path", "param", "weight", "config", "name", "dir", "file")
 TENSOR_COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
 _LITERALS = (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.Tuple, cst.List)
+
+
+def is_dotted_name(node: cst.BaseExpression) -> bool:
+    """`torch.nonzero` is a name; `torch.greater(a, 0).nonzero` (libcst: "torch.greater.nonzero") is not."""
+    return isinstance(node, cst.Name) or (isinstance(node, cst.Attribute) and is_dotted_name(node.value))
 
 
 def _bound_names(target: cst.BaseExpression) -> Iterator[str]:
@@ -125,12 +132,28 @@ class _Bindings(cst.CSTVisitor):
         return True
 
 
+class _Returns(cst.CSTVisitor):
+    """The values one function returns (nested functions excluded)."""
+
+    def __init__(self, function: cst.FunctionDef) -> None:
+        self.function = function
+        self.values: list[cst.BaseExpression] = []
+
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        if node is not self.function and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            return False
+        if isinstance(node, cst.Return) and node.value is not None:
+            self.values.append(node.value)
+        return True
+
+
 class Tensors:
     """Tensor guesses for the names and expressions of one source (one `Context`)."""
 
     def __init__(self, ctx) -> None:  # noqa: ANN001 - engine.Context
         self._ctx = ctx
         self._bindings: dict[int, list[tuple[tuple[int, int], str, cst.BaseExpression | None]]] = {}
+        self._judging: set[int] = set()  # functions whose return value is being judged (recursion guard)
 
     def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
         current = self._ctx.parent(node)
@@ -225,13 +248,29 @@ class Tensors:
         if last in MODULE_LOADERS and isinstance(node.func, cst.Attribute):
             owner = (get_full_name_for_node(node.func.value) or "").rsplit(".", 1)[-1]
             return "Model" in owner or "For" in owner
+        if qualname in COPIES and node.args:
+            return self.is_module(node.args[0].value)
+        if isinstance(node.func, cst.Name) and node.func.value in self._ctx.regions.module_functions:
+            return self._returns_module(self._ctx.regions.module_functions[node.func.value])
         return (isinstance(node.func, cst.Attribute) and node.func.attr.value in MODULE_METHODS
                 and self.is_module(node.func.value))
+
+    def _returns_module(self, function: cst.FunctionDef) -> bool:
+        """Whether every `return` of a function of this source returns a module."""
+        if id(function) in self._judging:
+            return False
+        self._judging.add(id(function))
+        try:
+            collector = _Returns(function)
+            function.visit(collector)
+            return bool(collector.values) and all(self.is_module(v) for v in collector.values)
+        finally:
+            self._judging.discard(id(function))
 
     def _is_tensor_call(self, call: cst.Call) -> bool:
         func = call.func
         qualname = self._ctx.qualname(func) or ""
-        if qualname.startswith("torch."):
+        if qualname.startswith("torch.") and is_dotted_name(func):
             parts = qualname.split(".")
             if parts[1] == "nn":
                 return qualname.startswith("torch.nn.functional.")
