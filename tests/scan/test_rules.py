@@ -148,3 +148,15 @@ def test_a_module_returned_by_a_function_of_the_source_is_a_module(rule_ids):
             "def stats():\n    return {'n': 1}\n"
             "torch.save(ema_of(net), 'ema.pt')\ntorch.save(stats(), 's.pt')\n")
     assert rule_ids(code) == ["TF019"]
+
+
+@pytest.mark.parametrize(("collate", "found"), [
+    ("def collate(batch):\n    n = max(len(x) for x in batch)\n    return n\n", True),
+    ("def pad_batch(batch):\n    n = max(map(len, batch))\n    return n\n"
+     "loader = DataLoader(ds, collate_fn=pad_batch)\n", True),
+    ("def collate(batch):\n    n = MAX_LEN\n    return n\n", False),  # a fixed length
+    ("def longest_title(titles):\n    return max(len(t) for t in titles)\n", False),  # not a collate function
+])
+def test_a_hand_written_collate_that_pads_to_the_longest_is_churn(collate, found, rule_ids):
+    code = f"import torch\nfrom torch.utils.data import DataLoader\nm = torch.compile(model)\n{collate}"
+    assert ("TF022" in rule_ids(code)) is found

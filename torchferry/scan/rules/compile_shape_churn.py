@@ -2,7 +2,8 @@
 
 Neuron graphs have static shapes: each new input shape compiles a new graph. A data path
 that pads every batch to its longest member (`padding=True`, a `DataCollatorWithPadding`
-without `pad_to_multiple_of`, `pad_sequence`) makes a new shape on most batches. Reported
+without `pad_to_multiple_of`, `pad_sequence`, or a collate function that sizes the batch by
+`max(len(x) for x in batch)`) makes a new shape on most batches. Reported
 only where this source also compiles a model; the severity is `info` because the scan cannot
 see that these batches reach the compiled model, nor how many lengths occur.
 """
@@ -66,7 +67,43 @@ def _pads_to_longest(call: cst.Call, ctx) -> str | None:
         return f"padding={padding!r}"
     if qualname == "torch.nn.utils.rnn.pad_sequence" and not _pads_again(call, ctx):
         return "pad_sequence"
+    if qualname == "builtins.max" and _longest_in_batch(call) and _in_collate(call, ctx):
+        return "max(len(...)) in a collate function"
     return None
+
+
+def _longest_in_batch(call: cst.Call) -> bool:
+    """`max(len(x) for x in batch)`, `max([len(x) ...])`, `max(map(len, batch))`."""
+    if len(call.args) != 1:
+        return False
+    arg = call.args[0].value
+    if isinstance(arg, (cst.GeneratorExp, cst.ListComp)):
+        elt = arg.elt
+        return isinstance(elt, cst.Call) and isinstance(elt.func, cst.Name) and elt.func.value == "len"
+    return (isinstance(arg, cst.Call) and isinstance(arg.func, cst.Name) and arg.func.value == "map"
+            and bool(arg.args) and isinstance(arg.args[0].value, cst.Name) and arg.args[0].value.value == "len")
+
+
+def _in_collate(node: cst.CSTNode, ctx) -> bool:
+    """Inside a function named `...collate...`, or one this source passes as `collate_fn=`."""
+    scope = ctx.parent(node)
+    while scope is not None and not isinstance(scope, cst.FunctionDef):
+        scope = ctx.parent(scope)
+    if scope is None:
+        return False
+    name = scope.name.value
+    if "collate" in name.lower():
+        return True
+    passed = []
+
+    class _Find(cst.CSTVisitor):
+        def visit_Arg(self, arg: cst.Arg) -> None:
+            if arg.keyword is not None and arg.keyword.value == "collate_fn" and isinstance(arg.value, cst.Name) \
+                    and arg.value.value == name:
+                passed.append(arg)
+
+    ctx.module.visit(_Find())
+    return bool(passed)
 
 
 def _pads_again(call: cst.Call, ctx) -> bool:
