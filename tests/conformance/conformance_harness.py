@@ -8,7 +8,9 @@ within `torch.testing.assert_close`'s default tolerance for the dtype), the inpu
 after the call (a functional op must not write them; an in-place op must write the
 same bytes), output devices, and aliasing (which outputs share storage with which
 inputs and with each other). Bitwise first is what the device promises: its kernels
-are the CPU's.
+are the CPU's. The tier's run selection (mode, sample and dtype knobs) and the rule that
+leaves out what the OpInfo itself declares broken live here too, shared by test_ops.py
+and test_modules.py.
 """
 
 from __future__ import annotations
@@ -30,11 +32,10 @@ CPU_ERROR = "cpu_error"  # the CPU rejects the sample: nothing to compare
 PASSING = (BITWISE, CLOSE, UNDEFINED)
 
 # Which ops and modules the tier instantiates: the fixed CI subset, or everything
-# the torch wheel's OpInfo and ModuleInfo databases hold (bench/conformance.py).
+# the torch wheel's OpInfo and ModuleInfo databases hold (bench/conformance.py), and
+# two knobs that narrow a run (bench/conformance.py --samples, --dtypes).
 MODE_ENV = "TORCHFERRY_CONFORMANCE"
 MODES = {"ci": "the fixed CI subset (default)", "full": "every OpInfo and ModuleInfo (bench/conformance.py)"}
-
-
 SAMPLES_ENV = "TORCHFERRY_CONFORMANCE_SAMPLES"
 DTYPES_ENV = "TORCHFERRY_CONFORMANCE_DTYPES"
 
