@@ -117,3 +117,12 @@ def test_convolution_forward_and_backward_match_cpu(make) -> None:
     assert torch.equal(xn.grad.cpu(), x.grad)
     assert torch.equal(module.weight.grad.cpu(), cpu_module.weight.grad)
     assert torch.equal(module.bias.grad.cpu(), cpu_module.bias.grad)
+
+
+def test_histc_with_a_wrong_shaped_out_warns_that_it_resized_it_as_the_cpu_does() -> None:
+    values = torch.rand(10)
+    for device in ("cpu", "neuron"):
+        out = torch.empty(3, device=device)
+        with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+            torch.histc(values.to(device), bins=5, out=out)
+        assert out.shape == (5,)

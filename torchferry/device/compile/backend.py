@@ -26,8 +26,9 @@ BACKEND_NAME = "neuron"
 class _Recorder:
     """`inner_compile` for Inductor that records each forward/backward graph it compiles."""
 
-    def __init__(self, base_name: str, signature: str, cache_on: bool) -> None:
+    def __init__(self, base_name: str, signature: str, cache_on: bool, compile_id: str | None) -> None:
         self.base_name, self.signature, self.cache_on = base_name, signature, cache_on
+        self.compile_id = compile_id  # the backward compiles later, outside Dynamo's context
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
         from torch._dynamo.utils import counters
@@ -54,7 +55,7 @@ class _Recorder:
             graph_name=f"{self.base_name}_{kind}", graph_node_count=len(gm.graph.nodes),
             torch_neuronx_compile_us=int(elapsed_us), cache=outcome,
             cache_key=cache.graph_key(gm.code, metrics.signature(example_inputs)),
-            input_signature=self.signature, kind=kind,
+            input_signature=self.signature, kind=kind, compile_id=self.compile_id,
         )
         return compiled
 
@@ -77,6 +78,7 @@ def neuron_backend(
     model_name = (options or {}).get("model_name") or "neuron"
     base_name = f"{model_name}_graph_{next(metrics.graph_ids)}"
     signature = metrics.signature(example_inputs)
+    compile_id = metrics.compile_id()
     output_devices = host_graph.output_devices(gm)
     host_graph.to_host_graph(gm)
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
@@ -86,19 +88,21 @@ def neuron_backend(
     hits_before = counters["aot_autograd"]["autograd_cache_hit"]
     start = time.perf_counter_ns()
     with cache.scope() as cache_on:
-        compiled = compile_fx(gm, host_inputs, inner_compile=_Recorder(base_name, signature, cache_on))
+        compiled = compile_fx(gm, host_inputs, inner_compile=_Recorder(base_name, signature, cache_on, compile_id))
     if counters["aot_autograd"]["autograd_cache_hit"] > hits_before:
         # AOTAutograd's cache returned forward and backward together, without compiling either.
         metrics.add_record(
             graph_name=f"{base_name}_cached", graph_node_count=len(gm.graph.nodes),
             torch_neuronx_compile_us=(time.perf_counter_ns() - start) // 1000, cache="hit",
             cache_key=cache.graph_key(gm.code, signature), input_signature=signature, kind="cached",
+            compile_id=compile_id,
         )
     return host_graph.CompiledGraph(compiled, output_devices)
 
 
 def register() -> None:
-    """Make `torch.compile(backend="neuron")` find this backend (idempotent, cheap).
+    """Make `torch.compile(backend="neuron")` find this backend, and `torch.compile(model)`
+    pick it for device graphs (idempotent, cheap).
 
     When Dynamo is already imported the backend is registered now; otherwise Dynamo loads
     it from the `torch_dynamo_backends` entry point the first time it looks `neuron` up, so
@@ -106,6 +110,9 @@ def register() -> None:
     """
     import sys
 
+    from torchferry.device.compile import selection
+
+    selection.register()
     if "torch._dynamo" not in sys.modules:
         return
     from torch._dynamo.backends.registry import _COMPILER_FNS, register_backend

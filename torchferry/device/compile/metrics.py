@@ -43,10 +43,26 @@ def signature(example_inputs: Sequence[Any]) -> str:
     return ", ".join(parts)
 
 
+def compile_id() -> str | None:
+    """Dynamo's id of the compilation in progress, ``"<frame>/<n>"``: the n-th compilation
+    of that frame (n > 0 is a recompilation), or None outside one."""
+    current = torch._guards.CompileContext.current_compile_id()
+    if current is None or current.frame_id is None:
+        return None
+    return f"{current.frame_id}/{current.frame_compile_id}"
+
+
 def add_record(**record: Any) -> None:
     record["rank"] = rank()
     with _lock:
         _records.append(record)
+
+
+def _recompiles(graphs: list[dict[str, Any]]) -> int:
+    """Compilations of a frame after its first, counted from the records' compile ids
+    (`torch._dynamo.utils.counters["recompiles"]` stays empty on torch 2.13)."""
+    ids = {g["compile_id"] for g in graphs if g.get("compile_id")}
+    return sum(1 for i in ids if not i.endswith("/0"))
 
 
 def _graph_breaks() -> list[dict[str, Any]]:
@@ -68,11 +84,13 @@ def get_dynamo_metrics() -> dict[str, Any]:
     ``torch_neuronx_compile_us``, plus ``cache`` (hit, miss, bypass or disabled),
     ``cache_key``, ``input_signature`` and ``kind`` (forward, backward, inference, or
     cached: forward and backward loaded together from AOTAutograd's cache).
-    ``graph_breaks``: Dynamo's break reasons with counts.
+    ``compile_id`` (Dynamo's ``"<frame>/<n>"``; a backward graph has its forward's).
+    ``graph_breaks``: Dynamo's break reasons with counts. ``recompiles``: compilations of a
+    frame after its first (a new input shape, a failed guard).
     """
     with _lock:
         graphs = [dict(r) for r in _records]
-    return {"rank": rank(), "graphs": graphs, "graph_breaks": _graph_breaks()}
+    return {"rank": rank(), "graphs": graphs, "graph_breaks": _graph_breaks(), "recompiles": _recompiles(graphs)}
 
 
 def reset_dynamo_metrics() -> None:

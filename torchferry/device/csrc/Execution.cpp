@@ -20,6 +20,7 @@
 #include <c10/core/DispatchKeySet.h>
 #include <c10/util/SmallVector.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_set>
 
@@ -109,7 +110,11 @@ bool is_generator_type(const c10::TypePtr& type) {
 }
 
 at::Tensor make_tensor(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
-  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), like.dtype());
+  c10::DispatchKeySet keys(key);
+  // An efficient zero tensor has a storage of its size but no bytes (data pointer null);
+  // only its ZeroTensor key makes reads see zeros, so a re-wrapped one must keep it.
+  if (like._is_zerotensor()) keys = keys.add(c10::DispatchKey::ZeroTensor);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), keys, like.dtype());
   impl->set_sizes_and_strides(like.sizes(), like.strides(), like.storage_offset());
   if (like.is_conj()) impl->_set_conj(true);
   if (like.is_neg()) impl->_set_neg(true);
@@ -235,9 +240,20 @@ class HostCall {
     note_device(t.device().index());
     TORCH_CHECK(t.layout() == c10::kStrided, "the neuron device supports strided tensors only, got ",
                 t.layout());
+    // One host tensor per device tensor: a kernel given the same tensor twice (`mul.out(self,
+    // other, out=self)`) must see the alias, or it resizes an `out=` that is also its input
+    // and an in-place op changes its self's shape where the CPU raises.
+    for (const auto& [host, original] : views_) {
+      if (original.unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) continue;
+      if (writes && std::none_of(mutated_.begin(), mutated_.end(),
+                                 [&](const auto& m) { return m.second.is_same(t); })) {
+        mutated_.emplace_back(host, t);
+      }
+      return host;
+    }
     at::Tensor host = make_tensor(alias_of(t.storage()), c10::DispatchKey::CPU, t);
     if (copy_inputs_) host = host.clone(at::MemoryFormat::Preserve);
-    views_.emplace_back(host.unsafeGetTensorImpl(), t);
+    views_.emplace_back(host, t);
     if (writes) mutated_.emplace_back(host, t);
     return host;
   }
@@ -278,10 +294,11 @@ class HostCall {
   at::Tensor to_device(const at::Tensor& t) {
     if (!t.defined() || t.device().type() != c10::kCPU) return t;
     for (const auto& [host, original] : views_) {
-      if (host == t.unsafeGetTensorImpl()) return original;  // in-place and out= results
+      if (host.is_same(t)) return original;  // in-place and out= results
     }
     TORCH_CHECK(t.layout() == c10::kStrided, "the neuron device supports strided tensors only; the "
                 "CPU kernel returned a ", t.layout(), " tensor");
+    TORCH_CHECK(!t.is_nested(), nested_tensors_unsupported());
     for (c10::StorageImpl* s : cpu_inputs_) {
       if (s == t.storage().unsafeGetStorageImpl()) return t;  // a view of a genuine CPU input
     }
@@ -302,7 +319,7 @@ class HostCall {
   c10::DeviceIndex device_ = -1;
   c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 4> aliases_;  // host alias, device
   c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 2> adopted_;  // kernel output, device
-  c10::SmallVector<std::pair<const c10::TensorImpl*, at::Tensor>, 6> views_;  // host view, device
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 6> views_;  // host view, device
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> mutated_;  // host view, device
   c10::SmallVector<c10::StorageImpl*, 2> cpu_inputs_;
 };

@@ -73,6 +73,25 @@ TORCH_LIBRARY_IMPL(_, NestedTensorPrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_nested>());
 }
 
+// Sparse layouts likewise: TorchNeuron registers no sparse kernels.
+namespace {
+void refuse_sparse(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      false, op.operator_name().name,
+      ": sparse tensors (torch.sparse layouts) are not supported on the neuron device, as on "
+      "TorchNeuron, which registers no sparse kernels. Next step: keep the sparse tensor on the "
+      "CPU, or make it dense (.to_dense()) before moving it to the device.");
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, SparsePrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_sparse>());
+}
+
+TORCH_LIBRARY_IMPL(_, SparseCsrPrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&refuse_sparse>());
+}
+
 // `_copy_from` copies lazily conjugated or negated views itself (the host views keep
 // the conj/neg bits), so the Conjugate and Negative fallbacks must not materialise them
 // first: their `clone` would call `_copy_from` again, without end.
