@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -114,21 +115,43 @@ def build(model: ModelSpec, options: dict, device: str = "meta") -> tuple[Any, A
     config = dict(model.config)
     cfg = AutoConfig.for_model(config.pop("model_type"), **{k: v for k, v in config.items() if not k.startswith("_")})
     cfg._attn_implementation = "sdpa"
-    # Training keeps no KV cache. transformers creates one whenever use_cache is set, and under
-    # activation checkpointing the recomputed forward appends to it: attention over twice the keys
-    # and a second copy of every block's K and V, held to the end of the backward.
+    # Training keeps no KV cache (see batch_and_loss).
     cfg.use_cache = False
     with torch.device(device):
         built = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     return built, None
 
 
+@cache
+def _training_cache_class() -> type:
+    from transformers import DynamicCache
+
+    class TrainingCache(DynamicCache):
+        """A cache that keeps nothing: every layer stays empty, ``update`` hands the step's keys and
+        values straight back.
+
+        Why: without a cache, transformers decides whether the causal mask can be left to SDPA's
+        ``is_causal`` by reading the position ids' values (packed-sequence detection); on FakeTensor it
+        cannot read them, so it would build a dense (batch, 1, seq, seq) mask the real run never has.
+        With an empty cache the decision needs no values and is the real run's. A cache that stored
+        keys would be worse: under activation checkpointing the recomputed forward appends to it
+        (attention over twice the keys, every block's K and V held to the end of the backward).
+        """
+
+        def update(self, key_states, value_states, layer_idx, *args, **kwargs):  # noqa: ANN001, ANN201
+            return key_states, value_states
+
+    return TrainingCache
+
+
 def batch_and_loss(model: Any, loaded: Any, micro_batch: int, seq_len: int, device: Any):
     """One micro-batch on ``device`` and the function that turns the model's output into the loss.
 
-    A causal LM gets token ids as labels and no attention mask: a mask of ones would make
-    transformers build a dense one per step, which training with packed sequences does not.
+    A causal LM gets token ids as labels, no attention mask (a mask of ones makes transformers build
+    a dense one, which training on full sequences does not need) and an empty training cache.
     """
+    import inspect
+
     import torch
 
     if loaded is not None:
@@ -137,4 +160,8 @@ def batch_and_loss(model: Any, loaded: Any, micro_batch: int, seq_len: int, devi
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (micro_batch, seq_len), device=device)
     batch = {"input_ids": ids, "labels": ids}
+    accepted = inspect.signature(model.forward).parameters
+    name = "cache" if "cache" in accepted else "past_key_values" if "past_key_values" in accepted else None
+    if name:
+        batch[name] = _training_cache_class()(config=model.config)
     return batch, lambda m: m(**batch).loss
