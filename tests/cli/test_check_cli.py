@@ -142,3 +142,16 @@ def test_a_compiled_target_resumes_from_a_checkpoint_without_orig_mod_keys(check
 
     saved = torch.load(result.report_dir / "work" / "resume" / "checkpoint.pt", weights_only=True)
     assert not any(k.startswith("_orig_mod.") for k in saved["model"])
+
+
+@pytest.mark.slow  # ~50 s: a full cpu -> cpu check of a LoRA model
+def test_a_peft_model_is_not_treated_as_transformers_by_the_exit_check(check):
+    pytest.importorskip("peft", reason="peft is not installed (pip install -e '.[test]' installs it)")
+    result = check("--target", "cpu", "-w", f"{FIXTURES / 'lora.py'}:build", *FAST)
+    assert result.exit_status == ExitStatus.SUCCESS, result.stdout + result.stderr
+    formats = {f["name"]: f for f in result.report["exit"]["formats"]}
+    assert "PeftModel.from_pretrained needs model, model_id" in formats["save_pretrained"]["skipped"]
+    assert formats["torch.save state dict"]["parity"]["passed"] and result.report["exit"]["status"] == "pass"
+    zero = [g for g in result.report["parity"]["gradients"] if g["zero"]]  # LoRA's A matrices start with zero gradients
+    assert zero and all(g["passed"] and g["cosine"] is None for g in zero)
+    assert "not reloaded" in result.stdout and "exactly zero on both sides" in result.stdout

@@ -114,7 +114,8 @@ def _resume_exit(r: CheckReport) -> str:
     resume_plot = svg.line_chart("resume", "Resumed vs uninterrupted loss", {"uninterrupted": res.uninterrupted,
                                                                              "resumed": res.resumed}, "step after resume", "loss")
     rows = [[f.name, "yes" if f.loads_plain else "no", ", ".join(f.location_tags) or "-",
-             ("pass" if f.parity.passed else "FAIL") if f.parity else "-", f.error or "", f.fix or ""] for f in ex.formats]
+             ("pass" if f.parity.passed else "FAIL") if f.parity else "-", f.error or "",
+             f.fix or (f"not reloaded: {f.skipped}" if f.skipped else "")] for f in ex.formats]
     return "\n".join([
         section("resume", "Checkpoint resume", f"<p>Status <strong>{escape(res.status)}</strong>; saved after step "
                 f"{res.saved_at_step}; max |diff| {res.max_abs_diff}; exact {res.exact}.</p>", resume_plot, notes(res.notes)),

@@ -109,13 +109,16 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
     e = report.exit
     add(f"exit: {e.status} (reloaded on {e.loader_device or '-'}; torchferry absent in the loader: {e.torchferry_absent})")
     for f in e.formats:
-        state = "loads" if f.loads_plain else "needs map_location" if f.needs_map_location else "FAILS"
+        state = ("loads" if f.loads_plain else "not reloaded" if f.skipped else "needs map_location" if f.needs_map_location
+                 else "FAILS")
         figures = f"; parity {'pass' if f.parity.passed else 'FAIL'} ({describe(f.parity)})" if f.parity else ""
         add(f"  {f.name}: {state}{figures}")
         if f.error and not f.loads_plain:
             add(f"    error: {f.error}")
         if f.fix:
             add(f"    fix: {f.fix}")
+        if f.skipped:
+            add(f"    why: {f.skipped}")
     c = report.cost
     if c.devices:
         add("")
