@@ -4,13 +4,11 @@ A module of its own (not conftest) so that test files import it by a unique name
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from torchferry.cli import main
-from torchferry.env import Environment
+from ferryrun import ferry
 
 FIXTURES = Path(__file__).parents[1] / "check" / "fixtures"  # shared with tests/check
 FAST = ["--steps", "2", "--rounds", "1", "--reps", "1", "-q"]
@@ -27,11 +25,9 @@ class CliResult:
 
 def run_check(args: list[str], output: Path) -> CliResult:
     """`ferry check ARGS -o OUTPUT` in-process, with captured streams and the JSON report if written."""
-    out, err = io.StringIO(), io.StringIO()
-    env = Environment(stdout=out, stderr=err, stdout_isatty=False, colors=False)
-    status = main(["check", *args, "-o", str(output)], env)
+    status, stdout, stderr = ferry("check", *args, "-o", str(output))
     path = output / "report.json"
     report = json.loads(path.read_text()) if path.is_file() else None
-    return CliResult(status, out.getvalue(), err.getvalue(), report, output)
+    return CliResult(status, stdout, stderr, report, output)
 
 

@@ -1,16 +1,8 @@
 """The shared error layer of `ferry`: one prefix per message, every stream through the injected Environment."""
 
-import io
+from ferryrun import ferry
 
-from torchferry.cli import main
-from torchferry.env import Environment
 from torchferry.status import ExitStatus
-
-
-def ferry(*argv):
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), Environment(stdout=out, stderr=err, stdout_isatty=False))
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_scan_errors_are_prefixed_once(tmp_path):

@@ -1,20 +1,10 @@
-import io
 import json
 from pathlib import Path
 
 import pytest
-
-from torchferry.cli import main
-from torchferry.env import Environment
+from ferryrun import ferry
 
 PLUGIN = str(Path(__file__).with_name("plugins.py"))
-
-
-def ferry(*argv: str) -> tuple[int, str, str]:
-    """`ferry ARGV` in-process: (exit code, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), Environment(stdout=out, stderr=err, stdout_isatty=False))
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="session")
