@@ -9,7 +9,7 @@ from pathlib import Path
 from setuptools import setup
 
 try:
-    from torch.utils.cpp_extension import BuildExtension, CppExtension
+    from torch.utils.cpp_extension import BuildExtension, CppExtension, include_paths
 except ImportError as err:  # pragma: no cover - exercised only on a broken install
     raise SystemExit(
         "torchferry builds its C++ core against the installed torch, and torch is not importable.\n"
@@ -25,6 +25,8 @@ setup(
         CppExtension(
             name="torchferry.device._C",
             sources=sorted(str(p) for p in CSRC.glob("*.cpp")),
+            # Kineto's headers, for the device's profiler (csrc/Profiler.cpp).
+            include_dirs=[str(Path(include_paths()[0]) / "kineto")],
             extra_compile_args=["-O2"],
         )
     ],

@@ -77,6 +77,9 @@ void charge(c10::DeviceIndex index, size_t nbytes) {
                      "rehearse a larger device.");
   }
   raise_peak(m.peak, now);
+  if (c10::memoryProfilingEnabled()) {  // profile_memory=True: attributed to neuron:<index>
+    c10::reportMemoryUsageToProfiler(nullptr, n, now, now, c10::Device(kNeuron, index));
+  }
   m.allocated_total.fetch_add(n, std::memory_order_relaxed);
   m.num_allocs.fetch_add(1, std::memory_order_relaxed);
   raise_peak(m.live_allocs_peak, m.live_allocs.fetch_add(1, std::memory_order_relaxed) + 1);
@@ -84,7 +87,11 @@ void charge(c10::DeviceIndex index, size_t nbytes) {
 
 void release(c10::DeviceIndex index, size_t nbytes) {
   DeviceMemory& m = *devices()[index];
-  m.allocated.fetch_sub(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
+  const int64_t n = static_cast<int64_t>(nbytes);
+  const int64_t now = m.allocated.fetch_sub(n, std::memory_order_relaxed) - n;
+  if (c10::memoryProfilingEnabled()) {
+    c10::reportMemoryUsageToProfiler(nullptr, -n, now, now, c10::Device(kNeuron, index));
+  }
   m.freed_total.fetch_add(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
   m.num_frees.fetch_add(1, std::memory_order_relaxed);
   m.live_allocs.fetch_sub(1, std::memory_order_relaxed);

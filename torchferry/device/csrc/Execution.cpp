@@ -368,6 +368,7 @@ void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet 
   const auto& schema = op.schema();
   HostCall call(/*copy_inputs=*/on_host);
   call.convert_arguments(schema, stack);
+  ProfiledOp profiled(op, on_host, call.device());
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   call.write_back_mutations();
   call.convert_results(schema.returns().size(), stack);

@@ -12,6 +12,9 @@ namespace {
 // Device guard: current device, streams and events for `neuron`.
 c10::impl::DeviceGuardImplRegistrar g_guard_registrar(kNeuron, guard_impl());
 
+// Device activity in torch.profiler (ProfilerActivity.PrivateUse1), through Kineto.
+const bool g_profiler_registered = (register_profiler(), true);
+
 }  // namespace
 
 }  // namespace torchferry

@@ -9,6 +9,7 @@
 //                   checks, target numerics, the explicit host-fallback path
 //   Target.cpp      what the target does with each op (from the profile) and its
 //                   accounting: executed/fallback ops, host syncs, eager compilations
+//   Profiler.cpp    device activity in torch.profiler (Kineto PrivateUse1 profiler)
 //   Registration.cpp  only registers (dispatcher, autocast, guard)
 //   Module.cpp      Python bindings
 #pragma once
@@ -149,5 +150,25 @@ void clear_op_tracking();
 std::unordered_map<std::string, int64_t> eager_compile_counts();
 void load_persisted_signatures(const std::vector<uint64_t>& signatures);
 std::vector<uint64_t> take_unsaved_signatures();
+
+// ---- Profiler.cpp --------------------------------------------------------
+// Whether a torch.profiler session with ProfilerActivity.PrivateUse1 is recording.
+bool profiling_device() noexcept;
+// Scope of one op run by the device: while the profiler records, it becomes a kernel
+// activity on the device's track, linked to the CPU op (marked when it ran on the host).
+class ProfiledOp {
+ public:
+  ProfiledOp(const c10::OperatorHandle& op, bool on_host, c10::DeviceIndex index);
+  ~ProfiledOp();
+  ProfiledOp(const ProfiledOp&) = delete;
+  ProfiledOp& operator=(const ProfiledOp&) = delete;
+
+ private:
+  const c10::OperatorHandle* op_ = nullptr;  // null while not profiling
+  bool on_host_ = false;
+  c10::DeviceIndex index_ = 0;
+  int64_t start_ns_ = 0;
+};
+void register_profiler();
 
 }  // namespace torchferry

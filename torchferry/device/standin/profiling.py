@@ -76,7 +76,7 @@ class NeuronProfiler:
         return bool(self.pytorch_activities)
 
     def get_pytorch_trace(self) -> str | None:
-        """The PyTorch profiler's summary table once stopped (None before, or without activities)."""
+        """`str()` of the PyTorch profiler once stopped, as the real one returns (None before)."""
         if self._profiler is not None and not self._active:
             return str(self._profiler)
         return None

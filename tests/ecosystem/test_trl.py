@@ -1,0 +1,43 @@
+"""TRL's `SFTTrainer` with its defaults (bf16 on) on the built-in device, on a dataset and
+tokenizer built in code."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hf_tiny import VOCAB_WORDS, tiny_llama, tiny_tokenizer
+
+TEXTS = ["the cat sat on the mat", "a dog ran far", "the dog sat and then slept", "a cat ran"]
+
+
+def test_sft_trainer_defaults_train_on_neuron_in_bf16(neuron, tmp_path):
+    trl = pytest.importorskip("trl", reason="trl is in the test extras")
+    datasets = pytest.importorskip("datasets", reason="datasets is in the test extras")
+    config = trl.SFTConfig(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, report_to=[],
+                           save_strategy="no", logging_steps=1, disable_tqdm=True)
+    assert config.bf16 and config.device == torch.device("neuron:0")
+    model = tiny_llama(vocab_size=len(VOCAB_WORDS) + 3)
+    seen = []
+    model.model.layers[0].mlp.down_proj.register_forward_hook(lambda m, i, o: seen.append((o.device.type, o.dtype)))
+    trainer = trl.SFTTrainer(model=model, args=config, processing_class=tiny_tokenizer(),
+                             train_dataset=datasets.Dataset.from_dict({"text": TEXTS * 2}))
+    trainer.train()
+    assert {p.device.type for p in trainer.model.parameters()} == {"neuron"}
+    assert set(seen) == {("neuron", torch.bfloat16)}, seen
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 2 and all(torch.isfinite(torch.tensor(losses)))
+
+
+def test_without_the_standin_trl_refuses_bf16(run_python):
+    # What a user saw before the stand-in: the HF stack does not find Neuron, and TRL's bf16 default fails.
+    result = run_python("""
+        import torchferry.device
+        torchferry.device.enable()
+        import trl
+        try:
+            trl.SFTConfig(output_dir="unused", report_to=[])
+        except ValueError as exc:
+            print("refused:", exc)
+    """, env={"TORCHFERRY_STANDIN": "0"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refused:" in result.stdout and "bf16" in result.stdout
