@@ -36,7 +36,9 @@ def default_target() -> tuple[str, str]:
     """
     import torch
 
-    if importlib.util.find_spec("torch_neuronx") is not None:
+    from torchferry.device import real_neuron_installed  # not find_spec: the stand-in answers that
+
+    if real_neuron_installed():
         return "neuron", "torch_neuronx is installed"
     if torch.accelerator.is_available():
         acc = torch.accelerator.current_accelerator()
