@@ -102,9 +102,10 @@ def _clone_tensor(t: torch.Tensor, device: torch.device, memo: dict[Any, torch.T
         return torch._neg_view(_clone_tensor(torch._neg_view(t), device, memo))
     storage = t.untyped_storage()
     key = _storage_key(t)
+    key = (key, torch.device(device).type) if key is not None else None
     raw = memo.get(key) if key is not None else None
     if raw is None:
-        source = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
+        source = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage, 0, (storage.nbytes(),), (1,))
         raw = torch.empty(storage.nbytes(), dtype=torch.uint8, device=device)
         raw.copy_(source)
         if key is not None:
@@ -114,22 +115,32 @@ def _clone_tensor(t: torch.Tensor, device: torch.device, memo: dict[Any, torch.T
     return out.requires_grad_(t.requires_grad)
 
 
-def _is_cpu_device(x: Any) -> bool:
+def _device_type(x: Any) -> str | None:
+    """The device type a device argument (torch.device or a string like "neuron:0") names."""
     if isinstance(x, torch.device):
-        return x.type == "cpu"
-    return isinstance(x, str) and (x == "cpu" or x.startswith("cpu:"))
+        return x.type
+    if isinstance(x, str) and x.split(":")[0] in ("cpu", torch._C._get_privateuse1_backend_name()):
+        return x.split(":")[0]
+    return None
 
 
-def transfer(tree: Any, device: str | torch.device) -> Any:
-    """The sample's arguments on `device`; device arguments naming the CPU name `device`."""
-    device = torch.device(device)
+def _is_cpu_device(x: Any) -> bool:
+    return _device_type(x) == "cpu"
+
+
+def transfer(tree: Any, device: str | torch.device | None) -> Any:
+    """A fresh copy of the sample's arguments on `device`, device arguments renamed to
+    it; with `device` None, each tensor stays on its own device (a tensor the sample put
+    on the CPU on purpose, such as tensor_split's indices, stays there)."""
+    target = torch.device(device) if device is not None else None
     memo: dict[Any, torch.Tensor] = {}
 
     def leaf(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
-            return _clone_tensor(x, device, memo)
-        if device.type != "cpu" and _is_cpu_device(x):
-            return device if isinstance(x, torch.device) else device.type
+            return _clone_tensor(x, target or x.device, memo)
+        kind = _device_type(x)
+        if target is not None and kind is not None and kind != target.type:
+            return target if isinstance(x, torch.device) else target.type
         return x
 
     return tree_map(leaf, tree)
@@ -229,8 +240,8 @@ def compare(expected: tuple[Any, Any], actual: tuple[Any, Any], device: str) -> 
         elif not _values_equal(e, a):
             return FAIL, f"output {i}: {a!r}, CPU gives {e!r}"
     exp_inputs, act_inputs = _tensors(expected[1]), _tensors(actual[1])
-    for j, (e, a) in enumerate(zip(exp_inputs, act_inputs)):
-        s, reason = _compare_tensor(e, a, f"input {j} after the call", device)
+    for j, (e, a) in enumerate(zip(exp_inputs, act_inputs)):  # an input stays on its device
+        s, reason = _compare_tensor(e, a, f"input {j} after the call", a.device.type)
         if s == FAIL:
             return s, reason
         status = CLOSE if s == CLOSE else status
@@ -269,15 +280,16 @@ def describe(sample: Any) -> str:
 
 
 def run_sample(fn: Callable, sample: Any, device: str, seed: int = 0) -> tuple[str, str]:
-    """Run one sample through `fn` on the CPU and on `device` and judge it: (status, reason)."""
+    """Run one sample, generated on `device`, through `fn` as generated and with every
+    argument on the CPU, and judge the device run against the CPU's: (status, reason)."""
     device_type = torch.device(device).type
-    pristine = transfer((sample.input, sample.args, sample.kwargs), "cpu")
+    pristine = transfer((sample.input, sample.args, sample.kwargs), None)
     try:
         expected = seeded_call(fn, transfer(pristine, "cpu"), seed)
     except Exception as error:  # noqa: BLE001 - a sample the CPU rejects is outside the comparison
         return CPU_ERROR, error_line(error)
     try:
-        actual = seeded_call(fn, transfer(pristine, device), seed)
+        actual = seeded_call(fn, transfer(pristine, None), seed)
     except Exception as error:  # noqa: BLE001 - any device error is a failure to report
         return FAIL, f"{device_type} raised " + error_line(error)
     status, reason = compare(expected, actual, device_type)
