@@ -102,6 +102,54 @@ def test_three_sequence_lengths_compile_three_forward_graphs(compile_env):
     assert all(g["graph_node_count"] > 0 and g["torch_neuronx_compile_us"] > 0 for g in graphs)
 
 
+def test_recompiles_are_counted_per_new_shape_of_a_frame(compile_env):
+    import torch
+
+    f = torch.compile(torch.nn.Linear(4, 3).to("neuron"), backend="neuron")
+    with torch.no_grad():
+        for rows in (2, 3, 5, 3, 2):  # three shapes: one compilation and two recompilations
+            f(torch.randn(rows, 4, device="neuron"))
+    metrics = compile_env.get_dynamo_metrics()
+    assert metrics["recompiles"] == 2
+    assert sorted(g["compile_id"] for g in metrics["graphs"]) == ["0/0", "0/1", "0/2"]
+    compile_env.reset_dynamo_metrics()
+    assert compile_env.get_dynamo_metrics()["recompiles"] == 0
+
+
+def test_a_backward_graph_carries_its_forwards_compile_id(compile_env):
+    import torch
+
+    model = torch.nn.Linear(4, 3).to("neuron")
+    torch.compile(model, backend="neuron")(torch.randn(2, 4, device="neuron")).sum().backward()
+    graphs = compile_env.get_dynamo_metrics()["graphs"]
+    assert sorted(g["kind"] for g in graphs) == ["backward", "forward"]
+    assert len({g["compile_id"] for g in graphs}) == 1
+
+
+def test_compiled_results_are_not_counted_as_ops(compile_env):
+    # Adopting a compiled graph's outputs as device memory is not an op (on TorchNeuron the
+    # outputs are device tensors already), so it is neither executed nor a predicted fallback.
+    import torch
+
+    x = torch.randn(4, 4, device="neuron")
+    f = torch.compile(lambda t: t * 2 + 1, backend="neuron")
+    f(x)
+    compile_env.clear_op_tracking()
+    f(x)
+    ops = set(compile_env.get_executed_ops()) | set(compile_env.get_fallback_ops())
+    assert not any(op.startswith("torchferry::") for op in ops), ops
+
+
+def test_a_graph_mixing_devices_fails_as_on_every_accelerator(compile_env):
+    import torch
+
+    f = torch.compile(lambda a, b: a + b, backend="neuron")
+    with pytest.raises(Exception, match="(?i)device"):
+        f(torch.ones(3, device="neuron"), torch.ones(3))
+    scalar = torch.tensor(2.0)  # a 0-dim CPU tensor is a scalar, as in eager
+    torch.testing.assert_close(f(torch.ones(3, device="neuron"), scalar).cpu(), torch.full((3,), 3.0))
+
+
 def test_dynamic_true_is_rejected_with_the_rule_and_the_fix(compile_env):
     import torch
 

@@ -7,8 +7,9 @@ devices replaced by `cpu`, called on zero-copy CPU views of the device tensors.
   tensors whose forward and backward run Inductor's compiled forward and backward graphs
   (AOTAutograd on the host views) and hand results back without copying.
 - Results come back as device tensors without a copy: a result that is (a view of) an input
-  becomes the same view of the device input; a fresh result is adopted as device memory by
-  the device's own op execution (`torchferry::adopt_results`, one call per graph run).
+  becomes the same view of the device input; fresh results are adopted as device memory
+  (one `_adopt_host_results` call per graph run; not an op, so not accounted as one: on
+  TorchNeuron a compiled graph's outputs are device tensors already).
 """
 
 from __future__ import annotations
@@ -71,31 +72,6 @@ def host_example(x: Any, fake_mode: Any) -> Any:
 
 
 # --------------------------------------------------------------- results back
-def _define_adopt_op() -> None:
-    """`torchferry::adopt_results(Tensor anchor) -> Tensor[]`: a CPU kernel that returns the
-    host tensors staged in `_staged`. Called with a device `anchor`, the device's op execution
-    runs it and adopts each returned tensor's bytes as device memory (no copy)."""
-    lib = torch.library.Library("torchferry", "FRAGMENT")
-    lib.define("adopt_results(Tensor anchor) -> Tensor[]")
-    lib.impl("adopt_results", lambda anchor: _staged.pop(), "CPU")
-    _libraries.append(lib)
-
-
-_staged: list[list[torch.Tensor]] = []
-_libraries: list[Any] = []
-_anchors: dict[int, torch.Tensor] = {}
-
-
-def _adopt(tensors: list[torch.Tensor], index: int) -> list[torch.Tensor]:
-    if not _libraries:
-        _define_adopt_op()
-    anchor = _anchors.get(index)
-    if anchor is None:
-        anchor = _anchors[index] = torch.empty(0, device=torch.device("neuron", index))
-    _staged.append(tensors)
-    return list(torch.ops.torchferry.adopt_results(anchor))
-
-
 def _to_device(
     results: Sequence[Any], devices: Sequence[torch.device | None], device_args: Sequence[Any], host_args: Sequence[Any]
 ) -> list[Any]:
@@ -120,8 +96,9 @@ def _to_device(
         for i in fresh:
             by_index.setdefault(devices[i].index or 0, []).append(i)
         for index, positions in by_index.items():
-            for i, adopted in zip(positions, _adopt([results[i] for i in positions], index)):
-                out[i] = adopted
+            adopted = _runtime.core()._adopt_host_results([results[i] for i in positions], index)
+            for i, tensor in zip(positions, adopted):
+                out[i] = tensor
     return out
 
 

@@ -61,7 +61,7 @@ select.__name__ = "neuron_or_inductor"  # how Dynamo's logs and guards name the 
 
 class RefuseInductor:
     """Inductor's scheduling and wrapper code generator for `neuron`: there is none on
-    TorchNeuron, so building one raises (Inductor builds it before lowering the graph)."""
+    TorchNeuron, so building one raises (Inductor builds it for the first device graph)."""
 
     supports_caching = False  # read by Inductor before it builds a code generator
 

@@ -347,6 +347,19 @@ at::Tensor adopt_host_result(const at::Tensor& host, c10::DeviceIndex index) {
   return make_tensor(adopt_host_storage(host.storage(), index), c10::DispatchKey::PrivateUse1, host);
 }
 
+std::vector<at::Tensor> adopt_host_results(const std::vector<at::Tensor>& hosts, c10::DeviceIndex index) {
+  std::vector<std::pair<c10::StorageImpl*, c10::Storage>> adopted;  // host storage -> device
+  std::vector<at::Tensor> out;
+  out.reserve(hosts.size());
+  for (const at::Tensor& host : hosts) {
+    c10::StorageImpl* key = host.storage().unsafeGetStorageImpl();
+    auto it = std::find_if(adopted.begin(), adopted.end(), [&](const auto& a) { return a.first == key; });
+    if (it == adopted.end()) it = adopted.insert(adopted.end(), {key, adopt_host_storage(host.storage(), index)});
+    out.push_back(make_tensor(it->second, c10::DispatchKey::PrivateUse1, host));
+  }
+  return out;
+}
+
 c10::OperatorHandle op_handle(const char* name, const char* overload) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
 }

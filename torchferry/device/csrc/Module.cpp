@@ -87,6 +87,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // A CPU tensor over a device tensor's bytes (no copy): for collectives and compiled
   // code that run on host kernels. Writes through it change the device tensor.
   m.def("_host_view", [](const at::Tensor& t) { return host_view_of(t); });
+  m.def("_adopt_host_results", [](const std::vector<at::Tensor>& hosts, int index) {
+    return adopt_host_results(hosts, static_cast<c10::DeviceIndex>(index));
+  });
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops);
   m.def("_clear_op_tracking", &clear_op_tracking);

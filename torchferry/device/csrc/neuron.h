@@ -75,6 +75,9 @@ std::string nested_tensors_unsupported();
 at::Tensor host_view_of(const at::Tensor& t);
 // A CPU kernel's result taken over as device memory without a copy.
 at::Tensor adopt_host_result(const at::Tensor& host, c10::DeviceIndex index);
+// Fresh CPU results of a compiled graph as device memory, one device storage per host
+// storage (results sharing a buffer stay views of one another). Not an op: not accounted.
+std::vector<at::Tensor> adopt_host_results(const std::vector<at::Tensor>& hosts, c10::DeviceIndex index);
 // Callers of `count_op` (Target.cpp) look the handle up once
 // (`static const auto op = op_handle(...)`).
 c10::OperatorHandle op_handle(const char* name, const char* overload);
