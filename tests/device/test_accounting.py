@@ -1,10 +1,12 @@
-"""Op accounting like TorchNeuron's, and the explicit host-fallback path of the profile."""
+"""Op accounting like TorchNeuron's, the explicit host-fallback path of the profile, host
+syncs and the one-line fallback summary."""
 
 import warnings
 
 import pytest
 import torch
 
+import torchferry.device
 from torchferry.device import _runtime
 
 
@@ -30,39 +32,102 @@ def test_executed_ops_are_counted_per_op(neuron):
 
 
 def test_profile_ops_run_on_the_host_and_count_as_fallbacks(neuron, fallback_mode):
+    # torch.unique: data-dependent and not implemented by TorchNeuron, so on the host.
     fallback_mode("silent")
+    x = torch.tensor([3.0, 1.0, 3.0, 2.0], device="neuron")
+    neuron.clear_op_tracking()
+    values = torch.unique(x)
+    assert values.device.type == "neuron" and values.cpu().tolist() == [1.0, 2.0, 3.0]
+    assert neuron.get_fallback_ops() == {"aten::_unique2": 1}
+    assert "aten::_unique2" not in neuron.get_executed_ops()
+    # The host path copies: the result does not share the input's memory.
+    assert values.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+def test_data_dependent_ops_the_target_implements_run_on_the_device_and_sync(neuron, fallback_mode):
+    # TorchNeuron runs nonzero on the device at the input's size, then the host reads the
+    # count (python_ops/torch_mlir/ops/nonzero.py): a host sync, not a fallback.
+    fallback_mode("warn")
     x = torch.tensor([0.0, 1.0, 0.0, 2.0], device="neuron")
     neuron.clear_op_tracking()
-    idx = torch.nonzero(x)
-    assert idx.device.type == "neuron" and idx.cpu().flatten().tolist() == [1, 3]
-    assert neuron.get_fallback_ops() == {"aten::nonzero": 1}
-    assert "aten::nonzero" not in neuron.get_executed_ops()
-    # The host path copies: the result does not share the input's memory.
-    assert idx.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        idx = torch.nonzero(x)
+    assert idx.cpu().flatten().tolist() == [1, 3]
+    assert neuron.get_fallback_ops() == {}
+    assert neuron.get_executed_ops()["aten::nonzero"] == 1
+    assert torchferry.device.host_syncs()["aten::nonzero"] == 1
+
+
+def test_host_syncs_are_counted_by_cause(neuron):
+    x = torch.tensor([1.0, -2.0, 3.0], device="neuron")
+    neuron.clear_op_tracking()
+    x.sum().item()
+    bool(x[0] > 0)
+    x.tolist()
+    x[x > 0]  # boolean mask: TorchNeuron's index turns it into indices with nonzero
+    x[x > 0] = 0.0  # a scalar into a mask: a `where` on the device, no sync
+    syncs = torchferry.device.host_syncs()
+    assert syncs["aten::_local_scalar_dense"] == 2
+    assert syncs["aten::_copy_from (device to host)"] >= 1
+    assert syncs["aten::index.Tensor (boolean mask)"] == 1
+    assert not any("index_put" in key for key in syncs)
+    neuron.clear_op_tracking()
+    assert torchferry.device.host_syncs() == {}
 
 
 def test_fallback_warns_once_per_op(neuron, fallback_mode):
     fallback_mode("warn")  # resets the set of ops already warned about
-    x = torch.tensor([1.0, 0.0, 3.0], device="neuron")
+    x = torch.tensor([1, 0, 3], device="neuron")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        torch.nonzero(x)
-        torch.nonzero(x)
-        torch.masked_select(x, x > 0)
-    messages = [str(w.message) for w in caught if "ran on the host" in str(w.message)]
+        for _ in range(3):
+            torch.unique(x)
+            torch.bincount(x)
+    messages = [str(w.message) for w in caught if "runs on the host CPU" in str(w.message)]
     assert len(messages) == 2
-    assert messages[0].startswith("aten::nonzero ran on the host") and "TORCHFERRY_FALLBACK" in messages[0]
-    assert messages[1].startswith("aten::masked_select ran on the host")
+    assert messages[0].startswith("aten::_unique2 runs on the host CPU") and "TORCHFERRY_FALLBACK" in messages[0]
+    assert messages[1].startswith("aten::bincount runs on the host CPU")
+
+
+def test_one_line_summary_names_the_fallback_ops(neuron, fallback_mode):
+    fallback_mode("silent")
+    x = torch.tensor([1, 0, 3], device="neuron")
+    neuron.clear_op_tracking()
+    assert torchferry.device.fallback_summary() == ""
+    torch.unique(x), torch.unique(x), torch.bincount(x)
+    line = torchferry.device.fallback_summary()
+    assert "\n" not in line
+    assert line.startswith("torchferry: 2 ops ran as host fallbacks on 'trn2' (3 calls): aten::_unique2 (2), "
+                           "aten::bincount (1)")
+
+
+def test_a_model_with_many_fallbacks_warns_once_per_op_and_sums_up_at_exit(run_python):
+    result = run_python(
+        """
+        import torchferry.device as d; d.enable()
+        import torch
+        x = torch.full((8,), 2.0, device="neuron")
+        for _ in range(50):
+            torch.atan2(x, x), torch.lgamma(x), torch.digamma(x), torch.unique(x)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "runs on the host CPU" in line]
+    assert len(lines) == 4, result.stderr
+    summary = [line for line in result.stderr.splitlines() if line.startswith("torchferry: ")]
+    assert summary == ["torchferry: 4 ops ran as host fallbacks on 'trn2' (200 calls): aten::_unique2 (50), "
+                       "aten::atan2 (50), aten::digamma (50), aten::lgamma (50); see torch.neuron.get_fallback_ops()"]
 
 
 def test_fallback_error_mode_names_the_op_and_the_knob(neuron, fallback_mode):
     fallback_mode("error")
     x = torch.tensor([1.0, 0.0], device="neuron")
     with pytest.raises(RuntimeError) as err:
-        torch.nonzero(x)
+        torch.unique(x)
     message = str(err.value)
-    assert "aten::nonzero would run on the host" in message
-    assert "TORCHFERRY_FALLBACK=error" in message and "'trn2' device profile" in message
+    assert "aten::_unique2 would run on the host CPU, not the device, on 'trn2'" in message
+    assert "TORCHFERRY_FALLBACK=error" in message and "output shape depends on the data" in message
 
 
 def test_fallback_mode_from_the_environment(run_python):

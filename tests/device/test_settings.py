@@ -3,9 +3,12 @@
 import pytest
 
 from torchferry.device._settings import (
+    FALLBACK_MODES,
     DeviceSettingError,
     device_memory,
+    fallback_code,
     fallback_mode,
+    numerics,
     parse_bytes,
     visible_device_count,
 )
@@ -63,3 +66,18 @@ def test_fallback_mode_values():
     assert fallback_mode({"TORCHFERRY_FALLBACK": "ERROR"}) == "error"
     with pytest.raises(DeviceSettingError, match="warn, silent, error"):
         fallback_mode({"TORCHFERRY_FALLBACK": "loud"})
+
+
+def test_numerics_default_comes_from_the_profile_and_the_variable_wins():
+    assert numerics({}, "target") == "target"
+    assert numerics({"TORCHFERRY_NUMERICS": "HOST"}, "target") == "host"
+    with pytest.raises(DeviceSettingError, match=r"TORCHFERRY_NUMERICS='exact' is not a numerics mode. Valid values: target, host"):
+        numerics({"TORCHFERRY_NUMERICS": "exact"}, "target")
+
+
+def test_fallback_codes_follow_the_one_list_of_modes():
+    # csrc/neuron.h: enum class FallbackMode { Warn = 0, Silent = 1, Error = 2 }
+    assert [fallback_code(m) for m in FALLBACK_MODES] == [0, 1, 2] and FALLBACK_MODES == ("warn", "silent", "error")
+    with pytest.raises(DeviceSettingError, match="Valid values: warn, silent, error"):
+        fallback_code("loud")
+

@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
+from torchferry.device.target import EagerCompiles, eager_compiles, fallback_summary, host_syncs
 from torchferry.errors import DeviceConflictError
 
 DEVICE_NAME = "neuron"
@@ -122,4 +123,7 @@ def _autoload() -> None:
     enable()
 
 
-__all__ = ["DEVICE_NAME", "enable", "is_enabled", "real_neuron_installed"]
+__all__ = [
+    "DEVICE_NAME", "EagerCompiles", "eager_compiles", "enable", "fallback_summary", "host_syncs", "is_enabled",
+    "real_neuron_installed",
+]

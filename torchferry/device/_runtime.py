@@ -14,13 +14,11 @@ import os
 from pathlib import Path
 from types import ModuleType
 
-from torchferry.device import _settings
+from torchferry.device import _settings, target
 from torchferry.device.profile import DEFAULT_PROFILE, DeviceProfile, load_profile
 
 _C: ModuleType | None = None
 _profile: DeviceProfile | None = None
-
-_FALLBACK_CODES = {"warn": 0, "silent": 1, "error": 2}
 
 
 def core() -> ModuleType:
@@ -50,6 +48,7 @@ def start(profile_name: str | Path | None) -> None:
     count = _settings.visible_device_count(environ)
     capacity = _settings.device_memory(environ, chosen.memory_bytes)
     mode = _settings.fallback_mode(environ)
+    numerics = _settings.numerics(environ, chosen.numerics)
 
     import torch
 
@@ -58,7 +57,8 @@ def start(profile_name: str | Path | None) -> None:
     native._init(count, capacity)
     atexit.register(native._release_autograd_workers)
     native._register_cpu_kernels(cpu_kernel_ops(torch))
-    native._set_host_fallback(chosen.fallback_reasons(), _FALLBACK_CODES[mode], chosen.name)
+    target.configure(native, chosen, mode, numerics)
+    target.start(native, chosen, environ)
     _C, _profile = native, chosen
 
 
@@ -88,9 +88,4 @@ _COMPOSITE_KEYS = (
 
 def set_fallback_mode(mode: str) -> None:
     """Change TORCHFERRY_FALLBACK's effect at run time (tests, the decision test)."""
-    if mode not in _FALLBACK_CODES:
-        raise _settings.DeviceSettingError(
-            f"fallback mode {mode!r} is not one of {', '.join(_settings.FALLBACK_MODES)}."
-        )
-    current = profile()
-    core()._set_host_fallback(current.fallback_reasons(), _FALLBACK_CODES[mode], current.name)
+    target.configure(core(), profile(), _settings.check_fallback_mode(mode, "fallback mode"))

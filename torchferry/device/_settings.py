@@ -8,7 +8,12 @@
 | `TORCHFERRY_DEVICE_MEMORY` | capacity per device: `24GiB`, `512MiB`, `16GB`, bytes | profile's (24 GiB for trn2) |
 | `TORCHFERRY_FALLBACK` | host-fallback ops: `warn`, `silent`, `error` | `warn` |
 | `TORCHFERRY_PROFILE` | device profile: a shipped name (`trn2`) or a TOML path | `trn2` |
+| `TORCHFERRY_NUMERICS` | 64-bit values of natively run ops: `target` (32-bit range and precision, as the target computes them) or `host` (exact) | the profile's (`target` for trn2) |
+| `TORCHFERRY_CACHE_DIR` | torchferry's caches (compiled graphs, eager signatures) | `$XDG_CACHE_HOME/torchferry` or `~/.cache/torchferry` |
+| `TORCH_NEURONX_NEFF_CACHE_DIR` | where eager op signatures (NEFF-compile accounting) persist across processes | `neff_cache` under `TORCHFERRY_CACHE_DIR` (never TorchNeuron's `/tmp/neff_cache`) |
 | `TORCHFERRY_STANDIN` | `0` keeps `import torch_neuronx` from finding torchferry's stand-in | `1` |
+
+Fallback modes and their codes for the C++ core are defined here only.
 """
 
 from __future__ import annotations
@@ -16,9 +21,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from pathlib import Path
+
+from torchferry.device.profile import NUMERICS_MODES
 from torchferry.errors import UsageError
 
-FALLBACK_MODES = ("warn", "silent", "error")
+FALLBACK_MODES = ("warn", "silent", "error")  # index = FallbackMode in csrc/neuron.h
+NEFF_CACHE_DIR_ENV = "TORCH_NEURONX_NEFF_CACHE_DIR"
 
 _UNITS = {
     "": 1, "b": 1,
@@ -92,14 +101,51 @@ def device_memory(environ: Mapping[str, str], default: int) -> int:
 
 
 def fallback_mode(environ: Mapping[str, str]) -> str:
-    mode = environ.get("TORCHFERRY_FALLBACK", "warn").strip().lower() or "warn"
+    return check_fallback_mode(environ.get("TORCHFERRY_FALLBACK", "warn").strip().lower() or "warn")
+
+
+def check_fallback_mode(mode: str, origin: str = "TORCHFERRY_FALLBACK") -> str:
+    """The mode itself if valid; a clear error naming the valid ones otherwise."""
     if mode not in FALLBACK_MODES:
         raise DeviceSettingError(
-            f"TORCHFERRY_FALLBACK={mode!r} is not a fallback mode. Valid values: "
-            f"{', '.join(FALLBACK_MODES)} (warn: run on the host and warn once per op; silent: run "
-            "on the host quietly; error: raise)."
+            f"{origin}={mode!r} is not a fallback mode. Valid values: {', '.join(FALLBACK_MODES)} "
+            "(warn: run on the host and warn once per op; silent: run on the host quietly; error: raise)."
         )
     return mode
+
+
+def fallback_code(mode: str) -> int:
+    """The C++ core's code for a fallback mode."""
+    return FALLBACK_MODES.index(check_fallback_mode(mode, "fallback mode"))
+
+
+def numerics(environ: Mapping[str, str], default: str) -> str:
+    """`target` or `host`: TORCHFERRY_NUMERICS, else the profile's default."""
+    mode = environ.get("TORCHFERRY_NUMERICS", "").strip().lower() or default
+    if mode not in NUMERICS_MODES:
+        raise DeviceSettingError(
+            f"TORCHFERRY_NUMERICS={mode!r} is not a numerics mode. Valid values: "
+            f"{', '.join(NUMERICS_MODES)} (target: ops the target runs natively give int64 and "
+            "float64 results the target's 32-bit range and precision; host: 64-bit results are exact)."
+        )
+    return mode
+
+
+def cache_root(environ: Mapping[str, str]) -> Path:
+    """TORCHFERRY_CACHE_DIR, or torchferry's directory under the user cache dir."""
+    if environ.get("TORCHFERRY_CACHE_DIR"):
+        return Path(environ["TORCHFERRY_CACHE_DIR"]).expanduser()
+    return Path(environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "torchferry"
+
+
+def neff_cache_dir(environ: Mapping[str, str]) -> Path:
+    """Where eager op signatures persist: TORCH_NEURONX_NEFF_CACHE_DIR, else torchferry's cache.
+
+    Never TorchNeuron's own default (/tmp/neff_cache): a rehearsal must not pose as, or
+    mix with, the real compiler's cache.
+    """
+    text = environ.get(NEFF_CACHE_DIR_ENV, "").strip()
+    return Path(text).expanduser() if text else cache_root(environ) / "neff_cache"
 
 
 def standin_enabled(environ: Mapping[str, str]) -> bool:

@@ -1,19 +1,51 @@
-"""Device profiles: what a target runs on the host instead of the device, with sources.
+"""Device profiles: what a target runs on the device, what on the host, and why, with sources.
 
-A profile is a small TOML file (see profiles/trn2.toml). Users pass their own with
-`torchferry.device.enable(profile="path.toml")` or `TORCHFERRY_PROFILE=path.toml`.
+A profile is a small TOML file (see profiles/trn2.toml): the device memory, the
+data-dependent ops the target runs on the host (`[[host_fallback]]`, each with a
+reason and sources), the default numerics, and optionally `native_ops`, a table
+generated from the target's source (profiles/trn2_ops.toml, written by
+tools/gen_trn2_profile.py). With that table, every op the device executes that the
+target does not implement is a *predicted host fallback*. Users pass their own
+profile with `torchferry.device.enable(profile="path.toml")` or
+`TORCHFERRY_PROFILE=path.toml`.
 """
 
 from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from torchferry.errors import UsageError
 
 PROFILE_DIR = Path(__file__).with_name("profiles")
 DEFAULT_PROFILE = "trn2"
+NUMERICS_MODES = ("target", "host")
+
+# Classification codes shared with Target.cpp: kind | COMPILES | SYNCS.
+NATIVE, METADATA, HOST_COPY, HOST_PREDICTED = 0, 1, 2, 3
+COMPILES, SYNCS = 4, 8
+
+# Ops through which this device realises an op the target implements itself; they
+# are judged as that op.
+TARGET_EQUIVALENTS = {
+    # PyTorch's convolution calls the *_overrideable ops for any PrivateUse1 device;
+    # TorchNeuron registers convolution and convolution_backward themselves.
+    "aten::convolution_overrideable": "aten::convolution",
+    "aten::convolution_backward_overrideable": "aten::convolution_backward",
+    # The device picks the CPU's SDPA kernel (same numbers as the CPU); TorchNeuron's
+    # csrc/aten/SdpBackendSelection.cpp picks its overrideable kernel for 4-D inputs.
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "aten::_scaled_dot_product_fused_attention_overrideable",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward":
+        "aten::_scaled_dot_product_fused_attention_overrideable_backward",
+    # copy_ reaches the device as _copy_from; TorchNeuron implements copy_ itself.
+    "aten::_copy_from": "aten::copy_",
+}
+# Native ops that move bytes (NRT copies), not compiled programs.
+TRANSFERS = frozenset({"aten::copy_", "aten::_to_copy", "aten::clone", "aten::_copy_from_and_resize"})
+# Reads of a device value by the host: item(), bool(t), int(t), float(t).
+SCALAR_READS = frozenset({"aten::_local_scalar_dense"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,23 +56,158 @@ class HostFallback:
 
 
 @dataclass(frozen=True, kw_only=True)
+class NativeOps:
+    """What the target registers for its device, generated from its source (op -> source file)."""
+
+    path: Path
+    source_repository: str
+    source_commit: str
+    native: dict[str, str]
+    cpu_fallback: dict[str, str]
+    metadata: dict[str, str]
+
+
+@dataclass(frozen=True, kw_only=True)
 class DeviceProfile:
     name: str
     description: str
     memory_bytes: int
     sources: dict[str, str] = field(default_factory=dict)
     host_fallback: tuple[HostFallback, ...] = ()
+    numerics: str = "host"
+    native_ops: NativeOps | None = None
 
     def fallback_reasons(self) -> dict[str, str]:
-        """op name -> the reason the device reports (sources stay in the profile file)."""
-        return {
-            entry.op: f"{entry.reason}; sources: {', '.join(entry.sources)} in the {self.name} profile"
-            for entry in self.host_fallback
+        """op -> reason for the ops the profile names as host fallbacks: its data-dependent
+        entries the target does not run natively, and the target's explicit CPU fallbacks."""
+        reasons = {
+            e.op: f"{e.reason}; sources: {', '.join(e.sources)} in the {self.name} profile"
+            for e in self.host_fallback
+            if not self._native(e.op)
         }
+        if self.native_ops:
+            commit = self.native_ops.source_commit[:7]
+            for op, source in self.native_ops.cpu_fallback.items():
+                reasons[op] = f"registered as an explicit CPU fallback in TorchNeuron {commit} ({source})"
+        return reasons
+
+    def predicted_fallback_reason(self) -> str | None:
+        """Why an op the target does not register runs on the host (None: no native table)."""
+        if self.native_ops is None:
+            return None
+        return (f"not implemented in TorchNeuron {self.native_ops.source_commit[:7]} (no PrivateUse1 "
+                f"kernel in {self.native_ops.source_repository}, see {self.native_ops.path.name})")
+
+    def _native(self, op: str) -> bool:
+        return self.native_ops is not None and any(name in self.native_ops.native for name in expand(op))
+
+    def op_codes(self) -> tuple[dict[str, int], dict[str, str], int, str]:
+        """(op -> code, op -> host reason, default code, default reason) for the C++ core."""
+        codes: dict[str, int] = {}
+        if self.native_ops is None:
+            default, default_reason = NATIVE | COMPILES, ""
+        else:
+            default, default_reason = HOST_PREDICTED, self.predicted_fallback_reason() or ""
+            for op, source in self.native_ops.native.items():
+                codes[op] = NATIVE if op in TRANSFERS or "/csrc/" in source else NATIVE | COMPILES
+            for op in self.native_ops.metadata:
+                codes.update(dict.fromkeys(expand(op), METADATA))
+            for op in self.native_ops.cpu_fallback:
+                codes[op] = HOST_PREDICTED
+        for op in SCALAR_READS:
+            codes[op] = codes.get(op, NATIVE) | SYNCS
+        reasons = {}
+        for entry in self.host_fallback:
+            for op in expand(entry.op):
+                # Native with a data-dependent size: the device runs it, the host reads the size.
+                codes[op] = codes[op] | SYNCS if self._native(op) and codes.get(op, default) & 3 == NATIVE else HOST_COPY
+        for op, reason in self.fallback_reasons().items():
+            reasons.update(dict.fromkeys(expand(op), reason))
+        for op, target in TARGET_EQUIVALENTS.items():
+            if target in codes:
+                codes[op] = codes[target]
+        if self.native_ops is not None:
+            # A backend that implements only the out= variant of a structured op gets the
+            # functional and in-place variants from PyTorch's generated composite (empty +
+            # the out= kernel); this device runs the CPU's kernel for them directly.
+            for op, delegate in structured_delegates().items():
+                if op not in codes and delegate in codes:
+                    codes[op] = codes[delegate]
+        return codes, reasons, default, default_reason
+
+
+@cache
+def aten_ops() -> frozenset[str]:
+    """Every operator name in this torch, with overload ("aten::add.Tensor", "aten::relu")."""
+    import torch
+
+    return frozenset(torch._C._dispatch_get_all_op_names())
+
+
+@cache
+def structured_delegates() -> dict[str, str]:
+    """op -> the out= op that implements it (`structured_delegate` in native_functions.yaml)."""
+    import torchgen
+
+    text = (Path(torchgen.__file__).parent / "packaged" / "ATen" / "native" / "native_functions.yaml").read_text()
+    delegates, current = {}, None
+    for line in text.splitlines():
+        if line.startswith("- func: "):
+            current = "aten::" + line[len("- func: "):].split("(", 1)[0]
+        elif current and line.strip().startswith("structured_delegate:"):
+            delegates[current] = "aten::" + line.split(":", 1)[1].strip()
+    return delegates
+
+
+def expand(op: str) -> list[str]:
+    """A full name stays itself; a bare name ("aten::nonzero") means all its overloads."""
+    if "." in op.removeprefix("aten::"):
+        return [op]
+    return sorted(name for name in aten_ops() if name == op or name.startswith(op + "."))
 
 
 def shipped_profiles() -> list[str]:
-    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml") if not p.stem.endswith("_ops"))
+
+
+def _line_of(text: str, needle: str) -> int:
+    for number, line in enumerate(text.splitlines(), 1):
+        if needle in line:
+            return number
+    return 0
+
+
+def load_native_ops(path: Path) -> NativeOps:
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text)
+        native_ops = NativeOps(
+            path=path,
+            source_repository=data["source_repository"],
+            source_commit=data["source_commit"],
+            native=dict(data["native"]),
+            cpu_fallback=dict(data.get("cpu_fallback", {})),
+            metadata=dict(data.get("metadata", {})),
+        )
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise UsageError(
+            f"native-op table {path} is malformed ({type(exc).__name__}: {exc}). It needs "
+            "source_repository, source_commit and a [native] table of op = source file; regenerate "
+            "it with tools/gen_trn2_profile.py."
+        ) from exc
+    for table in ("native", "cpu_fallback", "metadata"):
+        for op, source in getattr(native_ops, table).items():
+            line = _line_of(text, f'"{op}" =')
+            if not expand(op):
+                raise UsageError(
+                    f"{path}:{line}: [{table}] entry {op!r} names no ATen op of this torch. Fix the "
+                    "name (e.g. 'aten::add.Tensor'), or regenerate the table with "
+                    "tools/gen_trn2_profile.py for this torch version."
+                )
+            if not str(source).strip():
+                raise UsageError(f"{path}:{line}: [{table}] entry {op!r} has no source file; every entry "
+                                 "names the file of the target's source it comes from.")
+    return native_ops
 
 
 def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> DeviceProfile:
@@ -53,9 +220,9 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> DeviceProfile:
             f"{', '.join(shipped_profiles())}; or pass the path of a .toml file (see "
             f"{PROFILE_DIR / 'trn2.toml'} for the format)."
         )
+    text = path.read_text()
     try:
-        data = tomllib.loads(path.read_text())
-        sources = dict(data.get("sources", {}))
+        data = tomllib.loads(text)
         entries = tuple(
             HostFallback(op=e["op"], reason=e["reason"], sources=tuple(e["sources"]))
             for e in data.get("host_fallback", [])
@@ -64,19 +231,31 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> DeviceProfile:
             name=data["name"],
             description=data.get("description", ""),
             memory_bytes=int(data["memory_bytes"]),
-            sources=sources,
+            sources=dict(data.get("sources", {})),
             host_fallback=entries,
+            numerics=data.get("numerics", "host"),
+            native_ops=load_native_ops(path.with_name(data["native_ops"])) if "native_ops" in data else None,
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(
             f"device profile {path} is malformed ({type(exc).__name__}: {exc}). It needs `name`, "
             "`memory_bytes`, a [sources] table and [[host_fallback]] entries with op, reason, sources."
         ) from exc
+    if profile.numerics not in NUMERICS_MODES:
+        raise UsageError(f"device profile {path}:{_line_of(text, 'numerics')}: numerics = "
+                         f"{profile.numerics!r} is not one of {', '.join(NUMERICS_MODES)}.")
     for entry in profile.host_fallback:
+        line = _line_of(text, f'"{entry.op}"')
         missing = [s for s in entry.sources if s not in profile.sources]
         if not entry.sources or missing:
             raise UsageError(
-                f"device profile {path}: host_fallback entry {entry.op!r} must name at least one "
+                f"device profile {path}:{line}: host_fallback entry {entry.op!r} must name at least one "
                 f"source from [sources]; unknown: {missing or '(none given)'}."
+            )
+        if not expand(entry.op):
+            raise UsageError(
+                f"device profile {path}:{line}: host_fallback entry {entry.op!r} names no ATen op of this "
+                "torch. Use an operator name as the dispatcher spells it, e.g. 'aten::nonzero' (all "
+                "overloads) or 'aten::repeat_interleave.Tensor'."
             )
     return profile

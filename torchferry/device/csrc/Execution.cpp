@@ -12,7 +12,19 @@
 //   5. adopts fresh results as device memory without copying them; results that
 //      are views of an input stay views of that input's device storage.
 // Ops that the device profile lists as host fallbacks take an explicit
-// copy-to-host path instead and are counted and reported as fallbacks.
+// copy-to-host path instead and are counted and reported as fallbacks (Target.cpp
+// decides what the target does with each op).
+//
+// While it walks the arguments, the fallback also
+//   - enforces device placement as accelerators do: a `neuron` op given a tensor on
+//     another device raises PyTorch's "Expected all tensors to be on the same
+//     device" (0-dim CPU inputs, CPU index tensors of advanced indexing and explicit
+//     copies are allowed, as on CUDA);
+//   - hashes the eager signature (op, dtypes, shapes, the non-tensor arguments that
+//     change the program) of ops the target compiles, for the NEFF-compile count;
+//   - under target numerics, gives 64-bit values of ops the target runs natively the
+//     target's 32-bit range and precision (int64 wraps as int32, float64 rounds to
+//     float32), keeping their dtype.
 #include "neuron.h"
 
 #include <ATen/EmptyTensor.h>
@@ -21,82 +33,9 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
-#include <mutex>
-#include <unordered_set>
 
 namespace torchferry {
 namespace {
-
-// ---------------------------------------------------------------- accounting
-struct OpEntry {
-  std::string name;
-  int64_t executed = 0;
-  int64_t fallback = 0;
-  bool on_host = false;  // listed by the device profile as a host fallback
-};
-
-struct HostFallbackConfig {
-  std::unordered_map<std::string, std::string> reasons;  // op name -> why/source
-  FallbackMode mode = FallbackMode::Warn;
-  std::string profile;
-  std::unordered_set<std::string> warned;
-};
-
-std::mutex g_ops_mutex;
-std::unordered_map<const c10::FunctionSchema*, OpEntry> g_ops;
-HostFallbackConfig g_host_fallback;
-
-std::string full_name(const c10::OperatorName& name) {
-  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
-}
-
-bool listed_on_host(const std::string& name) {
-  return g_host_fallback.reasons.count(name) > 0 ||
-         g_host_fallback.reasons.count(name.substr(0, name.find('.'))) > 0;
-}
-
-// Returns whether the op is a host fallback; counts it as executed or fallback.
-bool account(const c10::OperatorHandle& op) {
-  std::lock_guard<std::mutex> lock(g_ops_mutex);
-  auto [it, inserted] = g_ops.try_emplace(&op.schema());
-  OpEntry& entry = it->second;
-  if (inserted) {
-    entry.name = full_name(op.operator_name());
-    entry.on_host = listed_on_host(entry.name);
-  }
-  if (entry.on_host) {
-    ++entry.fallback;
-  } else {
-    ++entry.executed;
-  }
-  return entry.on_host;
-}
-
-void check_and_warn_host_fallback(const c10::OperatorHandle& op) {
-  const std::string name = full_name(op.operator_name());
-  std::string reason, profile;
-  FallbackMode mode;
-  bool first;
-  {
-    std::lock_guard<std::mutex> lock(g_ops_mutex);
-    auto it = g_host_fallback.reasons.find(name);
-    if (it == g_host_fallback.reasons.end()) it = g_host_fallback.reasons.find(op.operator_name().name);
-    reason = it == g_host_fallback.reasons.end() ? std::string() : it->second;
-    profile = g_host_fallback.profile;
-    mode = g_host_fallback.mode;
-    first = g_host_fallback.warned.insert(name).second;
-  }
-  TORCH_CHECK(mode != FallbackMode::Error, name, " would run on the host, not the device: the '",
-              profile, "' device profile lists it as a host fallback (", reason,
-              "). TORCHFERRY_FALLBACK=error forbids host fallbacks; set TORCHFERRY_FALLBACK=warn "
-              "to allow it, or change the code so that it avoids the op.");
-  if (mode == FallbackMode::Warn && first) {
-    TORCH_WARN(name, " ran on the host, not the device: the '", profile,
-               "' device profile lists it as a host fallback (", reason,
-               "). It is counted in torch.neuron.get_fallback_ops(); set TORCHFERRY_FALLBACK=silent "
-               "to hide this warning or =error to make it fail.");
-  }
-}
 
 // ---------------------------------------------------------------- conversion
 bool is_neuron(const at::Tensor& t) { return t.defined() && t.device().type() == kNeuron; }
@@ -124,7 +63,7 @@ at::Tensor make_tensor(c10::Storage storage, c10::DispatchKey key, const at::Ten
 // One op call on the CPU kernels: the bookkeeping between device and host tensors.
 class HostCall {
  public:
-  explicit HostCall(bool copy_inputs) : copy_inputs_(copy_inputs) {}
+  explicit HostCall(const OpInfo& info) : info_(info), copy_inputs_(info.kind == OpKind::HostCopy) {}
 
   c10::DeviceIndex device() const { return device_ < 0 ? current_device() : device_; }
 
@@ -135,6 +74,8 @@ class HostCall {
     for (size_t i = 0; i < args.size(); ++i) {
       c10::IValue& iv = (*stack)[begin + i];
       const bool writes = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
+      arg_ = &args[i];
+      if (info_.compiles) hash_argument(iv, args[i]);
       if (iv.isTensor()) {
         iv = to_host(iv.toTensor(), writes);
       } else if (iv.isList()) {
@@ -167,13 +108,20 @@ class HostCall {
     for (size_t i : default_generators) {
       (*stack)[begin + i] = c10::IValue(host_generator(default_generator(device())));
     }
+    if (!foreign_device_.empty() && !neuron_device_.empty()) throw_placement_error();
   }
 
+  // The eager signature of this call (valid after `convert_arguments`).
+  uint64_t signature() const { return signature_; }
+
   void write_back_mutations() {
+    for (auto& [host, original] : rounded_writes_) {
+      round_to_target(host);
+      copy_back(host, original);
+    }
     for (auto& [host, original] : mutated_) {
       if (copy_inputs_) {
-        if (host.sizes() != original.sizes()) original.resize_(host.sizes());
-        make_tensor(host_alias(original.storage()), c10::DispatchKey::CPU, original).copy_(host);
+        copy_back(host, original);
         continue;
       }
       c10::TensorImpl* orig_impl = original.unsafeGetTensorImpl();
@@ -217,6 +165,72 @@ class HostCall {
     if (device_ < 0) device_ = index;
   }
 
+  static void copy_back(const at::Tensor& host, const at::Tensor& original) {
+    if (host.sizes() != original.sizes()) original.resize_(host.sizes());
+    make_tensor(host_alias(original.storage()), c10::DispatchKey::CPU, original).copy_(host);
+  }
+
+  // The target has no 64-bit types (torch_neuronx/kernels/type_converter.py maps int64
+  // to int32 and float64 to float32; results are cast back to the 64-bit dtype).
+  static bool is_64bit(const at::Tensor& t) {
+    return t.scalar_type() == at::kLong || t.scalar_type() == at::kDouble;
+  }
+  static at::ScalarType narrow_type(at::ScalarType type) {
+    return type == at::kLong ? at::kInt : at::kFloat;
+  }
+  static void round_to_target(const at::Tensor& t) {
+    if (t.defined() && is_64bit(t) && t.numel() > 0) t.copy_(t.to(narrow_type(t.scalar_type())));
+  }
+
+  // Device placement as PyTorch's device check defines it for accelerators.
+  void check_placement(const at::Tensor& t, bool writes, bool in_index_list) {
+    if (!foreign_device_.empty() || info_.placement == Placement::Any) return;
+    if (t.is_cpu() && !writes && (t.dim() == 0 || in_index_list)) return;
+    foreign_device_ = t.device().str();
+    foreign_argument_ = arg_->name();
+  }
+
+  [[noreturn]] void throw_placement_error() const {
+    TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
+                neuron_device_, " and ", foreign_device_, "! (when checking argument for argument ",
+                foreign_argument_, " in method ", info_.name, "). Move it to the device first, e.g. ",
+                foreign_argument_, ".to(\"", neuron_device_, "\"): TorchNeuron, like every "
+                "accelerator, does not compute across devices.");
+  }
+
+  // Signature words as TorchNeuron's eager kernel cache keys them
+  // (torch_neuronx/kernels/base.py get_cache_key): tensors by shape and dtype, scalars
+  // by type only; the arguments that shape the program (ints, int lists, bools,
+  // strings, dtypes) by value.
+  void mix(uint64_t word) { signature_ = (signature_ ^ word) * 1099511628211ULL; }
+  void hash_tensor(const at::Tensor& t) {
+    if (!t.defined()) return mix(0x75);
+    mix(static_cast<uint64_t>(t.scalar_type()) + 0x100);
+    mix(static_cast<uint64_t>(t.dim()));
+    for (int64_t size : t.sizes()) mix(static_cast<uint64_t>(size));
+  }
+  void hash_argument(const c10::IValue& iv, const c10::Argument& arg) {
+    if (iv.isTensor()) {
+      hash_tensor(iv.toTensor());
+    } else if (iv.isTensorList()) {
+      for (const at::Tensor& t : iv.toTensorList()) hash_tensor(t);
+    } else if (iv.isList()) {
+      for (const c10::IValue& e : iv.toListRef()) {
+        if (e.isTensor()) hash_tensor(e.toTensor());
+        else if (e.isInt()) mix(static_cast<uint64_t>(e.toInt()));
+        else mix(0x6e);
+      }
+    } else if (iv.isInt() && arg.type()->kind() != c10::TypeKind::NumberType) {
+      mix(static_cast<uint64_t>(iv.toInt()));
+    } else if (iv.isBool()) {
+      mix(iv.toBool() ? 0x74 : 0x66);
+    } else if (iv.isString()) {
+      for (char c : iv.toStringRef()) mix(static_cast<unsigned char>(c));
+    } else {
+      mix(static_cast<uint64_t>(iv.tagKind().size()));  // a scalar: its type only
+    }
+  }
+
   const c10::Storage* find_alias(c10::StorageImpl* device_storage) const {
     for (const auto& [host, dev] : aliases_) {
       if (dev.unsafeGetStorageImpl() == device_storage) return &host;
@@ -232,10 +246,18 @@ class HostCall {
     return host;
   }
 
-  at::Tensor to_host(const at::Tensor& t, bool writes) {
+  at::Tensor to_host(const at::Tensor& t, bool writes, bool in_index_list = false) {
     if (!is_neuron(t)) {
-      if (t.defined() && t.has_storage()) cpu_inputs_.push_back(t.storage().unsafeGetStorageImpl());
+      if (!t.defined()) return t;
+      check_placement(t, writes, in_index_list);
+      if (t.has_storage()) cpu_inputs_.push_back(t.storage().unsafeGetStorageImpl());
       return t;
+    }
+    if (neuron_device_.empty()) {
+      neuron_device_ = t.device().str();
+    } else if (foreign_device_.empty() && t.device().index() != device_) {
+      foreign_device_ = t.device().str();
+      foreign_argument_ = arg_->name();
     }
     note_device(t.device().index());
     TORCH_CHECK(t.layout() == c10::kStrided, "the neuron device supports strided tensors only, got ",
@@ -245,13 +267,24 @@ class HostCall {
     // and an in-place op changes its self's shape where the CPU raises.
     for (const auto& [host, original] : views_) {
       if (original.unsafeGetTensorImpl() != t.unsafeGetTensorImpl()) continue;
-      if (writes && std::none_of(mutated_.begin(), mutated_.end(),
+      // A rounded 64-bit copy (target numerics) is written back by copying, never rebound.
+      const bool rounded = std::any_of(rounded_.begin(), rounded_.end(),
+                                       [&](const at::Tensor& r) { return r.is_same(host); });
+      auto& writes_back = rounded ? rounded_writes_ : mutated_;
+      if (writes && std::none_of(writes_back.begin(), writes_back.end(),
                                  [&](const auto& m) { return m.second.is_same(t); })) {
-        mutated_.emplace_back(host, t);
+        writes_back.emplace_back(host, t);
       }
       return host;
     }
     at::Tensor host = make_tensor(alias_of(t.storage()), c10::DispatchKey::CPU, t);
+    if (info_.target_numerics && is_64bit(host)) {
+      at::Tensor rounded = host.to(narrow_type(host.scalar_type())).to(host.scalar_type());
+      rounded_.push_back(rounded);
+      views_.emplace_back(rounded, t);
+      if (writes) rounded_writes_.emplace_back(rounded, t);
+      return rounded;
+    }
     if (copy_inputs_) host = host.clone(at::MemoryFormat::Preserve);
     views_.emplace_back(host, t);
     if (writes) mutated_.emplace_back(host, t);
@@ -260,21 +293,34 @@ class HostCall {
 
   void convert_list(c10::IValue& iv, bool writes) {
     c10::List<c10::IValue> list = iv.toList();
+    const bool indices = info_.placement == Placement::HostIndices && arg_->name() == "indices";
     bool any = false;
     for (const c10::IValue& e : list) {
-      if (e.isTensor() && is_neuron(e.toTensor())) {
+      if (!e.isTensor()) continue;
+      const at::Tensor& t = e.toTensor();
+      if (indices && t.defined() && (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte)) {
+        index_mask_ = true;
+      }
+      if (is_neuron(t)) {
         any = true;
-        break;
+      } else if (t.defined()) {
+        check_placement(t, writes, indices);
       }
     }
     if (!any) return;
     c10::impl::GenericList out(list.elementType());
     out.reserve(list.size());
     for (const c10::IValue& e : list) {
-      out.push_back(e.isTensor() ? c10::IValue(to_host(e.toTensor(), writes)) : e);
+      out.push_back(e.isTensor() ? c10::IValue(to_host(e.toTensor(), writes, indices)) : e);
     }
     iv = c10::IValue(std::move(out));
   }
+
+ public:
+  // Whether the call indexes with a boolean mask (its shape depends on the data).
+  bool indexes_with_mask() const { return index_mask_; }
+
+ private:
 
   // The device storage for a CPU storage produced by the kernel: the input it
   // aliases, or the same bytes adopted as device memory.
@@ -302,6 +348,7 @@ class HostCall {
     for (c10::StorageImpl* s : cpu_inputs_) {
       if (s == t.storage().unsafeGetStorageImpl()) return t;  // a view of a genuine CPU input
     }
+    if (info_.target_numerics) round_to_target(t);
     if (copy_inputs_) {
       // Explicit host fallback: the result is copied into fresh device memory.
       at::Tensor out = make_tensor(c10::Storage(c10::make_intrusive<c10::StorageImpl>(
@@ -315,12 +362,19 @@ class HostCall {
     return make_tensor(to_device_storage(t.storage()), c10::DispatchKey::PrivateUse1, t);
   }
 
+  const OpInfo& info_;
   const bool copy_inputs_;
+  const c10::Argument* arg_ = nullptr;  // the argument being converted
+  std::string neuron_device_, foreign_device_, foreign_argument_;
+  uint64_t signature_ = 1469598103934665603ULL ^ 0x9e3779b97f4a7c15ULL;
+  bool index_mask_ = false;
   c10::DeviceIndex device_ = -1;
   c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 4> aliases_;  // host alias, device
   c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 2> adopted_;  // kernel output, device
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 6> views_;  // host view, device
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> mutated_;  // host view, device
+  c10::SmallVector<at::Tensor, 1> rounded_;  // rounded copies of 64-bit inputs (target numerics)
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> rounded_writes_;  // rounded copy, device
   c10::SmallVector<c10::StorageImpl*, 2> cpu_inputs_;
 };
 
@@ -364,8 +418,6 @@ c10::OperatorHandle op_handle(const char* name, const char* overload) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
 }
 
-void count_op(const c10::OperatorHandle& op) { account(op); }
-
 namespace {
 
 c10::DeviceIndex index_of(std::optional<at::Device> device) {
@@ -374,14 +426,32 @@ c10::DeviceIndex index_of(std::optional<at::Device> device) {
 
 }  // namespace
 
+namespace {
+
+// TorchNeuron turns a boolean mask into indices with `nonzero`, whose size the host
+// reads back (torch_mlir/ops/indexing.py convert_indices), except `x[mask] = scalar`,
+// which it runs as a `where` on the device (index_put's masked-fill path there).
+bool is_masked_fill(const OpInfo& info, const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  if (info.name.find("index_put") == std::string::npos) return false;
+  const size_t begin = stack.size() - schema.arguments().size();
+  const c10::IValue& values = stack[begin + 2];
+  const c10::IValue& accumulate = stack[begin + 3];
+  return values.isTensor() && values.toTensor().numel() == 1 && accumulate.isBool() && !accumulate.toBool();
+}
+
+}  // namespace
+
 void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/,
                              torch::jit::Stack* stack) {
-  const bool on_host = account(op);
-  if (on_host) check_and_warn_host_fallback(op);
+  const OpInfo& info = account(op);
   const auto& schema = op.schema();
-  HostCall call(/*copy_inputs=*/on_host);
+  HostCall call(info);
   call.convert_arguments(schema, stack);
-  ProfiledOp profiled(op, on_host, call.device());
+  ProfiledOp profiled(op, info.on_host(), call.device());
+  if (info.compiles) record_signature(call.signature() ^ info.name_hash);
+  if (call.indexes_with_mask() && !is_masked_fill(info, schema, *stack)) {
+    count_sync(info.name + " (boolean mask)");
+  }
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   call.write_back_mutations();
   call.convert_results(schema.returns().size(), stack);
@@ -421,6 +491,8 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
   static const c10::OperatorHandle op = op_handle("aten::_copy_from", "");
   count_op(op);
+  // .cpu(), .tolist(), .numpy() and printing wait for the device: a host sync.
+  if (dst.device().type() != kNeuron) count_sync("aten::_copy_from (device to host)");
   host_view_of(dst).copy_(host_view_of(self));
   return dst;
 }
@@ -483,42 +555,6 @@ at::Tensor dropout(const at::Tensor& input, double p, bool train) {
   noise.bernoulli_(1 - p);
   noise.div_(1 - p);
   return input.mul(noise);
-}
-
-void set_host_fallback(const std::unordered_map<std::string, std::string>& reasons,
-                       FallbackMode mode, const std::string& profile_name) {
-  std::lock_guard<std::mutex> lock(g_ops_mutex);
-  g_host_fallback.reasons = reasons;
-  g_host_fallback.mode = mode;
-  g_host_fallback.profile = profile_name;
-  g_host_fallback.warned.clear();
-  for (auto& [schema, entry] : g_ops) entry.on_host = listed_on_host(entry.name);
-}
-
-namespace {
-
-// Nonzero counts of one field (executed or fallback), merged by op name.
-std::unordered_map<std::string, int64_t> counts(int64_t OpEntry::*field) {
-  std::lock_guard<std::mutex> lock(g_ops_mutex);
-  std::unordered_map<std::string, int64_t> out;
-  for (const auto& [schema, entry] : g_ops) {
-    if (entry.*field > 0) out[entry.name] += entry.*field;
-  }
-  return out;
-}
-
-}  // namespace
-
-std::unordered_map<std::string, int64_t> executed_ops() { return counts(&OpEntry::executed); }
-
-std::unordered_map<std::string, int64_t> fallback_ops() { return counts(&OpEntry::fallback); }
-
-void clear_op_tracking() {
-  std::lock_guard<std::mutex> lock(g_ops_mutex);
-  for (auto& [schema, entry] : g_ops) {
-    entry.executed = 0;
-    entry.fallback = 0;
-  }
 }
 
 }  // namespace torchferry

@@ -61,9 +61,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_default_generator", [](int index) {
     return default_generator(static_cast<c10::DeviceIndex>(index));
   });
-  m.def("_set_host_fallback", [](const std::unordered_map<std::string, std::string>& reasons,
-                                 int mode, const std::string& profile) {
-    set_host_fallback(reasons, static_cast<FallbackMode>(mode), profile);
+  m.def("_set_target", [](const std::unordered_map<std::string, int>& codes,
+                          const std::unordered_map<std::string, std::string>& reasons,
+                          int default_code, const std::string& default_reason, int mode,
+                          const std::string& profile, bool target_numerics) {
+    set_target(codes, reasons, default_code, default_reason, static_cast<FallbackMode>(mode),
+               profile, target_numerics);
   });
   m.def("_register_cpu_kernels", &register_cpu_kernels);
   // Called at interpreter exit (atexit). The autograd engine's worker thread for
@@ -93,4 +96,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_executed_ops", &executed_ops);
   m.def("_fallback_ops", &fallback_ops);
   m.def("_clear_op_tracking", &clear_op_tracking);
+  m.def("_fallback_reasons", &fallback_reasons_seen);
+  m.def("_host_syncs", &host_syncs);
+  m.def("_eager_compile_counts", &eager_compile_counts);
+  m.def("_load_persisted_signatures", &load_persisted_signatures);
+  m.def("_take_unsaved_signatures", &take_unsaved_signatures);
 }

@@ -139,7 +139,7 @@ const OpInfo& account(const c10::OperatorHandle& op);
 void count_op(const c10::OperatorHandle& op);
 void count_sync(const std::string& what);
 void record_signature(uint64_t signature);
-// codes: op or base name -> kind | compiles << 2 | syncs << 3; reasons: why an op runs
+// codes: op name -> kind | compiles << 2 | syncs << 3; reasons: why an op runs
 // on the host; ops in neither table get `default_code` and `default_reason`.
 void set_target(const std::unordered_map<std::string, int>& codes,
                 const std::unordered_map<std::string, std::string>& reasons, int default_code,

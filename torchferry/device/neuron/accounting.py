@@ -11,7 +11,9 @@ def get_executed_ops() -> dict[str, int]:
 
 
 def get_fallback_ops() -> dict[str, int]:
-    """Ops that ran on the host (listed by the device profile), with counts."""
+    """Ops that ran on the host CPU on the target, with counts: the profile's host fallbacks
+    and the ops the target does not implement (predicted fallbacks; see
+    torchferry.device.profile). Their reasons: torchferry.device.target.fallback_reasons()."""
     return dict(sorted(_runtime.core()._fallback_ops().items()))
 
 

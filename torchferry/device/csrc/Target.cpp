@@ -1,0 +1,237 @@
+// What the target (TorchNeuron on Trainium) does with each op, and the accounting
+// that makes it visible: executed and host-fallback op counts, host syncs, and the
+// eager compilations a cold NEFF cache would pay for.
+//
+// Each op is classified once, on its first call, from the tables the device profile
+// hands over (`set_target`): native on the device, metadata only, a host fallback on
+// the explicit copy path, or a predicted host fallback (not implemented by the
+// target) that runs on the zero-copy path and is only counted. Views are metadata
+// whatever the tables say: they never launch a kernel on the target.
+#include "neuron.h"
+
+#include <mutex>
+#include <unordered_set>
+
+namespace torchferry {
+namespace {
+
+struct TargetConfig {
+  std::unordered_map<std::string, int> codes;           // op -> classification code
+  std::unordered_map<std::string, std::string> reasons;  // op -> why it runs on the host
+  int default_code = 0;
+  std::string default_reason;
+  FallbackMode mode = FallbackMode::Warn;
+  std::string profile;
+  bool target_numerics = false;
+  std::unordered_set<std::string> warned;
+};
+
+struct OpEntry {
+  OpInfo info;
+  std::string reason;
+  int64_t executed = 0;
+  int64_t fallback = 0;
+};
+
+std::mutex g_mutex;
+std::unordered_map<const c10::FunctionSchema*, OpEntry> g_ops;
+std::unordered_map<std::string, int64_t> g_syncs;
+TargetConfig g_config;
+
+struct Signatures {
+  std::unordered_set<uint64_t> persisted;  // in the on-disk cache when the process started
+  std::unordered_set<uint64_t> seen;       // compiled or loaded by this process
+  std::vector<uint64_t> unsaved;           // new this process, not yet written to disk
+  int64_t compilations = 0;
+  int64_t cache_hits = 0;
+  int64_t calls = 0;
+};
+std::mutex g_signature_mutex;
+Signatures g_signatures;
+
+std::string full_name(const c10::OperatorName& name) {
+  return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
+}
+
+bool is_view(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& ret : schema.returns()) {
+    if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) return true;
+  }
+  return false;
+}
+
+Placement placement_of(const std::string& name) {
+  static const std::unordered_set<std::string> copies = {
+      "aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize",
+      "aten::_has_compatible_shallow_copy_type"};
+  // CUDA's advanced indexing takes CPU index tensors and moves them itself.
+  static const std::unordered_set<std::string> host_indices = {
+      "aten::index.Tensor", "aten::index.Tensor_out", "aten::index_put", "aten::index_put_",
+      "aten::_index_put_impl_", "aten::_unsafe_index.Tensor", "aten::_unsafe_index_put"};
+  if (copies.count(name)) return Placement::Any;
+  if (host_indices.count(name)) return Placement::HostIndices;
+  return Placement::Strict;
+}
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  return h;
+}
+
+void classify(const c10::OperatorHandle& op, OpEntry& entry) {
+  OpInfo& info = entry.info;
+  info.name = full_name(op.operator_name());
+  info.name_hash = fnv1a(info.name);
+  info.placement = placement_of(info.name);
+  auto code_it = g_config.codes.find(info.name);
+  const int code = code_it == g_config.codes.end() ? g_config.default_code : code_it->second;
+  info.kind = static_cast<OpKind>(code & 3);
+  info.compiles = (code & 4) != 0;
+  info.syncs = (code & 8) != 0;
+  if (is_view(op.schema())) {
+    info.kind = OpKind::Metadata;
+    info.compiles = false;
+  }
+  info.target_numerics = g_config.target_numerics && info.compiles;
+  auto reason_it = g_config.reasons.find(info.name);
+  entry.reason = reason_it == g_config.reasons.end() ? g_config.default_reason : reason_it->second;
+}
+
+}  // namespace
+
+const OpInfo& account(const c10::OperatorHandle& op) {
+  std::string reason, profile;
+  FallbackMode mode;
+  bool first;
+  const OpInfo* info;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto [it, inserted] = g_ops.try_emplace(&op.schema());
+    OpEntry& entry = it->second;
+    if (inserted) classify(op, entry);
+    info = &entry.info;  // entries are never erased, so the reference stays valid
+    if (!info->on_host()) {
+      ++entry.executed;
+      if (info->syncs) ++g_syncs[info->name];
+      return *info;
+    }
+    ++entry.fallback;
+    if (g_config.mode == FallbackMode::Silent) return *info;
+    mode = g_config.mode;
+    first = mode == FallbackMode::Error || g_config.warned.insert(info->name).second;
+    if (!first) return *info;
+    reason = entry.reason;
+    profile = g_config.profile;
+  }
+  TORCH_CHECK(mode != FallbackMode::Error, info->name, " would run on the host CPU, not the device, on '",
+              profile, "': ", reason, ". TORCHFERRY_FALLBACK=error forbids host fallbacks; set "
+              "TORCHFERRY_FALLBACK=warn to allow them, or avoid the op.");
+  TORCH_WARN(info->name, " runs on the host CPU, not the device, on '", profile, "': ", reason,
+             ". Counted in torch.neuron.get_fallback_ops() (one warning per op; "
+             "TORCHFERRY_FALLBACK=silent hides them, =error makes them fail).");
+  return *info;
+}
+
+void count_op(const c10::OperatorHandle& op) { account(op); }
+
+void count_sync(const std::string& what) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  ++g_syncs[what];
+}
+
+void record_signature(uint64_t signature) {
+  std::lock_guard<std::mutex> lock(g_signature_mutex);
+  ++g_signatures.calls;
+  if (!g_signatures.seen.insert(signature).second) return;
+  if (g_signatures.persisted.count(signature)) {
+    ++g_signatures.cache_hits;
+  } else {
+    ++g_signatures.compilations;
+    g_signatures.unsaved.push_back(signature);
+  }
+}
+
+void set_target(const std::unordered_map<std::string, int>& codes,
+                const std::unordered_map<std::string, std::string>& reasons, int default_code,
+                const std::string& default_reason, FallbackMode mode, const std::string& profile,
+                bool target_numerics) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_config.codes = codes;
+  g_config.reasons = reasons;
+  g_config.default_code = default_code;
+  g_config.default_reason = default_reason;
+  g_config.mode = mode;
+  g_config.profile = profile;
+  g_config.target_numerics = target_numerics;
+  g_config.warned.clear();
+  // Ops already seen keep their counts; their classification follows the new tables.
+  for (auto& [schema, entry] : g_ops) {
+    const auto handle = c10::Dispatcher::singleton().findOp(schema->operator_name());
+    if (handle) classify(*handle, entry);
+  }
+}
+
+std::unordered_map<std::string, int64_t> executed_ops() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::unordered_map<std::string, int64_t> out;
+  for (const auto& [schema, entry] : g_ops) {
+    if (entry.executed > 0) out[entry.info.name] += entry.executed;
+  }
+  return out;
+}
+
+std::unordered_map<std::string, int64_t> fallback_ops() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::unordered_map<std::string, int64_t> out;
+  for (const auto& [schema, entry] : g_ops) {
+    if (entry.fallback > 0) out[entry.info.name] += entry.fallback;
+  }
+  return out;
+}
+
+std::unordered_map<std::string, std::string> fallback_reasons_seen() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::unordered_map<std::string, std::string> out;
+  for (const auto& [schema, entry] : g_ops) {
+    if (entry.fallback > 0) out[entry.info.name] = entry.reason;
+  }
+  return out;
+}
+
+std::unordered_map<std::string, int64_t> host_syncs() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_syncs;
+}
+
+void clear_op_tracking() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (auto& [schema, entry] : g_ops) {
+    entry.executed = 0;
+    entry.fallback = 0;
+  }
+  g_syncs.clear();
+}
+
+std::unordered_map<std::string, int64_t> eager_compile_counts() {
+  std::lock_guard<std::mutex> lock(g_signature_mutex);
+  return {{"signatures", static_cast<int64_t>(g_signatures.seen.size())},
+          {"compilations", g_signatures.compilations},
+          {"cache_hits", g_signatures.cache_hits},
+          {"calls", g_signatures.calls}};
+}
+
+void load_persisted_signatures(const std::vector<uint64_t>& signatures) {
+  std::lock_guard<std::mutex> lock(g_signature_mutex);
+  g_signatures.persisted.insert(signatures.begin(), signatures.end());
+}
+
+std::vector<uint64_t> take_unsaved_signatures() {
+  std::lock_guard<std::mutex> lock(g_signature_mutex);
+  std::vector<uint64_t> out;
+  out.swap(g_signatures.unsaved);
+  g_signatures.persisted.insert(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace torchferry

@@ -1,0 +1,155 @@
+"""What the target does with each op, handed to the C++ core, and the accounting that
+TorchNeuron's own API (`torch.neuron.get_fallback_ops()`, ...) does not cover:
+
+- `host_syncs()`: where the host waits for a device value (`item()`, `bool(t)`,
+  `.cpu()`/`.tolist()`, the output size of data-dependent ops, boolean-mask indexing);
+- `eager_compiles()`: the NEFF compilations TorchNeuron's eager mode would pay for, one
+  per distinct op signature, persisted in `TORCH_NEURONX_NEFF_CACHE_DIR` so that a
+  second process sees a warm cache;
+- `fallback_summary()`: one line naming the host-fallback ops, also printed at exit
+  when there were any (the per-op warnings come once per op).
+
+These are torchferry functions (`torchferry.device.*`): TorchNeuron has no such names.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Mapping
+from types import ModuleType
+
+from torchferry.device import _settings
+from torchferry.device.profile import DeviceProfile
+
+_cache: SignatureCache | None = None
+_fallback_mode = "warn"  # as last configured (tests and the decision test change it)
+_numerics = "host"
+
+
+@dataclass(frozen=True)
+class EagerCompiles:
+    """Eager-mode compilation counts of this process (or, from `since`, of an interval).
+
+    signatures: distinct op signatures run; compilations: those the persistent cache
+    lacked (a cold NEFF compile each); cache_hits: those found on disk; calls: op calls
+    that ran a compiled program.
+    """
+
+    signatures: int
+    compilations: int
+    cache_hits: int
+    calls: int
+
+    def since(self, mark: EagerCompiles) -> EagerCompiles:
+        """The counts between `mark` (an earlier `eager_compiles()`) and this one."""
+        return EagerCompiles(self.signatures - mark.signatures, self.compilations - mark.compilations,
+                             self.cache_hits - mark.cache_hits, self.calls - mark.calls)
+
+
+class SignatureCache:
+    """Op signatures on disk, one hex word per line, in a file per target source commit."""
+
+    def __init__(self, directory: Path, commit: str) -> None:
+        self.path = directory / f"torchferry-eager-signatures-{commit[:12]}.txt"
+        self._warned = False
+
+    def load(self) -> list[int]:
+        try:
+            return [int(line, 16) for line in self.path.read_text().split()]
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            self._warn(f"cannot read it ({exc})")
+            return []
+
+    def save(self, signatures: list[int]) -> None:
+        if not signatures or self._warned:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a") as f:  # appends of whole lines: concurrent processes interleave safely
+                f.write("".join(f"{s:016x}\n" for s in signatures))
+        except OSError as exc:
+            self._warn(f"cannot write it ({exc})")
+
+    def _warn(self, what: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"eager-compile cache {self.path}: {what}. Compilations are counted in memory for this "
+                f"process only; set {_settings.NEFF_CACHE_DIR_ENV} to a writable folder to keep them.",
+                stacklevel=2,
+            )
+
+
+def configure(core: ModuleType, profile: DeviceProfile, fallback: str, numerics: str | None = None) -> None:
+    """Hand the profile's tables, the fallback mode and the numerics (default: as before)
+    to the C++ core."""
+    global _fallback_mode, _numerics
+    codes, reasons, default, default_reason = profile.op_codes()
+    numerics = numerics or _numerics
+    core._set_target(codes, reasons, default, default_reason, _settings.fallback_code(fallback), profile.name,
+                     numerics == "target")
+    _fallback_mode, _numerics = fallback, numerics
+
+
+def start(core: ModuleType, profile: DeviceProfile, environ: Mapping[str, str]) -> None:
+    """Load the persistent signatures and arrange the exit-time save and summary."""
+    global _cache
+    commit = profile.native_ops.source_commit if profile.native_ops else profile.name
+    _cache = SignatureCache(_settings.neff_cache_dir(environ), commit)
+    core._load_persisted_signatures(_cache.load())
+    atexit.register(_at_exit)
+
+
+def _core() -> ModuleType:
+    from torchferry.device import _runtime
+
+    return _runtime.core()
+
+
+def eager_compiles() -> EagerCompiles:
+    """Counts of this process so far; new signatures are written to the persistent cache."""
+    core = _core()
+    if _cache is not None:
+        _cache.save(core._take_unsaved_signatures())
+    c = core._eager_compile_counts()
+    return EagerCompiles(c["signatures"], c["compilations"], c["cache_hits"], c["calls"])
+
+
+def host_syncs() -> dict[str, int]:
+    """Host syncs since the last `torch.neuron.clear_op_tracking()`, by what caused them."""
+    return dict(sorted(_core()._host_syncs().items()))
+
+
+def fallback_summary() -> str:
+    """One line: how many ops ran on the host, the most frequent first ('' when none)."""
+    counts = _core()._fallback_ops()
+    if not counts:
+        return ""
+    from torchferry.device import _runtime
+
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = ", ".join(f"{op} ({n})" for op, n in ranked[:8])
+    more = f" and {len(ranked) - 8} more" if len(ranked) > 8 else ""
+    return (f"torchferry: {len(ranked)} ops ran as host fallbacks on '{_runtime.profile().name}' "
+            f"({sum(counts.values())} calls): {shown}{more}; see torch.neuron.get_fallback_ops()")
+
+
+def fallback_reasons() -> dict[str, str]:
+    """op -> why it ran on the host, for the host-fallback ops seen so far."""
+    return dict(sorted(_core()._fallback_reasons().items()))
+
+
+def _at_exit() -> None:
+    try:
+        eager_compiles()
+        line = fallback_summary() if _fallback_mode == "warn" else ""
+        if line:
+            print(line, file=sys.stderr)
+    except Exception:  # exiting anyway: never turn a clean exit into an error
+        pass
