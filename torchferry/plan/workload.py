@@ -106,10 +106,7 @@ def build(model: ModelSpec, options: dict, device: str = "meta") -> tuple[Any, A
 
         with torch.device(device):
             loaded = load_workload(model.spec, {**options, "mode": "training"})
-        config = getattr(loaded.model, "config", None)
-        if getattr(config, "use_cache", False):  # a transformers model: train without a KV cache (below)
-            config.use_cache = False
-        return loaded.model, loaded
+        return loaded.model, loaded  # as the user's code builds it: the plan predicts that code
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = dict(model.config)
