@@ -68,3 +68,16 @@ def test_trainer_under_torchrun_runs_ddp_multi_neuron_and_matches_one_process(ru
         # Trainer logs the loss averaged over ranks: the global batch's loss of one process.
         torch.testing.assert_close(torch.tensor(r["losses"]), torch.tensor(reference["losses"]),
                                    rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.multiproc
+@pytest.mark.slow
+def test_trainer_under_torchrun_without_the_workaround_fails_on_rank_1_as_on_trainium(run_python, tmp_path):
+    # accelerate 1.15 puts every rank's model on neuron:0 but gives DDP device_ids=[LOCAL_RANK]
+    # (docs/device/ecosystem.md); when accelerate fixes this, this test says so.
+    result = run_python("", env={"TORCHFERRY_DEVICE": "neuron", "WITHOUT_WORKAROUND": "1"}, timeout=420, argv=[
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        str(TORCHRUN_SCRIPT), str(tmp_path / "two")])
+    assert result.returncode != 0
+    assert "Expected all tensors to be on the same device" in result.stderr
+    assert "neuron:0 and neuron:1" in result.stderr

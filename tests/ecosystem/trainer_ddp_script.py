@@ -18,7 +18,8 @@ from hf_tiny import tiny_llama, token_batches
 from transformers import Trainer, TrainingArguments
 
 local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-torch.neuron.set_device(local_rank)  # the workaround; a no-op in one process
+if os.environ.get("WITHOUT_WORKAROUND") != "1":
+    torch.neuron.set_device(local_rank)  # the workaround; a no-op in one process
 world = int(os.environ.get("WORLD_SIZE", "1"))
 args = TrainingArguments(output_dir=sys.argv[1], max_steps=3, per_device_train_batch_size=4 // world,
                          learning_rate=1e-2, report_to=[], save_strategy="no", logging_steps=1,
