@@ -5,7 +5,7 @@ whether a safe fix was left unwritten (OUTPUT_ERROR).
 Tests run as root here, where `chmod` does not stop a write, so:
 - read-only is what the mode bits say (`is_read_only` reads them; `chmod 0o444` sets them);
 - an unwritable file is simulated by making `os.replace` fail for that one path (monkeypatch), which
-  is where a real EACCES/EROFS/EBUSY surfaces in `atomic_write`.
+  is where a real EACCES/EROFS/EBUSY surfaces in `write_atomic`.
 """
 
 import errno

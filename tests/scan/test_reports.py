@@ -38,8 +38,9 @@ def test_text_report_groups_findings_by_file_with_their_fixes(project, ferry):
 
 def test_json_report_is_versioned_and_lists_every_finding(project, ferry):
     report = ferry("scan", "pkg", "--format", "json").json
-    assert report["format"] == "torchferry-scan" and report["format_version"] == FORMAT_VERSION
-    assert {"version", "timestamp", "fixes_applied"} <= set(report["meta"])
+    assert report["meta"]["format"] == "torchferry.scan" and report["meta"]["format_version"] == FORMAT_VERSION
+    assert report["meta"]["command"] == "ferry scan pkg --format json" and report["meta"]["created"]
+    assert report["summary"]["fixes_applied"] is False
     assert [r["id"] for r in report["rules"]] == [r.id for r in RULES]
     assert [(f["path"], f["line"], f["rule_id"]) for f in report["findings"]] == [
         ("pkg/a.py", 2, "TF001"), ("pkg/a.py", 3, "TF012"), ("pkg/b.py", 2, "TF003")]
@@ -48,7 +49,7 @@ def test_json_report_is_versioned_and_lists_every_finding(project, ferry):
 
 def test_report_file_is_written_whole_and_announced(project, ferry):
     result = ferry("scan", "pkg", "--format", "json", "--output", "out/scan.json")
-    assert json.loads((project / "out" / "scan.json").read_text())["format_version"] == FORMAT_VERSION
+    assert json.loads((project / "out" / "scan.json").read_text())["meta"]["format_version"] == FORMAT_VERSION
     assert result.stdout == "" and "report written to out/scan.json" in result.stderr
     assert [p.name for p in (project / "out").iterdir()] == ["scan.json"]  # no temp file left behind
 

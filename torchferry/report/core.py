@@ -7,6 +7,7 @@ writes each of them all or nothing (temp file + ``os.replace``, parent folders c
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,16 +54,23 @@ def ensure_writable(folder: Path) -> None:
         ) from exc
 
 
-def write_atomic(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same folder, so readers never see half a file."""
+def write_atomic(path: Path, data: str | bytes) -> Path:
+    """Write ``data`` to ``path`` via a temp file in the same folder, so readers never see half a file.
+
+    A file that is replaced keeps its permissions (``ferry scan --fix`` rewrites users' sources
+    through here); a new one gets the ordinary mode under the umask.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a report is an ordinary file
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        if path.exists():
+            shutil.copymode(path, tmp)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; a report is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

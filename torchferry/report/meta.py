@@ -2,7 +2,7 @@
 
 ``format`` names the document kind (``torchferry.check``, ``torchferry.coverage``,
 ``torchferry.scan``), ``format_version`` its schema version (each kind's changelog is in
-docs/check/report-format.md and docs/coverage.md), ``torchferry`` the tool's version,
+docs/check/report-format.md, docs/coverage.md and docs/scan.md), ``torchferry`` the tool's version,
 ``created`` the UTC start time, ``command`` the argv it ran with, ``wall_s`` the run's length.
 """
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 from torchferry.env import Environment
@@ -46,15 +47,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: error; 'never' = only usage errors fail)")
 
 
-def _render(result, fmt: str) -> str:  # noqa: ANN001 - ScanResult, imported lazily
+def _render(result, fmt: str, argv: Sequence[str]) -> str:  # noqa: ANN001 - ScanResult, imported lazily
     if fmt == "text":
         from torchferry.scan.text_report import render
 
         return render(result)
     if fmt == "json":
         from torchferry.scan.json_report import to_dict
-    else:
-        from torchferry.scan.sarif_report import to_dict
+
+        return json.dumps(to_dict(result, argv), indent=2)
+    from torchferry.scan.sarif_report import to_dict
+
     return json.dumps(to_dict(result), indent=2)
 
 
@@ -62,12 +65,11 @@ def _write(text: str, output: str, env: Environment) -> None:
     if output == "-":
         env.out(text)
         return
-    from torchferry.scan.sources import atomic_write
+    from torchferry.report.core import write_atomic
 
     path = Path(output)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, (text + "\n").encode("utf-8"))
+        write_atomic(path, text + "\n")
     except OSError as exc:
         raise OutputError(f"cannot write the report to {output}: {exc.strerror}; "
                           "choose a writable path with --output.") from exc
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         env.err(f"ferry scan: {file.path}: {file.error}; not scanned there, not changed.")
     for file in result.not_written:
         env.err(f"ferry scan: {file.path}: fixes not written: {file.not_written}.")
-    _write(_render(result, args.format), args.output, env)
+    _write(_render(result, args.format, getattr(args, "_argv", ())), args.output, env)
     if result.not_written:
         return ExitStatus.OUTPUT_ERROR
     if args.fail_on != "never":

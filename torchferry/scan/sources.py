@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import stat
-import tempfile
 import tokenize
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from pathlib import Path
 import libcst as cst
 
 from torchferry.errors import UsageError
+from torchferry.report.core import write_atomic
 from torchferry.scan.engine import RuleHit, analyse
 from torchferry.scan.model import FileResult, Finding, Rule
 
@@ -66,20 +66,6 @@ def _diff(before: str, after: str, name: str) -> str:
     return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` all at once, keeping its permissions; never leaves a half-written file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        if path.exists():
-            shutil.copymode(path, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @dataclass(frozen=True)
 class WritePolicy:
     """How `--fix` writes: `force` rewrites read-only files, `backup` keeps the original as `<name>.bak`."""
@@ -113,7 +99,7 @@ def write_fixed(path: Path, data: bytes, policy: WritePolicy) -> str | None:
         if policy.backup:
             shutil.copy2(path, backup)
             made_backup = True
-        atomic_write(path, data)
+        write_atomic(path, data)
     except OSError as exc:
         if made_backup:
             backup.unlink(missing_ok=True)
