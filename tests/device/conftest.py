@@ -26,6 +26,18 @@ def neuron():
     return torch.neuron
 
 
+@pytest.fixture
+def numerics(neuron):
+    """Switch the device's numerics ("target" or "host") for one test; back to the default after."""
+    from torchferry.device import _runtime, target
+
+    def set_numerics(mode: str) -> None:
+        target.configure(_runtime.core(), _runtime.profile(), "silent", mode)
+
+    yield set_numerics
+    target.configure(_runtime.core(), _runtime.profile(), "warn", "target")
+
+
 @dataclass
 class Completed:
     returncode: int

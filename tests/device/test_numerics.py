@@ -7,18 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchferry.device import _runtime, target
-
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def numerics(neuron):
-    def set_numerics(mode: str) -> None:
-        target.configure(_runtime.core(), _runtime.profile(), "silent", mode)
-
-    yield set_numerics
-    target.configure(_runtime.core(), _runtime.profile(), "warn", "target")
 
 
 def hashed_ids(device: str) -> torch.Tensor:

@@ -23,11 +23,13 @@ from collections.abc import Mapping
 from types import ModuleType
 
 from torchferry.device import _settings
-from torchferry.device.profile import DeviceProfile
+from torchferry.device.profile import COMPILES, DeviceProfile
 
 _cache: SignatureCache | None = None
 _fallback_mode = "warn"  # as last configured (tests and the decision test change it)
 _numerics = "host"
+_op_codes: dict[str, int] = {}  # the profile's op codes as handed to the C++ core (profile.op_codes)
+_default_code = 0
 
 
 @dataclass(frozen=True)
@@ -89,12 +91,33 @@ class SignatureCache:
 def configure(core: ModuleType, profile: DeviceProfile, fallback: str, numerics: str | None = None) -> None:
     """Hand the profile's tables, the fallback mode and the numerics (default: as before)
     to the C++ core."""
-    global _fallback_mode, _numerics
+    global _fallback_mode, _numerics, _op_codes, _default_code
     codes, reasons, default, default_reason = profile.op_codes()
     numerics = numerics or _numerics
     core._set_target(codes, reasons, default, default_reason, _settings.fallback_code(fallback), profile.name,
                      numerics == "target")
     _fallback_mode, _numerics = fallback, numerics
+    _op_codes, _default_code = codes, default
+
+
+def numerics() -> str:
+    """The numerics in force: "target" (64-bit values at the target's 32 bits) or "host"."""
+    return _numerics
+
+
+def narrows_64bit(op: str) -> bool:
+    """Whether the target computes 64-bit values of `op` (a full ATen name, `aten::add.Tensor`)
+    at 32 bits: target numerics is on and the target compiles the op (a native, non-view op;
+    the same rule the C++ core applies in eager mode, csrc/Target.cpp `classify`).
+
+    An ATen graph keeps ops the eager device never sees: PyTorch's `X.Scalar` overloads
+    are composites that wrap the scalar and call `X.Tensor`, so they take its answer.
+    """
+    if _numerics != "target":
+        return False
+    if op not in _op_codes and op.endswith(".Scalar"):
+        op = op.removesuffix("Scalar") + "Tensor"
+    return bool(_op_codes.get(op, _default_code) & COMPILES)
 
 
 def start(core: ModuleType, profile: DeviceProfile, environ: Mapping[str, str]) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchferry.device.compile import cache, contract, host_graph, metrics
+from torchferry.device.compile import cache, contract, host_graph, metrics, numerics
 
 BACKEND_NAME = "neuron"
 
@@ -34,6 +34,7 @@ class _Recorder:
         from torch._dynamo.utils import counters
         from torch._inductor.compile_fx import compile_fx_inner
 
+        numerics.narrow_64bit(gm)  # the target's 32-bit arithmetic, as the eager device computes it
         before = dict(counters["inductor"])
         start = time.perf_counter_ns()
         # The backward graph is compiled lazily, at the first backward, outside the scope

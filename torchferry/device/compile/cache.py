@@ -4,7 +4,9 @@ TorchNeuron keeps compiled NEFFs on disk so that a second process skips the comp
 built-in device does the same with Inductor's FX graph cache, pointed at a directory of its
 own. Inductor's cache key already covers the graph code, the input signature (shapes,
 strides, dtypes), Inductor's config and the torch version; the directory adds the torch and
-torchferry versions, so an upgrade of either never reads artifacts of the other.
+torchferry versions, so an upgrade of either never reads artifacts of the other, and the
+numerics (`TORCHFERRY_NUMERICS`): AOTAutograd's cache keys the graph before
+`numerics.narrow_64bit` rewrites it, so each numerics keeps its own artifacts.
 
 Settings (read at each compilation, so tests and the decision test can change them):
 ``TORCHFERRY_CACHE_DIR`` (default ``$XDG_CACHE_HOME/torchferry`` or ``~/.cache/torchferry``)
@@ -67,7 +69,9 @@ def scope(environ: Mapping[str, str] = os.environ) -> Iterator[bool]:
     import torch._inductor.config as inductor_config
 
     on = enabled(environ)
-    directory = compile_dir(environ) / "inductor"
+    from torchferry.device import target
+
+    directory = compile_dir(environ) / f"inductor-numerics-{target.numerics()}"
     directory.mkdir(parents=True, exist_ok=True)
     previous = os.environ.get(_INDUCTOR_DIR_ENV)
     os.environ[_INDUCTOR_DIR_ENV] = str(directory)

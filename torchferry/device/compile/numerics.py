@@ -1,0 +1,73 @@
+"""Target numerics inside compiled graphs: 64-bit values at the target's 32 bits.
+
+Under `TORCHFERRY_NUMERICS=target` the eager device rounds the 64-bit inputs and results of
+every op TorchNeuron compiles (int64 wraps as int32, float64 rounds to float32; the dtype
+stays 64-bit, as TorchNeuron casts results back: docs/device/fidelity.md). A compiled graph
+must compute the same values, so before Inductor sees an ATen graph (forward or backward)
+each such op gets the same round trips around it. Inductor fuses them into its kernels.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+from torchferry.device import target
+
+_NARROW = {torch.int64: torch.int32, torch.float64: torch.float32}
+
+
+def _full_name(op: torch._ops.OpOverload) -> str:
+    name = op._schema.name
+    return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
+
+
+def _is_view(op: torch._ops.OpOverload) -> bool:
+    return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)
+
+
+def _wide(node: object) -> torch.dtype | None:
+    value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return value.dtype if isinstance(value, torch.Tensor) and value.dtype in _NARROW else None
+
+
+def narrow_64bit(gm: torch.fx.GraphModule) -> int:
+    """Round the 64-bit inputs and results of the target's compiled ops in `gm` (in place);
+    returns how many ops were wrapped (0 under host numerics: the graph is unchanged)."""
+    convert = torch.ops.prims.convert_element_type.default
+    graph, wrapped = gm.graph, 0
+    rounded: dict[torch.fx.Node, torch.fx.Node] = {}
+
+    def round_trip(node: torch.fx.Node, dtype: torch.dtype) -> torch.fx.Node:
+        narrow = graph.call_function(convert, (node, _NARROW[dtype]))
+        back = graph.call_function(convert, (narrow, dtype))
+        for n, like in ((narrow, node), (back, node)):
+            n.meta["val"] = like.meta["val"].to(_NARROW[dtype] if n is narrow else dtype)
+        return back
+
+    for node in list(graph.nodes):
+        op = node.target
+        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or op is convert:
+            continue
+        if _is_view(op) or not target.narrows_64bit(_full_name(op)):
+            continue
+        inputs = [a for a in node.all_input_nodes if _wide(a) is not None]
+        if not inputs and _wide(node) is None:
+            continue
+        wrapped += 1
+        for arg in inputs:
+            if arg not in rounded:
+                with graph.inserting_before(node):  # before its first rounding consumer
+                    rounded[arg] = round_trip(arg, _wide(arg))
+            if rounded[arg] is not arg:
+                node.replace_input_with(arg, rounded[arg])
+        dtype = _wide(node)
+        if dtype is not None:
+            with graph.inserting_before(node.next):
+                result = round_trip(node, dtype)
+            node.replace_all_uses_with(result, delete_user_cb=lambda user: user is not result.args[0])
+            rounded[node] = rounded[result] = result
+    if wrapped:
+        graph.lint()
+        gm.recompile()
+    return wrapped
