@@ -38,6 +38,20 @@ def numerics(neuron):
     target.configure(_runtime.core(), _runtime.profile(), "warn", "target")
 
 
+@pytest.fixture
+def compile_env(neuron, tmp_path, monkeypatch):
+    """A clean Dynamo state, metrics from zero and private compile caches (torchferry's and
+    Inductor's own, for graphs that compile on the CPU)."""
+    import torch
+
+    monkeypatch.setenv("TORCHFERRY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    torch._dynamo.reset()
+    neuron.reset_dynamo_metrics()
+    yield neuron
+    torch._dynamo.reset()
+
+
 @dataclass
 class Completed:
     returncode: int

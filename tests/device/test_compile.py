@@ -14,18 +14,6 @@ import pytest
 import torchferry.device
 
 
-@pytest.fixture
-def compile_env(neuron, tmp_path, monkeypatch):
-    """A clean Dynamo state, metrics from zero and a private compile cache."""
-    import torch
-
-    monkeypatch.setenv("TORCHFERRY_CACHE_DIR", str(tmp_path / "cache"))
-    torch._dynamo.reset()
-    neuron.reset_dynamo_metrics()
-    yield neuron
-    torch._dynamo.reset()
-
-
 def _tiny_llama():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -8,6 +8,8 @@ import pytest
 import torch
 
 pytestmark = pytest.mark.timeout(240)
+# `compile_env` (conftest) gives each test a fresh Dynamo and its own cache: numerics is a
+# start-up setting, and Dynamo does not guard on it.
 
 
 def hashed(ids: torch.Tensor) -> torch.Tensor:
@@ -18,18 +20,8 @@ def scaled_sum(x: torch.Tensor) -> torch.Tensor:
     return (x * (1 / 3)).sum()
 
 
-@pytest.fixture
-def fresh_dynamo(monkeypatch, tmp_path):
-    """Each test compiles anew, with a cache of its own (numerics is a start-up setting:
-    Dynamo does not guard on it)."""
-    monkeypatch.setenv("TORCHFERRY_CACHE_DIR", str(tmp_path))
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
 @pytest.mark.parametrize("mode", ["target", "host"])
-def test_compiled_int64_matches_the_eager_device(neuron, numerics, fresh_dynamo, mode):
+def test_compiled_int64_matches_the_eager_device(neuron, numerics, compile_env, mode):
     numerics(mode)
     ids = torch.arange(1, 9, dtype=torch.int64, device="neuron")
     compiled = torch.compile(hashed, backend="neuron")(ids)
@@ -40,7 +32,7 @@ def test_compiled_int64_matches_the_eager_device(neuron, numerics, fresh_dynamo,
 
 
 @pytest.mark.parametrize("mode", ["target", "host"])
-def test_compiled_float64_backward_matches_the_eager_device(neuron, numerics, fresh_dynamo, mode):
+def test_compiled_float64_backward_matches_the_eager_device(neuron, numerics, compile_env, mode):
     numerics(mode)
     x = torch.linspace(0.1, 1, 7, dtype=torch.float64, device="neuron", requires_grad=True)
     eager_x = x.detach().clone().requires_grad_()

@@ -14,19 +14,6 @@ import pytest
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture
-def compile_env(neuron, tmp_path, monkeypatch):
-    """A clean Dynamo state, metrics from zero and a private compile cache."""
-    import torch
-
-    monkeypatch.setenv("TORCHFERRY_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    torch._dynamo.reset()
-    neuron.reset_dynamo_metrics()
-    yield neuron
-    torch._dynamo.reset()
-
-
 def _mlp():
     import torch
 
