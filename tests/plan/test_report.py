@@ -11,12 +11,11 @@ import pytest
 
 from torchferry.harness.prices import load_prices
 from torchferry.plan.layout import make_layout
-from torchferry.plan.results import FORMAT, FORMAT_VERSION, GIB, LayoutResult, PlanReport, rank
 from torchferry.plan.roofline import peaks, reference_bounds, target_bounds
-from torchferry.plan.trace import CATEGORIES, StepTrace
-from torchferry.report import plan as render
+from torchferry.report import plan_render as render
 from torchferry.report.core import write_reports
 from torchferry.report.meta import new_meta
+from torchferry.report.plan import CATEGORIES, FORMAT, FORMAT_VERSION, GIB, LayoutResult, PlanReport, StepTrace, rank
 
 CAPACITY = 24 * GIB
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from torchferry.scan.json_report import FORMAT_VERSION
+from torchferry.report.scan import FORMAT_VERSION
 from torchferry.scan.rules import RULES
 
 

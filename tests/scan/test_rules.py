@@ -2,7 +2,7 @@
 
 import pytest
 
-from torchferry.scan.model import Severity
+from torchferry.report.scan import Severity
 from torchferry.scan.rules import RULES
 
 # rule id -> (hazard, the device-neutral code it should be written as)

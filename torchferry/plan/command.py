@@ -20,10 +20,8 @@ from torchferry.errors import FerryError, UsageError
 from torchferry.status import ExitStatus
 
 if TYPE_CHECKING:
-    from torchferry.plan.layout import Layout
-    from torchferry.plan.results import PlanReport
-    from torchferry.plan.roofline import Peaks
     from torchferry.plan.workload import ModelSpec
+    from torchferry.report.plan import Layout, Peaks, PlanReport
 
 DEFAULT_SEQ_LEN = 4096
 
@@ -115,11 +113,11 @@ def _plan(args: argparse.Namespace, env: Environment, model: ModelSpec, capacity
           reference: Peaks | None, candidates: list[Layout], skipped: list[str], outdir: Path, started: float) -> ExitStatus:
     """Trace each candidate, bound it, validate it if asked; write the reports (also of what was traced
     when a later candidate fails)."""
-    from torchferry.plan.results import FORMAT, FORMAT_VERSION, LayoutResult, PlanReport, rank
     from torchferry.plan.roofline import reference_bounds, target_bounds
     from torchferry.plan.trace import trace_step
     from torchferry.report.meta import new_meta
-    from torchferry.report.plan import REPORTERS, render_text
+    from torchferry.report.plan import FORMAT, FORMAT_VERSION, LayoutResult, PlanReport, rank
+    from torchferry.report.plan_render import REPORTERS, render_text
 
     progress = (lambda text: None) if args.quiet else env.err
     report = PlanReport(meta=new_meta(FORMAT, FORMAT_VERSION, getattr(args, "_argv", [])), model=model.to_dict(),

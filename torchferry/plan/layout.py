@@ -8,9 +8,8 @@ built, so a layout that cannot exist fails in milliseconds with the values that 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 from torchferry.errors import UsageError
+from torchferry.report.plan import Layout
 
 CHECKPOINTING = {
     "off": "every activation a backward needs is kept",
@@ -25,35 +24,6 @@ PRECISIONS = {
     "fp32": ("float32", None, None, "fp32 everywhere"),
 }
 OPTIMIZERS = {"adamw": "AdamW (two fp32-or-storage-dtype moments per weight)", "sgd": "SGD with momentum (one buffer per weight)"}
-
-
-@dataclass(frozen=True)
-class Layout:
-    world: int
-    fsdp: int
-    tp: int
-    checkpointing: str
-    micro_batch: int
-    seq_len: int
-    precision: str
-    optimizer: str
-
-    @property
-    def label(self) -> str:
-        return f"FSDP {self.fsdp} x TP {self.tp}, AC {self.checkpointing}"
-
-    @property
-    def global_batch(self) -> int:
-        """Sequences per optimizer step: the TP ranks of one FSDP group share their micro-batch."""
-        return self.micro_batch * self.fsdp
-
-    @property
-    def tokens_per_step(self) -> int:
-        return self.global_batch * self.seq_len
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "label": self.label, "global_batch": self.global_batch,
-                "tokens_per_step": self.tokens_per_step}
 
 
 def factor_pairs(world: int) -> str:

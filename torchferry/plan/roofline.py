@@ -10,48 +10,11 @@ Throughput and cost follow from the bound; a real run reaches a fraction of it (
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-
 from torchferry.errors import UsageError
-from torchferry.plan.layout import PRECISIONS, Layout
-from torchferry.plan.trace import StepTrace
+from torchferry.plan.layout import PRECISIONS
+from torchferry.report.plan import Bounds, Layout, Peaks, StepTrace
 
 UTILISATIONS = (0.10, 0.25, 0.40, 0.60)
-
-
-@dataclass
-class Peaks:
-    """One accelerator's share of an instance's peak figures, with where they come from."""
-
-    instance: str
-    accelerators: int
-    flops: float
-    hbm_bytes_per_s: float | None
-    link_bytes_per_s: float | None
-    dtype: str
-    price_per_hour: float
-    price_kind: str
-    sources: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class Bounds:
-    instance: str
-    compute_s: float
-    collective_s: float | None
-    hbm_unfused_s: float | None
-    step_lower_s: float
-    limited_by: str
-    tokens_per_s_upper: float
-    cost_per_1m_tokens_lower: float
-    cost_at_utilisation: dict[str, float]
-    scope: str  # what the figures cover
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def compute_dtype(precision: str) -> str:

@@ -14,37 +14,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from torchferry.errors import UsageError
-from torchferry.plan.layout import Layout
 from torchferry.plan.workload import ModelSpec
+from torchferry.report.plan import CATEGORIES, Layout, StepTrace
 
-CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "temporaries")
 # FSDPMemTracker's reference types -> the plan's categories. All-gather and reduce-scatter buffers
 # live only around a collective: temporaries. The step's inputs count with the activations.
 TRACKER_CATEGORY = {"Sharded Param": "parameters", "Unsharded Param": "parameters", "Buffer": "parameters",
                     "Sharded Grad": "gradients", "Unsharded Grad": "gradients", "OptState": "optimizer state",
                     "Activation": "activations", "Inputs": "activations", "Temp": "temporaries",
                     "All Gather": "temporaries", "Reduce Scatter": "temporaries"}
-
-
-@dataclass
-class StepTrace:
-    """What one rank's step needs: memory at its peak, by category, and the work it does."""
-
-    peak_bytes: int
-    breakdown: dict[str, int]
-    tracker: dict[str, int]
-    flops: int
-    op_bytes: int
-    collectives: dict[str, dict[str, int]]
-    trace_s: float
-    flops_by_op: dict[str, int] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @contextmanager

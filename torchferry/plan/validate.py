@@ -12,29 +12,14 @@ import json
 import os
 import socket
 import tempfile
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from torchferry.errors import UsageError
-from torchferry.plan.layout import Layout
 from torchferry.plan.workload import ModelSpec
+from torchferry.report.plan import Layout, Validation
 
 MAX_RANKS = 8  # each rank is a process on this machine
 TOLERANCE = 0.10
-
-
-@dataclass
-class Validation:
-    layout: str
-    predicted_bytes: int
-    measured_bytes: list[int]  # per rank
-    error: float  # (predicted - worst measured) / worst measured
-    tolerance: float
-    passed: bool
-    device: str
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 def _free_port() -> int:

@@ -48,17 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _render(result, fmt: str, argv: Sequence[str]) -> str:  # noqa: ANN001 - ScanResult, imported lazily
+    from torchferry.report import scan_render
+
     if fmt == "text":
-        from torchferry.scan.text_report import render
-
-        return render(result)
+        return scan_render.render_text(result)
     if fmt == "json":
-        from torchferry.scan.json_report import to_dict
-
-        return json.dumps(to_dict(result, argv), indent=2)
-    from torchferry.scan.sarif_report import to_dict
-
-    return json.dumps(to_dict(result), indent=2)
+        return json.dumps(scan_render.to_json(result, argv), indent=2)
+    return json.dumps(scan_render.to_sarif(result), indent=2)
 
 
 def _write(text: str, output: str, env: Environment) -> None:
@@ -77,7 +73,7 @@ def _write(text: str, output: str, env: Environment) -> None:
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    from torchferry.scan.model import ScanResult, Severity
+    from torchferry.report.scan import ScanResult, Severity
     from torchferry.scan.rules import RULES
     from torchferry.scan.sources import WritePolicy, discover, scan_file
 
@@ -89,7 +85,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     files = discover(args.paths)
     write = WritePolicy(force=args.force, backup=args.backup) if args.fix else None
     results = [scan_file(path, RULES, fix=args.fix or args.diff, write=write) for path in files]
-    result = ScanResult(results, fixes_applied=args.fix)
+    result = ScanResult(results, rules=tuple(RULES), fixes_applied=args.fix)
     if args.diff:
         diff = "".join(r.diff for r in results)
         env.out(diff.rstrip("\n") if diff else "ferry scan: no safe rewrites.")

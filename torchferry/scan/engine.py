@@ -18,7 +18,7 @@ from libcst.codemod.visitors import AddImportsVisitor
 from libcst.helpers import get_full_name_for_node
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
 
-from torchferry.scan.model import Hit, Rule
+from torchferry.report.scan import Hit, Rule
 from torchferry.scan.regions import Regions
 from torchferry.scan.tensors import Tensors
 

@@ -27,7 +27,7 @@ import libcst as cst
 from torchferry.errors import UsageError
 from torchferry.report.core import write_atomic
 from torchferry.scan.engine import RuleHit, analyse
-from torchferry.scan.model import FileResult, Finding, Rule
+from torchferry.report.scan import FileResult, Finding, Rule
 
 SKIPPED_DIRS = {"__pycache__", "node_modules", "site-packages"}
 _MAGIC = "#%ferry-magic%"  # marks a masked IPython magic/shell line inside a cell

@@ -4,7 +4,7 @@ A rule module defines `check(node, ctx)` (yielding `Hit`s) and `RULE`; adding a 
 one new module and one line below.
 """
 
-from torchferry.scan.model import Rule
+from torchferry.report.scan import Rule
 from torchferry.scan.rules import (
     amp_autocast,
     bf16_grad_scaler,

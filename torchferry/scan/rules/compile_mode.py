@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import keyword
 from torchferry.scan.rules.cuda_graph_mode import CUDA_GRAPH_MODES
 

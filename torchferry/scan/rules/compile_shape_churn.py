@@ -14,7 +14,7 @@ import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
 from torchferry.scan.host_ops import profile_source
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import keyword
 
 # transformers collators that pad to the longest example of each batch unless told otherwise

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import keyword
 
 # Inductor's mode table (torch._inductor.list_mode_options()): the modes that set triton.cudagraphs.

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 
 PREFIXES = ("torch.backends.cudnn.", "torch.backends.cuda.")
 

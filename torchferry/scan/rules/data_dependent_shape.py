@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from torchferry.scan.host_ops import HostOp, boolean_index_op, matching_call
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 
 
 def _message(written: str, region: str, op: HostOp) -> str:

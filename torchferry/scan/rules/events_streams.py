@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 
 EQUIVALENTS = {
     "torch.cuda.Event": "torch.Event(enable_timing=...)",

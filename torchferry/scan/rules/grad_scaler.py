@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import DEVICE_TYPE, expr, first_arg, prepend
 
 NAMES = {"torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"}

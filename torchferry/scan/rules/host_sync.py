@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 
 READ_METHODS = {"item", "tolist", "cpu"}
 CONVERSIONS = {"builtins.bool", "builtins.float", "builtins.int"}

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 
 # torch.cuda name -> the torch.accelerator function to use instead
 EQUIVALENTS = {

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rules import amp_autocast, device_api, events_streams, grad_scaler, memory_api
 
 CLAIMED = (set(device_api.RENAMES) | set(events_streams.EQUIVALENTS) | memory_api.NAMES | grad_scaler.NAMES

@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import keyword, positional, with_trailing_comma
 
 

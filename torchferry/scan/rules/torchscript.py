@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.model import Hit, Rule, Severity
+from torchferry.report.scan import Hit, Rule, Severity
 
 NAMES = {"torch.jit.script", "torch.jit.trace", "torch.jit.trace_module", "torch.jit.script_method"}
 

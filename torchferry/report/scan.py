@@ -1,4 +1,15 @@
-"""The one scan model every renderer reads: rules, findings, and per-source results."""
+"""The result model of `ferry scan`, the one every renderer reads: rules, findings, per-file results.
+
+The rules (torchferry/scan/rules/) and the engine produce these values and
+torchferry/report/scan_render.py renders them; like the other commands' models they live in the
+report layer, so that a renderer never imports a command.
+
+FORMAT_VERSION history of the JSON report (``meta.format = "torchferry.scan"``):
+- 1: first version: meta, rules, files (path, error, fixed), findings, summary.
+- 2: files[].not_written (why --fix left a file unchanged), summary.not_written.
+- 3: the `meta` block shared with check, coverage and plan (meta.format, meta.format_version,
+  meta.torchferry, meta.created, meta.command); `fixes_applied` moves to `summary`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +17,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+FORMAT = "torchferry.scan"
+FORMAT_VERSION = 3
 
 
 class Severity(str, Enum):
@@ -108,6 +122,7 @@ class ScanResult:
     """Everything one `ferry scan` found, in path order."""
 
     files: list[FileResult]
+    rules: tuple[Rule, ...]  # the rules the scan ran, in report order
     fixes_applied: bool = False
 
     @property
