@@ -55,7 +55,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--tol", type=float, help="parity tolerance (default: per mode and dtype, docs/check/parity.md)")
     m.add_argument("--rounds", type=int, default=3, help="interleaved steady-state rounds (default: 3)")
     m.add_argument("--reps", type=int, default=3, help="repetitions per device per round (default: 3)")
+    m.add_argument("--steady-budget", type=float, default=30, metavar="SECONDS",
+                   help="when a real target's steady-state figures are unstable after --rounds, add rounds until they "
+                        "are stable or this many seconds are spent (default: 30; 0 adds none)")
     m.add_argument("--timeout", type=float, default=600, help="seconds a worker may take per phase (default: 600)")
+    m.add_argument("--profile", action="store_true",
+                   help="write one torch.profiler Chrome trace per device (CPU and device activity) over a few steady "
+                        "steps after the timed ones, into the report folder")
     c = parser.add_argument_group("cost")
     c.add_argument("--prices", metavar="FILE", help="TOML price table merged over the shipped one")
     c.add_argument("--ref-instance", help="price-table instance for the reference (default: by device type, if any)")

@@ -60,7 +60,9 @@ class CheckConfig:
     tolerance: Tolerance
     rounds: int
     reps: int
+    steady_budget: float  # seconds of extra steady-state rounds while a real target's figures are unstable
     timeout: float
+    profile: bool  # one torch.profiler trace per device over a few steps after the timed ones
     resume_step: int
     cost: CostInputs
     output: str  # absolute
@@ -100,6 +102,8 @@ class CheckConfig:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
         if args.timeout <= 0:
             raise UsageError(f"--timeout must be a positive number of seconds (got {args.timeout:g}).")
+        if args.steady_budget < 0:
+            raise UsageError(f"--steady-budget must be 0 or more seconds (got {args.steady_budget:g}); 0 adds no rounds.")
         mode = parse_mode(args.mode)
         world = args.nproc * args.nnodes
         if world > 1 and mode == Mode.GENERATE:
@@ -124,7 +128,8 @@ class CheckConfig:
             seq_len=args.seq_len, dtype=args.dtype, steps=args.steps, new_tokens=args.new_tokens, seed=args.seed,
             eval_seed=args.seed + EVAL_SEED_OFFSET, lr=args.lr, ref=args.ref, target=target, target_reason=reason,
             compile=args.compile, nproc=args.nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint,
-            tolerance=tolerance, rounds=args.rounds, reps=args.reps, timeout=float(args.timeout),
+            tolerance=tolerance, rounds=args.rounds, reps=args.reps, steady_budget=float(args.steady_budget),
+            timeout=float(args.timeout), profile=args.profile,
             resume_step=max(1, args.steps // 2), output=str(output),
             cost=CostInputs(prices=prices, dtype=args.dtype, eng_hours=args.eng_hours, eng_rate=args.eng_rate,
                             volume=args.volume,

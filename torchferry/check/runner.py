@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from torchferry.check import cost, exit as exit_mod, resume, timing
+from torchferry.check import cost, exit as exit_mod, rehearsal, resume, timing
 from torchferry.check.config import CheckConfig
 from torchferry.errors import (
     DeviceOutOfMemoryError,
@@ -34,11 +34,12 @@ from torchferry.errors import (
 from torchferry.harness import launch, parity
 from torchferry.harness.modes import Mode
 from torchferry.harness.prices import load_prices
-from torchferry.harness.protocol import WorkerProcess, python_module, worker_env
+from torchferry.harness.protocol import WorkerProcess, python_module, run_to_end, worker_env
 from torchferry.report.check import CheckReport, ParityStatus, ResultStatus, TimingStatus
 from torchferry.report.meta import Failure
 
 WORKER = "torchferry.check.worker"
+WARM = "torchferry.check.warm"
 GRACE_S = 10.0  # after one rank fails, how long the others get to report (a dead peer breaks their collectives)
 
 
@@ -165,6 +166,8 @@ class Runner:
     def run(self) -> None:
         cfg = self.cfg
         try:
+            self.phase = "warm-up"
+            self.warm()
             self.phase = "reference"
             self.note(f"reference {cfg.ref}: starting")
             ref = self.spawn("ref", cfg.ref)
@@ -186,8 +189,13 @@ class Runner:
             target_summary = target_events[0]["data"]
             self.set_timing(ref_summary, target_events, None)
             self.phase = "steady state"
-            steady = self.interleave({"ref": ref, "target": target})
+            groups = {"ref": ref, "target": target}
+            # an emulated target's times decide nothing: no rounds are added for them
+            steady = self.interleave(groups, extend=not target_summary["timing"].get("emulates"))
             self.set_timing(ref_summary, target_events, steady)
+            if cfg.profile:
+                self.phase = "profile"
+                self.profile(groups, offset=len(steady["ref"][0]) * cfg.reps)
         except BaseException:  # a timeout, Ctrl-C, a bug: stop every worker now, not after a grace period
             self.kill_all()
             raise
@@ -197,6 +205,9 @@ class Runner:
         target_tensors = self.load_tensors("target")
         self.report.parity = parity.judge(cfg.mode, cfg.tolerance, ref_tensors, target_tensors, ref_summary.get("determinism"))
         self.note(f"parity: {self.report.parity.status}")
+        self.phase = "rehearsal"
+        self.report.rehearsal = rehearsal.result(self.workdir, cfg, self.report.parity, ref_tensors, target_tensors,
+                                                 rerun=self.host_numerics_rerun)
         self.phase = "cost"
         self.report.cost = cost.estimate(self.report.timing, cfg.cost, load_prices(cfg.cost.prices))
         self.phase = "resume"
@@ -205,11 +216,34 @@ class Runner:
         self.check_exit(target_summary["exit"], target_tensors["eval_outputs"])
         self.phase = "done"
 
+    def warm(self) -> None:
+        """Import and build everything once in a throwaway process, so that neither timed worker pays a cold page
+        cache (the reference starts first and would pay it alone)."""
+        cfg = self.cfg
+        job = self.workdir / "job-warm.json"
+        job.write_text(json.dumps({"devices": [cfg.ref, cfg.target], "workload": cfg.workload,
+                                   "options": cfg.workload_options(), "source": cfg.workload_source}))
+        started = time.monotonic()
+        code = run_to_end(python_module(WARM, str(job)), self.workdir / "warm.log", timeout=cfg.timeout,
+                          env=worker_env(), cwd=self.workdir)
+        self.note(f"warm-up: imports and workload build read once ({time.monotonic() - started:.1f} s"
+                  + (f"; it failed with exit status {code}, the timed workers will report why)" if code else ")"))
+
     def load_tensors(self, role: str) -> dict:
         """A worker's tensors, from the path this runner chose, loaded without unpickling code."""
         import torch
 
         return torch.load(self.workdir / f"{role}.pt", weights_only=True)
+
+    def host_numerics_rerun(self) -> dict:
+        """The target in a fresh process under host numerics (worker role ``numerics``): its tensors."""
+        self.note(f"rehearsal: parity failed under target numerics; rerunning {self.cfg.target} under host numerics")
+        worker = self.spawn("numerics", self.cfg.target)
+        try:
+            worker.gather("result", phase="host-numerics rerun")
+        finally:
+            self.kill_all()
+        return self.load_tensors("numerics")
 
     def check_split(self, rows: int | None) -> None:
         """The batch must split into equal shards over the target's ranks: checked before any target worker starts."""
@@ -237,6 +271,9 @@ class Runner:
                 f"figures are rank 0's (ranks meet at every step's gradient all-reduce), each local rank's are listed")
         if not any(steady["ref"]):
             self.report.timing.status = TimingStatus.PARTIAL
+        elif (rounds := len(steady["ref"][0])) > cfg.rounds:
+            self.report.timing.notes.append(f"steady state: {rounds} rounds, {rounds - cfg.rounds} added to --rounds "
+                                            f"{cfg.rounds} while the figures were unstable (--steady-budget {cfg.steady_budget:g} s)")
 
     def target_failed(self, error: FerryError, ref_summary: dict) -> None:
         """A target that fails where the reference ran is a finding (no-go), not a stopped run."""
@@ -246,25 +283,54 @@ class Runner:
         self.report.timing = timing.summarise(timing.device_timing(self.cfg.ref, ref_summary["timing"], []),
                                               timing.device_timing(self.cfg.target, {}, []))
         self.report.timing.status = TimingStatus.PARTIAL
+        self.report.rehearsal = rehearsal.result(self.workdir, self.cfg, self.report.parity)
         self.report.failure = Failure(kind=str(kind), message=str(error), exit_status=3, phase=self.phase, finding=True,
                                       traceback=getattr(error, "user_traceback", None), log=str(self.workdir / "target.log"))
         self.note(f"target failed: {error}")
 
-    def interleave(self, groups: dict[str, Group]) -> dict[str, list[list[list[float]]]]:
+    def interleave(self, groups: dict[str, Group], extend: bool) -> dict[str, list[list[list[float]]]]:
         """Steady-state repetitions, alternating devices each round (ABBA) to share drift and load.
 
+        After ``--rounds``, while ``extend`` and a device's figures are unstable (timing.stability),
+        rounds are added until they are stable or the next round would overrun ``--steady-budget``.
         Returns role -> rank -> rounds of times; all ranks of a role step together.
         """
+        cfg = self.cfg
         steady = {role: [[] for _ in range(group.ranks)] for role, group in groups.items()}
-        rounds, reps = self.cfg.rounds, self.cfg.reps
-        self.note(f"steady state: {rounds} interleaved rounds x {reps} repetitions")
-        order = list(groups)
-        for r in range(rounds):
+        self.note(f"steady state: {cfg.rounds} interleaved rounds x {cfg.reps} repetitions")
+        order, r, deadline, last_s = list(groups), 0, None, 0.0
+        while True:
+            started = time.monotonic()
             for role in order if r % 2 == 0 else order[::-1]:
-                groups[role].proc.send(cmd="steady", reps=reps, offset=r * reps)
+                groups[role].proc.send(cmd="steady", reps=cfg.reps, offset=r * cfg.reps)
                 for rank, event in enumerate(groups[role].gather("steady", phase=f"steady-state round {r + 1}")):
                     steady[role][rank].append(event["times"])
+            r, last_s = r + 1, time.monotonic() - started
+            if r < cfg.rounds:
+                continue
+            unstable = [role for role in order if timing.stability(steady[role][0])["stable"] is False]
+            if not (extend and unstable):
+                break
+            if deadline is None:
+                deadline = time.monotonic() + cfg.steady_budget
+                self.note(f"steady state unstable on {', '.join(unstable)}: adding rounds for up to {cfg.steady_budget:g} s")
+            if time.monotonic() + last_s > deadline:
+                break
         return steady
+
+    def profile(self, groups: dict[str, Group], offset: int) -> None:
+        """One torch.profiler trace per device over a few steps after the timed ones (--profile), whose batches
+        start at ``offset`` (past the steady-state rounds')."""
+        for role, group in groups.items():
+            device = self.cfg.ref if role == "ref" else self.cfg.target
+            path = Path(self.cfg.output) / f"trace-{role}-{device.replace(':', '')}.json"
+            group.proc.send(cmd="profile", path=str(path), offset=offset)
+            events = group.gather("profiled", phase=f"profile ({role})")
+            timings = [self.report.timing.ref] if role == "ref" else ([self.report.timing.target] if not self.report.timing.ranks
+                                                                      else self.report.timing.ranks)
+            for t, event in zip(timings, events):
+                t.profile_trace = event["path"]
+            self.note(f"profile: {', '.join(e['path'] for e in events)}")
 
     def check_resume(self, target_tensors: dict) -> None:
         cfg = self.cfg

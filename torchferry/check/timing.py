@@ -5,6 +5,13 @@ Every step is measured by the worker between two explicit device synchronisation
 the two devices' processes (ref, target, target, ref, ...) so that frequency scaling and
 load changes hit both sides, as the dynamo benchmarks do. The headline is time to N steps
 from process start, compilation and warm-up included.
+
+Steady-state figures are judged for stability: the coefficient of variation of all samples
+and the spread of the round medians (max - min over the pooled median). Above either limit
+the runner adds rounds while ``--steady-budget`` lasts, and every report warns when the
+figures stay unstable. A target that emulates another device (``DeviceTiming.emulates``)
+is timed like any other, but its figures are the cost of the emulation on this host: they
+are labelled so and never decide the time result.
 """
 
 from __future__ import annotations
@@ -12,6 +19,39 @@ from __future__ import annotations
 import statistics
 
 from torchferry.report.check import DeviceTiming, TimingResult, TimingStatus
+
+MAX_CV = 0.10  # pyperf's rule: a standard deviation above 10% of the mean makes a benchmark unstable
+MAX_ROUND_SPREAD = 0.10  # round medians further apart than 10% of the pooled median: load changed between rounds
+COLD_START = ("process start -> first result includes starting Python, import torch (and the workload's libraries), "
+              "building the model and moving it to the device, and the first step (compilation included); a throwaway "
+              "process imported and built everything once before, so neither device paid a cold page cache")
+
+
+def stability(rounds: list[list[float]]) -> dict:
+    """Coefficient of variation and round-median spread of the steady samples; ``stable`` None when unjudgeable."""
+    samples = [x for round_ in rounds for x in round_]
+    found: dict = {"cv": None, "round_spread": None, "stable": None, "rounds": len([r for r in rounds if r]),
+                   "max_cv": MAX_CV, "max_round_spread": MAX_ROUND_SPREAD}
+    if len(samples) < 2:
+        return found
+    median = statistics.median(samples)
+    found["cv"] = statistics.stdev(samples) / statistics.fmean(samples)
+    medians = [statistics.median(r) for r in rounds if r]
+    if len(medians) > 1:
+        found["round_spread"] = (max(medians) - min(medians)) / median
+    found["stable"] = found["cv"] <= MAX_CV and (found["round_spread"] or 0.0) <= MAX_ROUND_SPREAD
+    return found
+
+
+def instability(role: str, t: DeviceTiming) -> str | None:
+    """The warning for unstable steady-state figures, or None."""
+    s = t.stability
+    if s.get("stable") is not False:
+        return None
+    spread = f", round medians {s['round_spread']:.0%} apart (limit {s['max_round_spread']:.0%})" if s["round_spread"] else ""
+    return (f"unstable: {role} {t.device} steady state varies {s['cv']:.0%} (CV, limit {s['max_cv']:.0%}){spread} "
+            f"over {s['rounds']} rounds; its steady figures and speed-ups are not reliable. Rerun on a quiet machine "
+            "or raise --steady-budget")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -25,7 +65,8 @@ def percentile(values: list[float], q: float) -> float:
 def device_timing(device: str, worker_timing: dict, steady: list[list[float]], rank: int | None = None) -> DeviceTiming:
     """A device's (or one rank's) timing from the worker's figures and the steady-state rounds run for it."""
     t = DeviceTiming(device=device, rank=rank)
-    for key in ("python_start_s", "import_s", "load_s", "first_call_s", "cold_start_s", "time_to_n_s", "flops_per_step"):
+    for key in ("python_start_s", "import_s", "load_s", "first_call_s", "cold_start_s", "time_to_n_s", "flops_per_step",
+                "emulates"):
         setattr(t, key, worker_timing.get(key))
     t.steps = list(worker_timing.get("steps", []))
     t.units_per_step = worker_timing.get("units_per_step", 0.0)
@@ -43,6 +84,7 @@ def device_timing(device: str, worker_timing: dict, steady: list[list[float]], r
                     "samples": len(samples), "rounds": len(steady)}
         if t.units_per_step:
             t.throughput_per_s = t.units_per_step / t.steady["median_s"]
+    t.stability = stability(steady)
     return t
 
 
@@ -50,6 +92,12 @@ def summarise(ref: DeviceTiming | None, target: DeviceTiming | None) -> TimingRe
     status = TimingStatus.MEASURED if ref is not None and target is not None else (
         TimingStatus.PARTIAL if ref is not None or target is not None else TimingStatus.NOT_RUN)
     result = TimingResult(status=status, ref=ref, target=target)
+    for role, t in (("ref", ref), ("target", target)):
+        if t is not None and t.emulates:
+            result.notes.append(f"{role} {t.device} emulates {t.emulates} on this host: its times are the cost of the "
+                                f"emulation here, not {t.emulates}'s, and do not decide the time result")
+        if t is not None and (warning := instability(role, t)):
+            result.warnings.append(warning)
     if ref and target:
         if ref.time_to_n_s and target.time_to_n_s:
             result.speedup_time_to_n = ref.time_to_n_s / target.time_to_n_s
@@ -61,4 +109,6 @@ def summarise(ref: DeviceTiming | None, target: DeviceTiming | None) -> TimingRe
         if target.fallback_share is None:
             result.notes.append("the target device does not report fallback ops")
         result.notes.append("fallback share is the share of op calls, not of time")
+    if ref or target:
+        result.notes.append(COLD_START)
     return result

@@ -192,6 +192,17 @@ def peak_memory(device: Any) -> dict:
     return {"bytes": int(rss if sys.platform == "darwin" else rss * 1024), "source": "host RSS"}
 
 
+def emulates(device: Any) -> str | None:
+    """The device profile a device emulates on this host (its properties' ``is_host_emulation``), None for real hardware.
+
+    An emulating device's times are the cost of the emulation on this host, never the emulated hardware's."""
+    properties = getattr(device_module(device), "get_device_properties", None)
+    if not callable(properties):
+        return None
+    props = properties(device)
+    return str(getattr(props, "profile", None) or device.type) if getattr(props, "is_host_emulation", False) else None
+
+
 def op_tracking(device: Any) -> Any | None:
     """The device module if it tracks fallback/executed ops (torchferry's built-in device does)."""
     module = device_module(device)

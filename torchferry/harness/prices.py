@@ -15,6 +15,7 @@ from torchferry.errors import UsageError
 
 SHIPPED = Path(__file__).with_name("prices.toml")
 REQUIRED = ("price_per_hour", "date", "source")
+UTILISATIONS = (0.10, 0.25, 0.40, 0.60)  # fractions of an accelerator's peak FLOP/s at which costs are stated
 
 
 def _number(value: Any) -> bool:
@@ -42,7 +43,10 @@ def _check_instance(origin: str, name: str, entry: Any) -> None:
     peaks = entry.get("peak_flops", {})
     if not isinstance(peaks, dict) or not all(_number(v) and v > 0 for v in peaks.values()):
         raise UsageError(f"{where}: peak_flops = {peaks!r}; it must be a table of positive numbers per dtype "
-                         "(peak_flops = {{ bfloat16 = 1e15 }}).")
+                         "(peak_flops = { bfloat16 = 1e15 }).")
+    if peaks and not (isinstance(entry.get("peaks_source"), str) and entry["peaks_source"].strip()):
+        raise UsageError(f"{where} has peak_flops but no peaks_source; every peak needs its public source "
+                         "(peaks_source = \"https://...\"), as every price does.")
 
 
 def _read(path: Path, origin: str) -> dict:
