@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from torchferry.check import cost, timing, verdict
+from torchferry.check import cost, rehearsal, timing, verdict
 from torchferry.check.config import CostInputs
 from torchferry.harness import parity
 from torchferry.harness.prices import load_prices
@@ -38,5 +38,15 @@ def report() -> CheckReport:
     r.resume = ResumeResult(status="pass", saved_at_step=1, uninterrupted=[1.5, 1.2], resumed=[1.5, 1.2], max_abs_diff=0.0, exact=True)
     r.exit = ExitResult(status="conditions", torchferry_absent=True, loader_device="cpu", formats=[
         ExitFormat("torch.save state dict", saved=True, location_tags=["neuron:0"], needs_map_location=True, fix="save .cpu()")])
+    r.rehearsal = rehearsal.judge({
+        "emulates": "trn2", "capacity_bytes": 2**30, "numerics": "target", "executed_calls": 990, "peak_bytes": 2**29,
+        "fallback_ops": {"aten::linalg_qr": 3}, "fallback_reasons": {"aten::linalg_qr": "explicit CPU fallback (cpu_fallback.py)"},
+        "device_time_us": {"aten::mm": 300.0, "aten::linalg_qr [host fallback]": 100.0},
+        "steps": [{"signatures": 40, "compilations": 40, "cache_hits": 0, "host_syncs": {"aten::_local_scalar_dense": 1},
+                   "inputs": {"input_ids": [2, 8]}},
+                  {"signatures": 6, "compilations": 6, "cache_hits": 0, "host_syncs": {"aten::_local_scalar_dense": 1},
+                   "inputs": {"input_ids": [2, 12]}},
+                  {"signatures": 6, "compilations": 6, "cache_hits": 0, "host_syncs": {"aten::_local_scalar_dense": 1},
+                   "inputs": {"input_ids": [2, 16]}}]})
     verdict.decide(r)
     return r

@@ -123,6 +123,7 @@ class Runner:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.phase = "start"
         self.live: list[WorkerProcess] = []
+        self.rounds_run = 0  # steady-state rounds run, those added while unstable included
 
     def progress(self, role: str, rank: int, message: str) -> None:
         device = self.cfg.ref if role == "ref" else self.cfg.target
@@ -195,7 +196,7 @@ class Runner:
             self.set_timing(ref_summary, target_events, steady)
             if cfg.profile:
                 self.phase = "profile"
-                self.profile(groups, offset=len(steady["ref"][0]) * cfg.reps)
+                self.profile(groups, offset=self.rounds_run * cfg.reps)
         except BaseException:  # a timeout, Ctrl-C, a bug: stop every worker now, not after a grace period
             self.kill_all()
             raise
@@ -271,9 +272,10 @@ class Runner:
                 f"figures are rank 0's (ranks meet at every step's gradient all-reduce), each local rank's are listed")
         if not any(steady["ref"]):
             self.report.timing.status = TimingStatus.PARTIAL
-        elif (rounds := len(steady["ref"][0])) > cfg.rounds:
-            self.report.timing.notes.append(f"steady state: {rounds} rounds, {rounds - cfg.rounds} added to --rounds "
-                                            f"{cfg.rounds} while the figures were unstable (--steady-budget {cfg.steady_budget:g} s)")
+        elif self.rounds_run > cfg.rounds:
+            self.report.timing.notes.append(
+                f"steady state: the latest {cfg.rounds} of {self.rounds_run} interleaved rounds; rounds were added while "
+                f"the figures were unstable (--steady-budget {cfg.steady_budget:g} s)")
 
     def target_failed(self, error: FerryError, ref_summary: dict) -> None:
         """A target that fails where the reference ran is a finding (no-go), not a stopped run."""
@@ -292,8 +294,10 @@ class Runner:
         """Steady-state repetitions, alternating devices each round (ABBA) to share drift and load.
 
         After ``--rounds``, while ``extend`` and a device's figures are unstable (timing.stability),
-        rounds are added until they are stable or the next round would overrun ``--steady-budget``.
-        Returns role -> rank -> rounds of times; all ranks of a role step together.
+        rounds are added until the latest ``--rounds`` rounds are stable or the next round would overrun
+        ``--steady-budget``; the steady state is then those latest rounds (a disturbed early round would
+        otherwise keep the spread high for ever). Returns role -> rank -> rounds of times, the same rounds
+        for every role; all ranks of a role step together. ``self.rounds_run`` counts every round run.
         """
         cfg = self.cfg
         steady = {role: [[] for _ in range(group.ranks)] for role, group in groups.items()}
@@ -308,7 +312,7 @@ class Runner:
             r, last_s = r + 1, time.monotonic() - started
             if r < cfg.rounds:
                 continue
-            unstable = [role for role in order if timing.stability(steady[role][0])["stable"] is False]
+            unstable = [role for role in order if timing.stability(steady[role][0][-cfg.rounds:])["stable"] is False]
             if not (extend and unstable):
                 break
             if deadline is None:
@@ -316,7 +320,8 @@ class Runner:
                 self.note(f"steady state unstable on {', '.join(unstable)}: adding rounds for up to {cfg.steady_budget:g} s")
             if time.monotonic() + last_s > deadline:
                 break
-        return steady
+        self.rounds_run = r
+        return {role: [rounds[-cfg.rounds:] for rounds in ranks] for role, ranks in steady.items()}
 
     def profile(self, groups: dict[str, Group], offset: int) -> None:
         """One torch.profiler trace per device over a few steps after the timed ones (--profile), whose batches

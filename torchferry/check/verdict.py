@@ -7,7 +7,7 @@ is made from a part of the evidence.
 
 from __future__ import annotations
 
-from torchferry.report.check import CONDITIONS, GO, NO_GO, NOT_RUN, STOPPED, CheckReport, VerdictItem
+from torchferry.report.check import CONDITIONS, GO, NO_GO, NOT_RUN, STOPPED, CheckReport, RehearsalStatus, VerdictItem
 from torchferry.report.comparison import describe
 
 
@@ -30,7 +30,10 @@ def _timing(report: CheckReport) -> VerdictItem:
     t = report.timing
     if t.status != "measured" or t.ref is None or t.target is None or t.target.time_to_n_s is None:
         return VerdictItem("time", NOT_RUN, "not measured to the end")
-    conditions = []
+    if t.target.emulates:
+        return VerdictItem("time", NOT_RUN, f"not judged from times: the target emulates {t.target.emulates} on this host, "
+                                            "so its times are the cost of the emulation here")
+    conditions = [w.split(";")[0] for w in t.warnings]
     if t.speedup_time_to_n is not None and t.speedup_time_to_n < 1:
         conditions.append(f"target takes {1 / t.speedup_time_to_n:.2f}x the reference's time to {report.config['steps']} steps")
     if t.target.fallback_ops:
@@ -76,9 +79,25 @@ def _cost(report: CheckReport) -> VerdictItem:
     return VerdictItem("cost", CONDITIONS, f"break-even {status}")
 
 
+def _rehearsal(report: CheckReport) -> VerdictItem:
+    r = report.rehearsal
+    if r.status == RehearsalStatus.FAIL:
+        p = r.placement
+        return VerdictItem("rehearsal", NO_GO, f"portability failure: {p.op} mixes devices ({', '.join(p.devices)}) at "
+                                               f"{p.file}:{p.line}: {p.code}")
+    if r.status == RehearsalStatus.CONDITIONS:
+        return VerdictItem("rehearsal", CONDITIONS, "; ".join(c.split(": ")[0] for c in r.conditions)
+                           + " (the rehearsal section names what to change)")
+    if r.status == RehearsalStatus.CLEAN:
+        graphs = f"; {r.compile.graphs} compiled graphs, one per frame" if r.compile else ""
+        return VerdictItem("rehearsal", GO, f"on {r.emulates}: no predicted host fallback; {r.signatures_step1} eager "
+                                            f"signatures in step 1, {sum(r.new_signatures)} new after{graphs}")
+    return VerdictItem("rehearsal", NOT_RUN, "; ".join(r.notes) or "not rehearsed")
+
+
 def decide(report: CheckReport) -> None:
     """Fill ``report.verdicts`` and ``report.verdict``: no-go if any result is no-go, conditions if any is not go."""
-    items = [_parity(report), _timing(report), _resume(report), _exit(report), _cost(report)]
+    items = [_parity(report), _timing(report), _resume(report), _exit(report), _cost(report), _rehearsal(report)]
     if report.failure and not report.failure.finding:
         items.append(VerdictItem("run", STOPPED, f"stopped: {report.failure.kind}: {report.failure.message}"))
         report.verdicts, report.verdict = items, STOPPED

@@ -17,21 +17,28 @@ runner's commands; every rank reports its own timings.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
+import re
 import sys
+import sysconfig
 import time
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from torchferry.check.config import CheckConfig
+from torchferry.check.rehearsal import RECORD
 from torchferry.errors import NonFiniteError, UsageError
 from torchferry.harness.modes import Mode
 from torchferry.harness.worker import Channel, run_case
 
 T_MAIN = time.time()
-ROLE_ENV = "TORCHFERRY_CHECK_ROLE"  # "ref" | "target" | "resume": visible to workloads, for test fixtures
+ROLE_ENV = "TORCHFERRY_CHECK_ROLE"  # "ref" | "target" | "resume" | "numerics": visible to workloads, for test fixtures
+NUMERICS_ENV = "TORCHFERRY_NUMERICS"  # the "numerics" role reruns the target with host numerics
 # A failed rank stays alive this long after reporting: its launcher would otherwise stop every other rank at
 # once, and the runner could no longer tell a peer that hangs from one that was stopped (it waits 10 s).
 FAILED_RANK_WAIT_S = 60.0
@@ -61,6 +68,119 @@ def to_cpu(tensors: dict) -> dict:
     return {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}
 
 
+def shapes_of(batch: Any) -> dict[str, list[int]]:
+    """The batch's tensors' shapes by name (dict keys, tuple indices): what a new input shape changes."""
+    items = batch.items() if isinstance(batch, dict) else enumerate(batch) if isinstance(batch, (tuple, list)) else [(0, batch)]
+    return {str(k): list(v.shape) for k, v in items if hasattr(v, "shape")}
+
+
+PLACEMENT = re.compile(r"Expected all tensors to be on the same device")
+PLACEMENT_OP = re.compile(r"method ([\w:.]+)")
+PLACEMENT_ARG = re.compile(r"argument for argument (\w+)|got (\w+) is on")
+PLACEMENT_DEVICES = re.compile(r"devices, (\S+) and (\S+?)!|is on (\S+), different from other tensors on (\S+?)[ (]")
+
+
+def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of ``exc`` in the user's code: outside torch, torchferry, the standard library and
+    installed packages (else the innermost outside torch and torchferry, e.g. a library's model code)."""
+    import torch
+
+    ours = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
+    installed = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(ours + ("<",))]
+    own = [f for f in frames if not f.filename.startswith(installed)]
+    return (own or frames or [None])[-1]
+
+
+def placement_of(exc: BaseException) -> dict | None:
+    """The op, devices, argument and user's line of a device-placement error (None for any other error)."""
+    message = str(exc)
+    if not isinstance(exc, RuntimeError) or not PLACEMENT.search(message):
+        return None
+    op, arg, devices = PLACEMENT_OP.search(message), PLACEMENT_ARG.search(message), PLACEMENT_DEVICES.search(message)
+    frame = user_frame(exc)
+    return {"op": op.group(1) if op else "an op", "devices": [d for d in devices.groups() if d] if devices else [],
+            "argument": next((a for a in arg.groups() if a), None) if arg else None,
+            "file": frame.filename if frame else None, "line": frame.lineno if frame else None,
+            "code": frame.line if frame else None, "message": message.splitlines()[0]}
+
+
+def device_time(step: Callable[[], Any]) -> dict[str, float]:
+    """Device-op time (µs on this host) by op name over one call of ``step`` under torch.profiler; host
+    fallbacks carry the profiler's `` [host fallback]`` mark."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+        step()
+    times: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.PrivateUse1:
+            times[e.name] = times.get(e.name, 0.0) + float(e.time_range.elapsed_us())
+    return times
+
+
+class Rehearsal:
+    """What the target worker records on a device that emulates another, for check/rehearsal.py to judge.
+
+    Per step of the timed run: new eager op signatures (TorchNeuron compiles one NEFF per new
+    signature), host syncs, and the batch's shapes. After it: the host-fallback ops with their
+    reasons (and, when there are any, their share of device-op time in one profiled step), the
+    compiled graphs with their frames and input signatures, and the peak memory against the
+    device's capacity. A placement error is recorded with its op and the user's line. The record
+    goes to the work folder (check/rehearsal.py ``RECORD``) whatever ends the run.
+    """
+
+    def __init__(self, path: Path, profile: str, capacity: int) -> None:
+        from torchferry.device import target
+
+        self.target, self.path = target, path
+        self.record: dict[str, Any] = {"emulates": profile, "capacity_bytes": capacity, "numerics": target.numerics(),
+                                       "steps": []}
+        self.write()
+
+    @contextlib.contextmanager
+    def step(self, batch: Any) -> Iterator[None]:
+        mark, syncs = self.target.eager_compiles(), self.target.host_syncs()
+        yield
+        new = self.target.eager_compiles().since(mark)
+        after = self.target.host_syncs()
+        self.record["steps"].append({
+            "signatures": new.signatures, "compilations": new.compilations, "cache_hits": new.cache_hits,
+            "host_syncs": {k: n - syncs.get(k, 0) for k, n in after.items() if n > syncs.get(k, 0)},
+            "inputs": shapes_of(batch)})
+
+    def finish(self, counters: Any, metrics: Callable[[], dict] | None, profiled_step: Callable[[], Any]) -> None:
+        """The run's totals, once the timed run is over (before any other run adds to the counts).
+
+        ``counters``: the device's ``Counters``; ``metrics``: the compile backend's ``get_dynamo_metrics``
+        under ``--compile``; ``profiled_step``: one step of a fresh model, profiled when there are host
+        fallbacks (for their share of device-op time; the timed run is never profiled)."""
+        ops = counters.ops()
+        self.record.update(fallback_ops=ops.get("fallback", {}), executed_calls=ops.get("executed_total", 0),
+                           fallback_reasons=self.target.fallback_reasons(), peak_bytes=counters.peak_memory().get("bytes"))
+        if metrics is not None:
+            m = metrics()
+            self.record["compile"] = {"graph_breaks": m["graph_breaks"], "graphs": [
+                {k: g.get(k) for k in ("graph_name", "kind", "compile_id", "input_signature")} for g in m["graphs"]]}
+        if self.record["fallback_ops"]:
+            self.record["device_time_us"] = device_time(profiled_step)
+        self.write()
+
+    def failed(self, exc: BaseException | None) -> dict | None:
+        """Record a placement error (the op and the user's line); None when ``exc`` is another error."""
+        placement = placement_of(exc) if exc is not None else None
+        if placement is not None:
+            self.record["placement"] = placement
+            self.write()
+        return placement
+
+    def write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.record))
+        os.replace(tmp, self.path)
+
+
 class Session:
     """The workload on one device: the runs, probes and saves the runner asks for."""
 
@@ -71,6 +191,7 @@ class Session:
         self.timing: dict[str, Any] = {"python_start_s": T_MAIN - self.t0}
         self.excluded_s = 0.0  # time spent saving checkpoints inside the timed run
         self.rank, self.world = channel.rank, channel.world
+        self.rehearsal: Rehearsal | None = None  # on a target that emulates another device (rank 0)
 
     # -- setup -------------------------------------------------------------------------
     def setup(self) -> None:
@@ -84,6 +205,7 @@ class Session:
         self.timing["import_s"] = time.perf_counter() - t
         self.channel.progress(f"imported torch {torch.__version__} ({self.timing['import_s']:.1f} s)")
         self.device = devices.resolve(self.job["device"])
+        self.timing["emulates"] = devices.emulates(self.device)
         if self.world > 1:
             self.join_group()
         t = time.perf_counter()
@@ -100,6 +222,11 @@ class Session:
             self.shard(first)  # an indivisible batch fails here, on every rank
         self.model = self.fresh()
         self.counters = devices.Counters(self.device)
+        if self.job["role"] == "target" and self.rank == 0:
+            (self.outdir / RECORD).unlink(missing_ok=True)  # an earlier run's, in a reused output folder
+        if self.timing["emulates"] and self.job["role"] == "target" and self.rank == 0:
+            capacity = devices.device_module(self.device).get_device_properties(self.device).total_memory
+            self.rehearsal = Rehearsal(self.outdir / RECORD, self.timing["emulates"], int(capacity))
         devices.synchronize(self.device)
         self.timing["load_s"] = time.perf_counter() - t
         self.channel.progress(f"built {self.cfg.workload} on {self.device} ({self.timing['load_s']:.1f} s)")
@@ -170,28 +297,29 @@ class Session:
         return self.torch.optim.AdamW(model.parameters(), lr=self.cfg.lr)
 
     # -- one step of the mode ------------------------------------------------------------
-    def step(self, model: Any, opt: Any, index: int, fp64: bool = False) -> tuple[float, Any]:
-        """Run step ``index``, synchronised; returns (seconds, loss or tokens)."""
+    def step(self, model: Any, opt: Any, index: int, fp64: bool = False, record: bool = False) -> tuple[float, Any]:
+        """Run step ``index``, synchronised; returns (seconds, loss or tokens). ``record``: the rehearsal counts it."""
         torch, mode = self.torch, self.cfg.mode
         batch = self.batch(index, fp64)
         if self.world > 1:
             batch = self.shard(batch)
-        t = time.perf_counter()
-        if mode == Mode.TRAIN:
-            opt.zero_grad(set_to_none=True)
-            with self.autocast(fp64):
-                loss = self.workload.loss_of(self.workload.forward(model, batch), batch)
-            loss.backward()
-            opt.step()
-            result = loss
-        elif mode == Mode.FORWARD:
-            with torch.no_grad(), self.autocast(fp64):
-                result = self.workload.forward(model, batch)
-        else:
-            with torch.no_grad(), self.autocast(fp64):
-                result = model.generate(**self.generate_kwargs(model, batch))
-        self.devices.synchronize(self.device)
-        return time.perf_counter() - t, result
+        with self.rehearsal.step(batch) if record and self.rehearsal else contextlib.nullcontext():
+            t = time.perf_counter()
+            if mode == Mode.TRAIN:
+                opt.zero_grad(set_to_none=True)
+                with self.autocast(fp64):
+                    loss = self.workload.loss_of(self.workload.forward(model, batch), batch)
+                loss.backward()
+                opt.step()
+                result = loss
+            elif mode == Mode.FORWARD:
+                with torch.no_grad(), self.autocast(fp64):
+                    result = self.workload.forward(model, batch)
+            else:
+                with torch.no_grad(), self.autocast(fp64):
+                    result = model.generate(**self.generate_kwargs(model, batch))
+            self.devices.synchronize(self.device)
+            return time.perf_counter() - t, result
 
     def generate_kwargs(self, model: Any, batch: dict) -> dict:
         kwargs = {**batch, "max_new_tokens": self.cfg.new_tokens, "do_sample": False}
@@ -216,7 +344,7 @@ class Session:
         opt = opt or (self.optimizer(model) if self.cfg.mode == Mode.TRAIN else None)
         record: dict[str, Any] = {"losses": [], "times": [], "grads": {}, "tokens": None}
         for index in range(start, self.cfg.steps):
-            seconds, result = self.step(model, opt, index, fp64)
+            seconds, result = self.step(model, opt, index, fp64, record=primary)
             record["times"].append(seconds)
             if self.cfg.mode == Mode.TRAIN:
                 loss = self.global_loss(result)
@@ -408,6 +536,8 @@ class Session:
         role, torch = self.job["role"], self.torch
         if role == "resume":
             return {"resume": self.resume()}
+        if role == "numerics":
+            return self.host_numerics_run()
         compiling = role == "target" and bool(self.cfg.compile)
         self.counters.reset(compiling)
         model = self.model
@@ -421,6 +551,9 @@ class Session:
         self.channel.progress(f"{self.cfg.steps} steps in {self.timing['time_to_n_s']:.1f} s from process start")
         self.timing.update(steps=primary["times"], peak_memory=self.counters.peak_memory(), ops=self.counters.ops(),
                            compile=self.counters.compile(self.cfg.compile if compiling else None))
+        if self.rehearsal is not None:
+            metrics = getattr(self.devices.device_module(self.device), "get_dynamo_metrics", None)
+            self.rehearsal.finish(self.counters, metrics if compiling and callable(metrics) else None, self.fresh_step)
         self.timing["units_per_step"], self.timing["unit"] = self.units_per_step()
         self.live = (model, primary.pop("opt"))
         summary: dict[str, Any] = {"timing": self.timing, "device": str(self.device), "batch_rows": self.batch_rows}
@@ -443,6 +576,22 @@ class Session:
             tensors["eval_outputs"] = self.eval_outputs(self.model if self.world > 1 else self.live[0])
         torch.save(tensors, self.job["tensors"])
         return summary
+
+    def fresh_step(self) -> Any:
+        """Step 1 of a fresh model, untimed (the rehearsal profiles it)."""
+        model = self.fresh()
+        return self.step(model, self.optimizer(model) if self.cfg.mode == Mode.TRAIN else None, 0)
+
+    def host_numerics_run(self) -> dict:
+        """The target's run and probe once more, in a process started with host numerics (64-bit values kept at
+        64 bits), so that the runner can tell whether the target's 32-bit narrowing explains a parity failure."""
+        from torchferry.device import target
+
+        model = self.torch.compile(self.model, backend=self.cfg.compile) if self.cfg.compile else self.model
+        run = self.run(model)
+        run.pop("opt")
+        self.torch.save({"run": run, "probe": self.probe()}, self.job["tensors"])
+        return {"numerics": target.numerics()}
 
     def eval_outputs(self, model: Any) -> dict:
         batch = self.workload.batch(self.device, self.cfg.eval_seed)
@@ -467,11 +616,21 @@ class Session:
         model, opt = self.live
         return [self.step(model, opt, self.cfg.steps + offset + i)[0] for i in range(reps)]
 
+    def profile(self, path: str, offset: int) -> dict:
+        """A few untimed steps under torch.profiler (--profile), after the steady state; one trace per rank."""
+        from torchferry.check import profiling
+
+        model, opt = self.live
+        trace = Path(path) if self.world == 1 else Path(path).with_suffix(f".rank{self.rank}.json")
+        return profiling.trace(lambda index: self.step(model, opt, index), self.device, trace, self.cfg.steps + offset)
+
 
 def main(argv: list[str]) -> int:
     job = json.loads(Path(argv[0]).read_text())
     channel = Channel(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)))
     os.environ[ROLE_ENV] = job["role"]
+    if job["role"] == "numerics":
+        os.environ[NUMERICS_ENV] = "host"  # read when the device starts, in setup
     session = Session(job, channel)
 
     def serve() -> None:
@@ -480,12 +639,19 @@ def main(argv: list[str]) -> int:
         for command in channel.commands():
             if command["cmd"] == "steady":
                 channel.send("steady", times=session.steady(command["reps"], command["offset"]))
+            elif command["cmd"] == "profile":
+                channel.send("profiled", **session.profile(command["path"], command["offset"]))
         if session.world > 1:
             session.torch.distributed.destroy_process_group()
 
     outcome = run_case(serve)
     if not outcome.ok:  # report the failure to the runner, then exit non-zero
-        channel.send("error", **outcome.error_event(), timing=session.timing)
+        event = outcome.error_event()
+        placement = session.rehearsal.failed(outcome.exception) if session.rehearsal else None
+        if placement is not None:  # the user's code mixes devices: a portability failure, not a crash
+            event["message"] = (f"portability failure: {placement['op']} at {placement['file']}:{placement['line']} "
+                                f"(`{placement['code']}`): {event['message']}")
+        channel.send("error", **event, timing=session.timing)
         if channel.world > 1:
             time.sleep(FAILED_RANK_WAIT_S)  # the runner gathers the other ranks' states, then stops the launcher
         return 1

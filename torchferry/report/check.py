@@ -12,6 +12,14 @@ in docs/check/report-format.md) on every incompatible change.
   finding ended the run; ``failure`` is ``{kind (an error slug), message, exit_status,
   phase, log}``; ``config`` gains ``nnodes``, ``rdzv_endpoint``, ``eval_seed``,
   ``tolerance`` (resolved once) and ``workload_source``.
+- 4: ``rehearsal`` (what a target that emulates another device predicts about the real one: host
+  fallbacks, host syncs, eager compilations per step, compiled graphs per frame, numerics, memory,
+  placement) and the ``rehearsal`` verdict item; a placement error on the target is a finding whose
+  ``failure.message`` starts ``portability failure:`` with the op and the user's line.
+  Timing: ``emulates``, ``stability`` (cv, round_spread, stable) and ``profile_trace`` per device
+  timing, ``timing.warnings`` (unstable figures); cost: ``projection`` (the target at 10/25/40/60%
+  of its peak: roofline step, cost per unit, break-even utilisation), ``accelerators_used`` per
+  device row; an emulated target's row has no ``cost_per_unit`` or ``utilisation``.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import Any
 from torchferry.report.comparison import Comparison
 from torchferry.report.meta import Failure, Meta
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 FORMAT = "torchferry.check"
 
 
@@ -98,6 +106,9 @@ class DeviceTiming:
     fallback_share: float | None = None  # fallback op calls / all op calls
     compile: dict = field(default_factory=dict)  # backend, graphs, recompilations
     flops_per_step: float | None = None
+    emulates: str | None = None  # the device profile an emulating device stands for: its times are the host's
+    stability: dict = field(default_factory=dict)  # steady state: cv, round_spread, stable, limits (check/timing.py)
+    profile_trace: str | None = None  # the torch.profiler Chrome trace of this device (--profile)
 
 
 @dataclass
@@ -108,6 +119,7 @@ class TimingResult:
     speedup_time_to_n: float | None = None  # ref / target: > 1 means the target is faster
     speedup_steady: float | None = None
     ranks: list[DeviceTiming] = field(default_factory=list)  # the target's ranks under --nproc N > 1; target is rank 0
+    warnings: list[str] = field(default_factory=list)  # unstable figures: shown in every report
     notes: list[str] = field(default_factory=list)
 
 
@@ -151,7 +163,92 @@ class CostResult:
     status: ResultStatus = ResultStatus.NOT_RUN  # estimated | not-run
     devices: list[dict] = field(default_factory=list)  # device, instance, price, cost per unit, utilisation
     break_even: dict = field(default_factory=dict)
+    # the target at stated fractions of its peak FLOP/s: roofline step, cost per unit, break-even utilisation
+    projection: dict = field(default_factory=dict)
     assumptions: list[str] = field(default_factory=list)
+
+
+class RehearsalStatus(StrEnum):
+    CLEAN = "clean"  # nothing the rehearsal predicts stands in the way
+    CONDITIONS = "conditions"
+    FAIL = "fail"  # a portability failure (a placement error)
+    NOT_RUN = "not-run"  # the target is not an emulation (or the run stopped before it)
+
+
+@dataclass
+class HostFallbackOp:
+    """One op the emulated target predicts would run on the host."""
+
+    op: str
+    calls: int
+    share_of_calls: float  # of all op calls of the run
+    share_of_time: float | None  # of device-op time in one profiled step on this host (None: not profiled)
+    reason: str  # why, with the source it comes from
+
+
+@dataclass
+class CompiledFrame:
+    """One frame Dynamo compiled: its graphs (one per input signature) and what changed between them."""
+
+    frame: str
+    graphs: int
+    recompiles: int
+    changing_inputs: list[str] = field(default_factory=list)  # "graph input 2: neuron:int64[2, 8] -> [2, 12]"
+
+
+@dataclass
+class CompileRehearsal:
+    graphs: int = 0  # compiled graphs (forward, backward, inference or cached)
+    frames: list[CompiledFrame] = field(default_factory=list)
+    graph_breaks: list[dict] = field(default_factory=list)  # reason, count
+
+
+@dataclass
+class NumericsRehearsal:
+    mode: str = ""  # target (64-bit values at 32 bits) or host
+    rerun: bool = False  # the target ran again under host numerics
+    host_parity: str | None = None  # the parity status of that rerun
+    explains: bool | None = None  # whether 64-bit narrowing explains the parity failure
+    first_diverging_module: str | None = None  # first module whose output narrowing changes
+    note: str = ""
+
+
+@dataclass
+class Placement:
+    """A placement error the device raised: the op, the devices, and the user's line."""
+
+    op: str
+    devices: list[str]
+    argument: str | None
+    file: str | None
+    line: int | None
+    code: str | None
+    message: str
+
+
+@dataclass
+class RehearsalResult:
+    """What running on a device that emulates another one predicts about the real device."""
+
+    status: RehearsalStatus = RehearsalStatus.NOT_RUN
+    emulates: str = ""  # the emulated device's profile (trn2)
+    op_calls: int = 0
+    fallback_calls: int = 0
+    fallback_share_of_calls: float | None = None
+    fallback_share_of_time: float | None = None
+    fallbacks: list[HostFallbackOp] = field(default_factory=list)
+    host_syncs_per_step: list[dict] = field(default_factory=list)  # per step: cause -> count
+    signatures_step1: int | None = None  # eager op signatures (one NEFF compilation each, cold) in step 1
+    new_signatures: list[int] = field(default_factory=list)  # new signatures in steps 2..N
+    compilations: int = 0  # signatures the persistent cache lacked (cold compilations) over the run
+    cache_hits: int = 0
+    shape_changes: list[str] = field(default_factory=list)  # batch inputs whose shape changed between steps
+    compile: CompileRehearsal | None = None  # under --compile
+    numerics: NumericsRehearsal = field(default_factory=NumericsRehearsal)
+    memory: dict = field(default_factory=dict)  # peak_bytes, capacity_bytes, share
+    placement: Placement | None = None
+    conditions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -171,6 +268,7 @@ class CheckReport:
     resume: ResumeResult = field(default_factory=ResumeResult)
     exit: ExitResult = field(default_factory=ExitResult)
     cost: CostResult = field(default_factory=CostResult)
+    rehearsal: RehearsalResult = field(default_factory=RehearsalResult)
     verdict: Verdict = Verdict.NOT_RUN
     verdicts: list[VerdictItem] = field(default_factory=list)
     failure: Failure | None = None  # set when the run stopped early

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from html import escape
+from pathlib import Path
 
 from torchferry.report.check import CheckReport
 from torchferry.report.comparison import describe, ratio
@@ -78,7 +79,7 @@ def _timing(r: CheckReport) -> str:
     t = r.timing
     if not (t.ref or t.target):
         return section("timing", "Full time", "<p>Not measured.</p>", notes(t.notes))
-    from torchferry.report.text import _timing_rows, rank_table
+    from torchferry.report.text import _timing_rows, rank_table, side, speedup_line, traces
 
     rows = [list(row) for row in _timing_rows(t.ref, t.target, r.config["steps"])]
     sides = [(role, d) for role, d in (("ref", t.ref), ("target", t.target)) if d is not None]
@@ -89,22 +90,34 @@ def _timing(r: CheckReport) -> str:
     ranks = ""
     if t.ranks:
         ranks = f'<h3 id="ranks">Target per rank ({len(t.ranks)} DDP processes)</h3>' + table(*rank_table(t.ranks, r.config["steps"]))
-    header = ["", *(f"{role} {d.device if d else '-'}" for role, d in (("ref", t.ref), ("target", t.target)))]
-    return section("timing", "Full time", table(header, rows), ranks,
-                   f'<div class="plots">{warm}{time_bars}</div>', notes(t.notes))
+    header = ["", side("ref", t.ref), side("target", t.target)]
+    warnings = "".join(f'<p class="no-go" id="timing-warning">Warning: {escape(w)}</p>' for w in t.warnings)
+    speedup = f"<p>{escape(line)}</p>" if (line := speedup_line(t)) else ""
+    # the traces lie beside report.html: relative links keep the report folder movable
+    links = ('<h3 id="profile">torch.profiler traces (Chrome trace JSON: chrome://tracing or ui.perfetto.dev)</h3><ul>'
+             + "".join(f'<li>{escape(who)}: <a href="{escape(Path(path).name)}">{escape(Path(path).name)}</a></li>'
+                       for who, path in traces(t)) + "</ul>") if traces(t) else ""
+    return section("timing", "Full time", warnings, table(header, rows), speedup, ranks,
+                   f'<div class="plots">{warm}{time_bars}</div>', links, notes(t.notes))
 
 
 def _cost(r: CheckReport) -> str:
+    from torchferry.report.text import device_cost, projection_summary, projection_table
+
     c = r.cost
-    rows = [[row["role"], row["device"], row.get("instance") or "unpriced", f"{money(row.get('cost_per_unit'))} per {row['unit']}",
-             f"{row['utilisation']:.2%}" if row.get("utilisation") is not None else "n/a",
+    rows = [[row["role"], row["device"], row.get("instance") or "unpriced", device_cost(row),
              f"{row.get('price_per_hour', '-')} ({row.get('price_kind', '-')}, {row.get('price_date', '-')})"] for row in c.devices]
-    bars = svg.bar_chart("cost", "Cost per unit (USD)", [(f"{row['role']} {row['device']}", row.get("cost_per_unit")) for row in c.devices],
-                         "USD") if any(row.get("cost_per_unit") for row in c.devices) else svg.empty(
+    p = c.projection
+    priced = [(f"{row['role']} {row['device']} (measured)", row["cost_per_unit"]) for row in c.devices
+              if row.get("cost_per_unit") is not None]
+    priced += [(f"target at {row['utilisation']:.0%} of peak", row["cost_per_unit"]) for row in p.get("rows", [])]
+    bars = svg.bar_chart("cost", "Cost per unit (USD)", priced, "USD") if priced else svg.empty(
         "cost", "Cost per unit (USD)", "no priced instance: pass --ref-instance/--target-instance")
+    projected = (table(*projection_table(p)) if p.get("rows") else "")
     be = c.break_even
-    return section("cost", "Effective cost", table(["role", "device", "instance", "cost", "utilisation", "$/h (kind, date)"], rows),
-                   f"<p>Break-even: {escape(str(be.get('status', '-')))}"
+    return section("cost", "Effective cost", table(["role", "device", "instance", "cost", "$/h (kind, date)"], rows),
+                   "<h3 id=\"projection\">Target by utilisation</h3>" if p else "", notes(projection_summary(p)) if p else "",
+                   projected, f"<p>Break-even: {escape(str(be.get('status', '-')))}"
                    + (f" after {be['units']:,.0f} units" if be.get("units") else "") + "</p>",
                    f'<div class="plots">{bars}</div>', "<h3>Assumptions</h3>", notes(c.assumptions))
 
@@ -125,6 +138,30 @@ def _resume_exit(r: CheckReport) -> str:
     ])
 
 
+def _rehearsal(r: CheckReport) -> str:
+    from torchferry.report.text import rehearsal_rows
+
+    rh = r.rehearsal
+    if rh.status == "not-run":
+        return section("rehearsal", "Rehearsal", "<p>Not rehearsed.</p>", notes(rh.notes))
+    new = [] if rh.signatures_step1 is None else [rh.signatures_step1, *rh.new_signatures]
+    plot = svg.bar_chart("eager-signatures", "New eager op signatures per step (one NEFF compilation each, cold)",
+                         [(f"step {i}", float(n)) for i, n in enumerate(new, 1)], "signatures")
+    fallbacks = table(["op", "calls", "share of calls", "share of device-op time here", "reason and source"],
+                      [[f.op, str(f.calls), f"{f.share_of_calls:.2%}",
+                        "-" if f.share_of_time is None else f"{f.share_of_time:.2%}", f.reason] for f in rh.fallbacks])
+    frames = table(["compiled frame", "graphs", "recompiles", "changing inputs"],
+                   [[f.frame, str(f.graphs), str(f.recompiles), "; ".join(f.changing_inputs) or "-"]
+                    for f in rh.compile.frames]) if rh.compile and rh.compile.frames else ""
+    return section("rehearsal", f"Rehearsal of {rh.emulates}",
+                   f"<p>Status <strong>{escape(rh.status)}</strong>: what this emulation predicts about {escape(rh.emulates)} "
+                   "(ops, compilations, numerics, memory, placement). Its times are this host's, not the target's.</p>",
+                   table(["", ""], [list(row) for row in rehearsal_rows(rh)]),
+                   "<h3>Conditions</h3>" + (notes(rh.conditions) or "<p>None.</p>"),
+                   "<h3>Predicted host fallbacks</h3>" + (fallbacks if rh.fallbacks else "<p>None.</p>"), frames,
+                   f'<div class="plots">{plot}</div>', notes([rh.numerics.note, *rh.notes] if rh.numerics.note else rh.notes))
+
+
 def render(report: CheckReport) -> str:
     cfg = report.config
     verdicts = table(["result", "verdict", "reason"], [[v.result, v.verdict, v.reason] for v in report.verdicts])
@@ -134,7 +171,7 @@ def render(report: CheckReport) -> str:
     env_rows = [[k, str(v)] for k, v in report.environment.items()] + [["format_version", str(report.meta.format_version)]]
     body = "\n".join([
         failure, section("verdicts", "Verdict per result", verdicts),
-        _parity(report), _timing(report), _resume_exit(report), _cost(report),
+        _parity(report), _rehearsal(report), _timing(report), _resume_exit(report), _cost(report),
         section("environment", "Environment and configuration", table(["", ""], env_rows),
                 table(["option", "value"], [[k, str(v)] for k, v in cfg.items()])),
     ])

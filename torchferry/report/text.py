@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from torchferry.report.check import STOPPED, CheckReport, DeviceTiming
+from torchferry.report.check import STOPPED, CheckReport, DeviceTiming, RehearsalResult, TimingResult
 from torchferry.report.comparison import describe
 
 
 def seconds(value: float | None) -> str:
     if value is None:
         return "-"
+    if value < 1e-3:
+        return f"{value * 1e6:.3g} µs"
     return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.2f} s"
 
 
 def money(value: float | None) -> str:
-    return "-" if value is None else f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
+    if value is None:
+        return "-"
+    return f"${value:.3g}" if value < 0.01 else f"${value:,.4f}" if value < 1 else f"${value:,.2f}"
 
 
 def mib(peak: dict) -> str:
@@ -42,6 +46,7 @@ def _timing_rows(ref: DeviceTiming | None, target: DeviceTiming | None, steps: i
         ("build + load model", *pair(lambda t: seconds(t.load_s))),
         ("first call", *pair(lambda t: seconds(t.first_call_s))),
         ("steady median / p90", *pair(steady)),
+        ("steady CV / round spread", *pair(stability)),
         ("throughput", *pair(lambda t: f"{t.throughput_per_s:,.0f} {t.unit}/s" if t.throughput_per_s else "-")),
         ("peak memory", *pair(lambda t: mib(t.peak_memory))),
         ("fallback ops (share of calls)", *pair(
@@ -50,6 +55,114 @@ def _timing_rows(ref: DeviceTiming | None, target: DeviceTiming | None, steps: i
     if (ref and ref.compile) or (target and target.compile):
         rows.append(("compile: graphs / recompilations", *pair(
             lambda t: f"{t.compile.get('graphs')} / {t.compile.get('recompilations')}" if t.compile else "eager")))
+    return rows
+
+
+def stability(t: DeviceTiming) -> str:
+    """The steady state's coefficient of variation and round-median spread, flagged when over their limits."""
+    s = t.stability
+    if s.get("cv") is None:
+        return "-"
+    spread = f"{s['round_spread']:.0%}" if s.get("round_spread") is not None else "-"
+    return f"{s['cv']:.0%} / {spread}" + (" UNSTABLE" if s.get("stable") is False else "")
+
+
+def side(role: str, t: DeviceTiming | None) -> str:
+    """A timing column's title; an emulating device's says its times are the host's."""
+    if t is None:
+        return f"{role} -"
+    return f"{role} {t.device}" + (f" (emulating {t.emulates}: host cost)" if t.emulates else "")
+
+
+def speedup_line(t: TimingResult) -> str | None:
+    if not t.speedup_time_to_n:
+        return None
+    if t.target and t.target.emulates:
+        return (f"emulation cost on this host: the target takes {1 / t.speedup_time_to_n:.2f}x the reference's time to N "
+                f"and {1 / (t.speedup_steady or t.speedup_time_to_n):.2f}x its steady step (not {t.target.emulates}'s times)")
+    return f"target speed-up: {t.speedup_time_to_n:.2f}x time to N, {t.speedup_steady or 0:.2f}x steady state"
+
+
+def traces(t: TimingResult) -> list[tuple[str, str]]:
+    """(who, path) of every torch.profiler trace written (--profile)."""
+    sides = [("ref", t.ref)] + ([("target", t.target)] if not t.ranks else [(f"target rank {d.rank}", d) for d in t.ranks])
+    return [(f"{role} {d.device}", d.profile_trace) for role, d in sides if d is not None and d.profile_trace]
+
+
+def device_cost(row: dict) -> str:
+    """One device's measured cost, or why it has none."""
+    if row.get("cost_per_unit") is not None:
+        util = f"{row['utilisation'] * 100:.3g}%" if row.get("utilisation") is not None else "n/a"
+        return f"{money(row['cost_per_unit'])} per {row['unit']} as {row['instance']} (measured); utilisation {util}"
+    if row.get("instance") is None:
+        return "unpriced"
+    return f"not priced from its throughput here (see the projection for {row['instance']})"
+
+
+def projection_table(p: dict) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the target's cost at stated fractions of its peak."""
+    unit = p["unit"].split(" ", 1)[1]
+    header = ["utilisation", "step", f"{unit}/s", f"$ per {p['unit']}", "engineering recovered after"]
+    rows = [[f"{r['utilisation']:.0%}", seconds(r["step_s"]), f"{r['throughput_per_s']:,.0f}", money(r["cost_per_unit"]),
+             f"{r['break_even_units']:,.0f} {unit}" if r["break_even_units"] else "-"] for r in p["rows"]]
+    return header, rows
+
+
+def projection_summary(p: dict) -> list[str]:
+    """The projection's basis, roofline bound and break-even utilisation, one line each."""
+    if p.get("status") != "computed":
+        return [f"projection: {p.get('status', 'not computed')}"]
+    unit = p["unit"].split(" ", 1)[1].rstrip("s")
+    be = p["break_even_utilisation"]
+    return [
+        f"projection for {p['instance']} ({p['accelerators_used']} accelerator(s), peak {p['dtype']} "
+        f"{p['peak_flops_per_accelerator'] / 1e12:,.1f} TFLOP/s each): {p['flops_per_step']:.3g} FLOPs per step, "
+        f"{p['flops_per_unit']:.3g} per {unit}",
+        f"roofline lower bound of the step: {seconds(p['roofline_step_s'])} (100% of peak: "
+        f"{money(p['cost_per_unit_at_peak'])} per {p['unit']})",
+        "break-even utilisation: " + ("n/a (the reference has no price)" if be is None else
+                                      f"{be * 100:.3g}% of peak" + (" (above 100%: never)" if be > 1 else "")),
+    ]
+
+
+def syncs_per_step(r: RehearsalResult) -> str:
+    """Host syncs of each step, with their causes over the run."""
+    if not r.host_syncs_per_step:
+        return "-"
+    causes: dict[str, int] = {}
+    for step in r.host_syncs_per_step:
+        for cause, n in step.items():
+            causes[cause] = causes.get(cause, 0) + n
+    per_step = ", ".join(str(sum(step.values())) for step in r.host_syncs_per_step)
+    return per_step + (f" ({', '.join(f'{c} x{n}' for c, n in sorted(causes.items()))})" if causes else "")
+
+
+def rehearsal_rows(r: RehearsalResult) -> list[tuple[str, str]]:
+    """The rehearsal's figures as (label, value) rows; the terminal and the HTML show the same ones."""
+    time_share = f", {r.fallback_share_of_time:.2%} of device-op time here" if r.fallback_share_of_time is not None else ""
+    rows = [
+        ("predicted host fallbacks", f"{len(r.fallbacks)} ops, {r.fallback_calls} of {r.op_calls} calls"
+                                     + (f" ({r.fallback_share_of_calls:.2%}{time_share})" if r.fallback_share_of_calls is not None else "")),
+        ("host syncs per step", syncs_per_step(r)),
+        ("eager signatures, step 1", "-" if r.signatures_step1 is None else str(r.signatures_step1)),
+        ("new signatures, steps 2..N", ", ".join(map(str, r.new_signatures)) or "-"),
+        ("cold compilations / cache hits", f"{r.compilations} / {r.cache_hits}"),
+        ("batch shapes that changed", "; ".join(r.shape_changes) or "none"),
+    ]
+    if r.compile is not None:
+        frames = "; ".join(f"frame {f.frame}: {f.graphs} graphs, {f.recompiles} recompiles" for f in r.compile.frames)
+        breaks = sum(b.get("count", 0) for b in r.compile.graph_breaks)
+        rows += [("compiled graphs", f"{r.compile.graphs} ({frames or 'no frames'})"), ("graph breaks", str(breaks))]
+    n = r.numerics
+    rows.append(("numerics", (n.mode or "-") + (f"; host-numerics rerun: {n.host_parity or 'failed'}" if n.rerun else "")
+                 + (f"; first module narrowing changes: {n.first_diverging_module}" if n.first_diverging_module else "")))
+    if r.memory:
+        m = r.memory
+        rows.append(("peak device memory", f"{m['peak_bytes'] / 2**20:.1f} MiB of {m['capacity_bytes'] / 2**30:.0f} GiB "
+                                           f"per device ({m['share']:.2%})"))
+    if r.placement is not None:
+        p = r.placement
+        rows.append(("placement", f"{p.op} mixes {', '.join(p.devices)} at {p.file}:{p.line}: {p.code}"))
     return rows
 
 
@@ -66,7 +179,7 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
     else:
         add(f"verdict: {report.verdict.upper()}")
     for item in report.verdicts:
-        add(f"  {item.result:<7} {item.verdict:<19} {item.reason}")
+        add(f"  {item.result:<9} {item.verdict:<19} {item.reason}")
     p = report.parity
     add("")
     add(f"parity: {p.status} (tol {p.tolerance.get('tol', '-')}, reference deterministic: {p.deterministic})")
@@ -88,7 +201,7 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
     if t.ref or t.target:
         add("")
         add(f"time (explicitly synchronised){' - partial' if t.status == 'partial' else ''}:")
-        add(f"  {'':<32}{'ref ' + (t.ref.device if t.ref else '-'):>30}{'target ' + (t.target.device if t.target else '-'):>42}")
+        add(f"  {'':<32}{side('ref', t.ref):>30}{side('target', t.target):>42}")
         for label, a, b in _timing_rows(t.ref, t.target, cfg["steps"]):
             add(f"  {label:<32}{a:>30}{b:>42}")
         if t.ranks:
@@ -97,8 +210,12 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
             add("    " + "".join(f"{h:<22}" for h in header).rstrip())
             for row in rows:
                 add("    " + "".join(f"{c:<22}" for c in row).rstrip())
-        if t.speedup_time_to_n:
-            add(f"  target speed-up: {t.speedup_time_to_n:.2f}x time to N, {t.speedup_steady or 0:.2f}x steady state")
+        if line := speedup_line(t):
+            add(f"  {line}")
+        for warning in t.warnings:
+            add(f"  WARNING: {warning}")
+        for who, path in traces(t):
+            add(f"  profile trace ({who}): {path}")
         for note in t.notes:
             add(f"  note: {note}")
     r = report.resume
@@ -119,14 +236,32 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
             add(f"    fix: {f.fix}")
         if f.skipped:
             add(f"    why: {f.skipped}")
+    rh = report.rehearsal
+    if rh.status != "not-run":
+        add("")
+        add(f"rehearsal of {rh.emulates}: {rh.status} (predictions about {rh.emulates} from this emulation; not timings)")
+        for label, value in rehearsal_rows(rh):
+            add(f"  {label:<32}{value}")
+        for f in rh.fallbacks[:5]:
+            add(f"    {f.op} x{f.calls}: {f.reason}")
+        if rh.numerics.note:
+            add(f"  numerics: {rh.numerics.note}")
+        for condition in rh.conditions:
+            add(f"  condition: {condition}")
     c = report.cost
     if c.devices:
         add("")
         add("cost:")
         for row in c.devices:
-            util = f"{row['utilisation']:.2%}" if row.get("utilisation") is not None else "n/a"
-            add(f"  {row['role']} {row['device']}: {money(row.get('cost_per_unit'))} per {row['unit']} "
-                f"as {row.get('instance') or 'unpriced'}; utilisation {util}")
+            add(f"  {row['role']} {row['device']}: {device_cost(row)}")
+        if c.projection:
+            for line in projection_summary(c.projection):
+                add(f"  {line}")
+            if c.projection.get("rows"):
+                header, rows = projection_table(c.projection)
+                widths = [max(len(line[i]) for line in [header, *rows]) + 2 for i in range(len(header))]
+                for line in [header, *rows]:
+                    add("    " + "".join(f"{v:<{w}}" for v, w in zip(line, widths)).rstrip())
         be = c.break_even
         add(f"  break-even: {be.get('status')}" + (f" after {be['units']:,.0f} units ({be['months']:.2f} months)" if be.get("months") else ""))
         for note in c.assumptions:

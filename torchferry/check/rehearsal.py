@@ -1,0 +1,233 @@
+"""The rehearsal result: what a run on a device that emulates another predicts about the real one.
+
+The target worker records it when the device says it is a host emulation of another device
+(``torchferry.harness.devices.emulated_profile``; check/worker.py ``Rehearsal``): per step the new
+eager op signatures, host syncs and batch shapes; after the run the predicted host fallbacks, the
+compiled graphs, the peak memory, and a placement error with its op and the user's line. This
+module judges that record. Conditions (each names what to change):
+
+- predicted host fallbacks (each op with its calls, reason and source);
+- host syncs for data-dependent output sizes (scalar reads such as ``item()`` are shown, not judged);
+- shape churn: new eager signatures keep appearing after step 1 (each a NEFF compilation on the
+  target), named with the batch shapes that changed;
+- under ``--compile``, more than one graph per compiled frame, named with the changing input;
+- 64-bit narrowing that explains a parity failure (the target reran under host numerics);
+- peak memory at or above ``CAPACITY_SHARE`` of one device's capacity.
+
+A placement error fails the rehearsal (a portability failure). Nothing here is a timing: the
+emulation's times are the host's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from torchferry.check.config import CheckConfig
+from torchferry.device.profile import SCALAR_READS
+from torchferry.errors import FerryError
+from torchferry.harness import parity as parity_rule
+from torchferry.report.check import (
+    CompiledFrame,
+    CompileRehearsal,
+    HostFallbackOp,
+    NumericsRehearsal,
+    ParityResult,
+    ParityStatus,
+    Placement,
+    RehearsalResult,
+    RehearsalStatus,
+)
+
+RECORD = "rehearsal-target.json"  # written by the target worker into the work folder
+CAPACITY_SHARE = 0.9  # peak memory at or above this share of one device's capacity is a condition
+FALLBACK_MARK = " [host fallback]"  # the profiler's name suffix for a host-fallback op
+SHOWN = 3  # ops/shapes named in one condition
+
+
+def load(workdir: Path) -> dict | None:
+    """The target worker's rehearsal record, or None when the target is not an emulation."""
+    path = workdir / RECORD
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def needs_host_numerics(record: dict, parity: ParityResult) -> bool:
+    """Whether parity failed under the target's numerics, so that a rerun under host numerics can tell why."""
+    return record.get("numerics") == "target" and parity.status in (ParityStatus.FAIL_ACCURACY, ParityStatus.NON_FINITE)
+
+
+def explain_numerics(cfg: CheckConfig, ref: dict, target: dict, host: dict) -> NumericsRehearsal:
+    """Whether 64-bit narrowing explains the parity failure: the host-numerics rerun ``host`` against the
+    reference, and the first module whose output narrowing changes (target vs host numerics)."""
+    tol = cfg.tolerance
+    again = parity_rule.judge(cfg.mode, tol, ref, host, None)
+    _, first = parity_rule.localise(host["probe"]["modules"], target["probe"]["modules"],
+                                    ref["golden"]["probe"]["modules"], tol.tol, tol.low_precision)
+    explains = again.status == ParityStatus.PASS
+    note = ("parity passes under host numerics: the target's 32-bit arithmetic on 64-bit values explains the failure"
+            if explains else f"parity fails under host numerics too ({again.status}): 64-bit narrowing does not explain it")
+    return NumericsRehearsal(mode="target", rerun=True, host_parity=str(again.status), explains=explains,
+                             first_diverging_module=first.name if first else None, note=note)
+
+
+def result(workdir: Path, cfg: CheckConfig, parity: ParityResult, ref: dict | None = None, target: dict | None = None,
+           rerun: Callable[[], dict] | None = None) -> RehearsalResult:
+    """The rehearsal result of this run (not-run when the target is no emulation). ``rerun`` runs the target
+    under host numerics and returns its tensors; it is called only when parity failed under target numerics."""
+    record = load(workdir)
+    if record is None:
+        return RehearsalResult(notes=["the target does not emulate another device: nothing to rehearse"])
+    numerics = None
+    if rerun is not None and ref is not None and target is not None and needs_host_numerics(record, parity):
+        try:
+            numerics = explain_numerics(cfg, ref, target, rerun())
+        except FerryError as error:  # the finding stands; only its explanation is missing
+            numerics = NumericsRehearsal(mode="target", rerun=True, note=f"the host-numerics rerun failed: {error}")
+    return judge(record, numerics)
+
+
+def judge(record: dict, numerics: NumericsRehearsal | None = None) -> RehearsalResult:
+    """The rehearsal result from the worker's record (and the host-numerics explanation, when one ran)."""
+    r = RehearsalResult(emulates=record.get("emulates", ""))
+    r.numerics = numerics or NumericsRehearsal(mode=record.get("numerics", ""))
+    _fallbacks(r, record)
+    _eager(r, record.get("steps", []))
+    if "compile" in record:
+        _compiled(r, record["compile"])
+    _memory(r, record)
+    if r.numerics.explains:
+        r.conditions.append(
+            f"64-bit narrowing changes the results: parity fails under {r.emulates} numerics (int64 computed as int32, "
+            f"float64 as float32) and passes under host numerics; first module it changes: "
+            f"{r.numerics.first_diverging_module or 'none named'}. Keep such values within 32 bits, or compute them "
+            "on the host")
+    if "placement" in record:
+        p = record["placement"]
+        r.placement = Placement(op=p["op"], devices=p["devices"], argument=p["argument"], file=p["file"], line=p["line"],
+                                code=p["code"], message=p["message"])
+    r.status = (RehearsalStatus.FAIL if r.placement else RehearsalStatus.CONDITIONS if r.conditions
+                else RehearsalStatus.CLEAN)
+    return r
+
+
+def _fallbacks(r: RehearsalResult, record: dict) -> None:
+    ops: dict[str, int] = record.get("fallback_ops", {})
+    if "executed_calls" not in record:
+        r.notes.append("the run ended before the op counts were read")
+        return
+    r.fallback_calls = sum(ops.values())
+    r.op_calls = record["executed_calls"] + r.fallback_calls
+    r.fallback_share_of_calls = r.fallback_calls / r.op_calls if r.op_calls else 0.0
+    times: dict[str, float] | None = record.get("device_time_us")
+    total = sum(times.values()) if times else 0.0
+    reasons = record.get("fallback_reasons", {})
+    for op, calls in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])):
+        share_t = times.get(op + FALLBACK_MARK, 0.0) / total if times and total else None
+        r.fallbacks.append(HostFallbackOp(op=op, calls=calls, share_of_calls=calls / r.op_calls, share_of_time=share_t,
+                                          reason=reasons.get(op, "")))
+    if times is not None and total:
+        r.fallback_share_of_time = sum(v for k, v in times.items() if k.endswith(FALLBACK_MARK)) / total
+        r.notes.append("share of time: of device-op time in one profiled step of a fresh model on this host "
+                       "(the emulation's time, not the target's)")
+    if r.fallbacks:
+        named = ", ".join(f"{f.op} x{f.calls}" for f in r.fallbacks[:SHOWN])
+        more = f" and {len(r.fallbacks) - SHOWN} more" if len(r.fallbacks) > SHOWN else ""
+        r.conditions.append(f"{len(r.fallbacks)} op(s) predicted to run on the host on {r.emulates} "
+                            f"({r.fallback_calls} calls, {r.fallback_share_of_calls:.2%} of calls): {named}{more}; each op's reason and "
+                            "source are in the rehearsal section")
+
+
+def _eager(r: RehearsalResult, steps: list[dict]) -> None:
+    if not steps:
+        return
+    r.host_syncs_per_step = [s["host_syncs"] for s in steps]
+    r.signatures_step1 = steps[0]["signatures"]
+    r.new_signatures = [s["signatures"] for s in steps[1:]]
+    r.compilations = sum(s["compilations"] for s in steps)
+    r.cache_hits = sum(s["cache_hits"] for s in steps)
+    r.shape_changes = shape_changes([s["inputs"] for s in steps])
+    data_dependent: dict[str, int] = {}
+    for syncs in r.host_syncs_per_step:
+        for cause, n in syncs.items():
+            if cause not in SCALAR_READS:
+                data_dependent[cause] = data_dependent.get(cause, 0) + n
+    if data_dependent:
+        named = ", ".join(f"{cause} x{n / len(steps):g}/step" for cause, n in sorted(data_dependent.items()))
+        r.conditions.append(f"host syncs for data-dependent output sizes: {named}; each step waits for the host to read "
+                            "a size. Use fixed-size masks (torch.where) instead")
+    later = r.new_signatures
+    growing = sum(1 for n in later if n)
+    if later and (later[-1] or growing >= 2):
+        changed = "; ".join(r.shape_changes[:SHOWN]) or (
+            "no batch shape changed: the new shapes come from inside the model (data-dependent shapes)")
+        r.conditions.append(f"shape churn: new eager op signatures in {growing} of {len(later)} steps after step 1 "
+                            f"({', '.join(map(str, later))}), each a NEFF compilation on {r.emulates}; changing: "
+                            f"{changed}. Pad inputs to a few fixed shapes (buckets)")
+
+
+def shape_changes(inputs: list[dict[str, list[int]]]) -> list[str]:
+    """``"name: [2, 8] -> [2, 12]"`` for each batch input whose shape changes over the steps (distinct shapes, in order)."""
+    changes = []
+    for name in inputs[0] if inputs else []:
+        seen: list[list[int]] = []
+        for step in inputs:
+            if name in step and step[name] not in seen:
+                seen.append(step[name])
+        if len(seen) > 1:
+            changes.append(f"{name}: {' -> '.join(map(str, seen))}")
+    return changes
+
+
+def split_signature(signature: str) -> list[str]:
+    """A graph input signature (``"neuron:float32[2, 8], neuron:int64[2]"``) split into its inputs."""
+    parts, depth, current = [], 0, ""
+    for ch in signature:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    return parts + ([current.strip()] if current.strip() else [])
+
+
+def _compiled(r: RehearsalResult, record: dict[str, Any]) -> None:
+    graphs = record["graphs"]
+    c = CompileRehearsal(graphs=len(graphs), graph_breaks=record["graph_breaks"])
+    by_frame: dict[str, dict[str, str]] = {}  # frame -> compile id -> input signature
+    for g in graphs:
+        if g.get("compile_id") and g["kind"] != "backward":  # a backward graph belongs to its forward's compilation
+            frame = g["compile_id"].split("/")[0]
+            by_frame.setdefault(frame, {}).setdefault(g["compile_id"], g.get("input_signature") or "")
+    for frame, ids in sorted(by_frame.items()):
+        signatures = [split_signature(s) for s in ids.values()]
+        changing = []
+        for i in range(max(map(len, signatures))):
+            values: list[str] = []
+            for sig in signatures:
+                value = sig[i] if i < len(sig) else "(absent)"
+                if value not in values:
+                    values.append(value)
+            if len(values) > 1:
+                changing.append(f"graph input {i}: {' -> '.join(values)}")
+        c.frames.append(CompiledFrame(frame=frame, graphs=len(ids), recompiles=len(ids) - 1, changing_inputs=changing))
+    r.compile = c
+    for f in c.frames:
+        if f.graphs > 1:
+            batch = f"; batch: {'; '.join(r.shape_changes[:SHOWN])}" if r.shape_changes else ""
+            r.conditions.append(f"compiled frame {f.frame} has {f.graphs} graphs ({f.recompiles} recompiles), one per input "
+                                f"signature; changing: {'; '.join(f.changing_inputs[:SHOWN]) or 'guards only'}{batch}. "
+                                "Pad inputs to a few fixed shapes (buckets): each graph is a compilation on the target")
+
+
+def _memory(r: RehearsalResult, record: dict) -> None:
+    peak, capacity = record.get("peak_bytes"), record.get("capacity_bytes")
+    if peak is None or not capacity:
+        return
+    r.memory = {"peak_bytes": peak, "capacity_bytes": capacity, "share": peak / capacity}
+    if peak >= CAPACITY_SHARE * capacity:
+        r.conditions.append(f"peak device memory {peak / 2**30:.2f} GiB is {peak / capacity:.0%} of one {r.emulates} "
+                            f"device's {capacity / 2**30:.0f} GiB: little headroom on one logical core")
