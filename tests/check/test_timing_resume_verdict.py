@@ -1,6 +1,12 @@
-"""Timing summaries, the resume judgement and the verdict rules."""
+"""Timing summaries, steady-state stability and added rounds, the resume judgement and the verdict rules."""
+
+import time
+
+import pytest
+from checkcfg import make_config
 
 from torchferry.check import resume, timing, verdict
+from torchferry.check.runner import Runner
 from torchferry.report.check import CheckReport, Failure, ParityResult, TimingResult
 from torchferry.report.meta import Meta
 
@@ -65,3 +71,82 @@ def test_a_target_failure_is_a_finding_and_no_go():
     r = _report(failure=Failure(kind="fail_to_run", message="died", exit_status=3, finding=True))
     verdict.decide(r)
     assert r.verdict == "no-go"
+
+
+def test_stability_from_the_coefficient_of_variation_and_the_spread_of_round_medians():
+    steady = timing.stability([[1.0, 1.0], [1.0, 1.0]])
+    assert (steady["cv"], steady["round_spread"], steady["stable"]) == (0.0, 0.0, True)
+    noisy = timing.stability([[1.0, 1.0], [2.0, 2.0]])  # mean 1.5, sample stdev sqrt(1/3); medians 1 and 2 over 1.5
+    assert noisy["cv"] == pytest.approx((1 / 3) ** 0.5 / 1.5) and noisy["round_spread"] == pytest.approx(1 / 1.5)
+    assert noisy["stable"] is False
+    drift = timing.stability([[1.0, 1.0, 1.0, 1.0], [1.15, 1.15, 1.15, 1.15]])  # cv 7.4%, but rounds 14% apart
+    assert drift["cv"] < timing.MAX_CV and drift["stable"] is False
+    assert timing.stability([[1.0]])["stable"] is None  # one sample: not judged
+
+
+def _real(rounds):
+    return timing.device_timing("x", {"time_to_n_s": 2.0}, rounds)
+
+
+def test_unstable_figures_warn_and_make_the_time_result_conditional():
+    r = _report(timing=timing.summarise(_real([[1.0, 1.0], [1.0, 1.0]]), _real([[1.0, 3.0], [1.0, 1.0]])))
+    r.timing.ref.device = "cpu"
+    assert len(r.timing.warnings) == 1 and r.timing.warnings[0].startswith("unstable: target x steady state varies")
+    verdict.decide(r)
+    item = next(i for i in r.verdicts if i.result == "time")
+    assert item.verdict == "go-with-conditions" and "unstable" in item.reason
+
+
+def test_an_emulated_targets_times_are_labelled_and_decide_nothing():
+    target = timing.device_timing("neuron", {"time_to_n_s": 9.0, "emulates": "trn2"}, [[1.0, 1.0]])
+    r = _report(timing=timing.summarise(_real([[0.1, 0.1]]), target))
+    assert any("emulates trn2 on this host" in n for n in r.timing.notes)
+    verdict.decide(r)
+    item = next(i for i in r.verdicts if i.result == "time")
+    assert item.verdict == "not-run" and "cost of the emulation" in item.reason  # 4.5x slower here: not a condition
+
+
+class _Group:
+    """A device's workers as the runner sees them: each steady round answers with the next times of ``rounds``."""
+
+    ranks = 1
+
+    def __init__(self, rounds, delay=0.0):
+        self.rounds, self.delay, self.proc = iter(rounds), delay, self
+
+    def send(self, **_command):
+        pass
+
+    def gather(self, *_wanted, phase):
+        time.sleep(self.delay)
+        return [{"times": next(self.rounds)}]
+
+
+def _runner(tmp_path, *args):
+    cfg = make_config(tmp_path, "--rounds", "2", "--reps", "2", *args)
+    return Runner(_report(), cfg, note=lambda _message: None)
+
+
+STEADY, DISTURBED = [1.0, 1.0], [2.0, 2.0]
+
+
+def test_rounds_are_added_until_the_latest_rounds_are_stable_and_those_are_the_steady_state(tmp_path):
+    runner = _runner(tmp_path, "--steady-budget", "60")
+    ref, target = _Group([STEADY] * 9), _Group([STEADY, DISTURBED, STEADY, DISTURBED, STEADY, STEADY, DISTURBED])
+    steady = runner.interleave({"ref": ref, "target": target}, extend=True)
+    assert runner.rounds_run == 6  # rounds 5-6 are the first stable pair of latest rounds
+    assert steady == {"ref": [[STEADY, STEADY]], "target": [[STEADY, STEADY]]}
+
+
+def test_no_rounds_are_added_without_extension_or_budget(tmp_path):
+    for runner, extend in ((_runner(tmp_path, "--steady-budget", "60"), False), (_runner(tmp_path, "--steady-budget", "0"), True)):
+        steady = runner.interleave({"ref": _Group([STEADY] * 3), "target": _Group([STEADY, DISTURBED, STEADY])}, extend=extend)
+        assert runner.rounds_run == 2 and steady["target"] == [[STEADY, DISTURBED]]
+
+
+def test_rounds_stop_when_the_budget_runs_out(tmp_path):
+    runner = _runner(tmp_path, "--steady-budget", "0.3")
+    forever = [STEADY, DISTURBED] * 50
+    started = time.monotonic()
+    runner.interleave({"ref": _Group([STEADY] * 100, delay=0.02), "target": _Group(forever, delay=0.02)}, extend=True)
+    assert 2 < runner.rounds_run < 20 and time.monotonic() - started < 2
