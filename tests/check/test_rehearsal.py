@@ -164,7 +164,17 @@ def test_a_placement_error_names_the_op_and_the_users_line(device):
     assert p["file"].endswith("fixtures/placement.py") and p["code"] == "return self.fc(x) + self.offset"
     clean = workload("placement", "build_clean")
     clean.forward(copy.deepcopy(clean.model).to(device), clean.batch(device, 0))  # the buffer moved with the model
-    assert placement_of(ValueError("Expected all tensors to be on the same device")) is None
+    assert placement_of(ValueError("the user's forward is broken")) is None
+
+
+def test_a_placement_error_under_compile_names_the_users_line_from_the_traced_frame(device, compile_env):
+    w = workload("placement")
+    compiled = torch.compile(copy.deepcopy(w.model).to(device), backend="neuron")
+    with pytest.raises(RuntimeError) as info:  # Dynamo raises while tracing: the user's frame is not in the traceback
+        w.forward(compiled, w.batch(device, 0))
+    p = placement_of(info.value)
+    assert p["file"].endswith("fixtures/placement.py") and p["code"] == "return self.fc(x) + self.offset"
+    assert set(p["devices"]) == {"neuron:0", "cpu"}
 
 
 @pytest.mark.parametrize("name", ["skipped_param", "extra_state", "lora"])

@@ -197,6 +197,9 @@ def split_signature(signature: str) -> list[str]:
 def _compiled(r: RehearsalResult, record: dict[str, Any]) -> None:
     graphs = record["graphs"]
     c = CompileRehearsal(graphs=len(graphs), graph_breaks=record["graph_breaks"])
+    if not graphs:
+        r.notes.append("no compiled graph reached the device's own compile backend, which is where the graph counts "
+                       "come from: pass --compile with the device's backend to rehearse its graphs")
     by_frame: dict[str, dict[str, str]] = {}  # frame -> compile id -> input signature
     for g in graphs:
         if g.get("compile_id") and g["kind"] != "backward":  # a backward graph belongs to its forward's compilation

@@ -75,7 +75,8 @@ def shapes_of(batch: Any) -> dict[str, list[int]]:
 
 
 PLACEMENT = re.compile(r"Expected all tensors to be on the same device")
-PLACEMENT_OP = re.compile(r"method ([\w:.]+)")
+PLACEMENT_OP = re.compile(r"method ([\w:.]+)|call_function (.+)")
+TRACED_FRAME = re.compile(r'File "([^"]+)", line (\d+), in \S+\n\s*(\S.*)')  # Dynamo's "from user code:" frames
 PLACEMENT_ARG = re.compile(r"argument for argument (\w+)|got (\w+) is on")
 PLACEMENT_DEVICES = re.compile(r"devices, (\S+) and (\S+?)!|is on (\S+), different from other tensors on (\S+?)[ (]")
 
@@ -93,16 +94,25 @@ def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
 
 
 def placement_of(exc: BaseException) -> dict | None:
-    """The op, devices, argument and user's line of a device-placement error (None for any other error)."""
+    """The op, devices, argument and user's line of a device-placement error (None for any other error).
+
+    In eager mode the user's line is a frame of the traceback; under torch.compile Dynamo raises
+    while tracing and names the traced frames in its message ("from user code:")."""
     message = str(exc)
-    if not isinstance(exc, RuntimeError) or not PLACEMENT.search(message):
+    if not PLACEMENT.search(message):
         return None
     op, arg, devices = PLACEMENT_OP.search(message), PLACEMENT_ARG.search(message), PLACEMENT_DEVICES.search(message)
-    frame = user_frame(exc)
-    return {"op": op.group(1) if op else "an op", "devices": [d for d in devices.groups() if d] if devices else [],
+    traced = TRACED_FRAME.findall(message.split("from user code:", 1)[1]) if "from user code:" in message else []
+    if traced:
+        file, line, code = traced[-1][0], int(traced[-1][1]), traced[-1][2].strip()
+    else:
+        frame = user_frame(exc)
+        file, line, code = (frame.filename, frame.lineno, frame.line) if frame else (None, None, None)
+    return {"op": next(g for g in op.groups() if g).strip() if op else "an op",
+            "devices": [d for d in devices.groups() if d] if devices else [],
             "argument": next((a for a in arg.groups() if a), None) if arg else None,
-            "file": frame.filename if frame else None, "line": frame.lineno if frame else None,
-            "code": frame.line if frame else None, "message": message.splitlines()[0]}
+            "file": file, "line": line, "code": code,
+            "message": next(ln.strip() for ln in message.splitlines() if PLACEMENT.search(ln))}
 
 
 def device_time(step: Callable[[], Any]) -> dict[str, float]:
