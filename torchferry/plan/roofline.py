@@ -11,10 +11,9 @@ Throughput and cost follow from the bound; a real run reaches a fraction of it (
 from __future__ import annotations
 
 from torchferry.errors import UsageError
+from torchferry.harness.prices import UTILISATIONS
 from torchferry.plan.layout import PRECISIONS
 from torchferry.report.plan import Bounds, Layout, Peaks, StepTrace
-
-UTILISATIONS = (0.10, 0.25, 0.40, 0.60)
 
 
 def compute_dtype(precision: str) -> str:
