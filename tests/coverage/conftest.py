@@ -19,9 +19,10 @@ def plugin():
 
 @pytest.fixture(scope="session")
 def planted_sweep(tmp_path_factory):
-    """One forward-only sweep: a real architecture, the planted failing one and the hanging one."""
+    """One forward-only sweep: two real architectures (bloom has a host fallback the trn2 profile predicts:
+    aten::baddbmm), the planted failing one and the hanging one."""
     out = tmp_path_factory.mktemp("coverage")
-    code, stdout, stderr = ferry("coverage", "llama", "ferry-planted", "ferry-hang", "--modes", "forward",
+    code, stdout, stderr = ferry("coverage", "llama", "bloom", "ferry-planted", "ferry-hang", "--modes", "forward",
                                  "--plugin", PLUGIN, "--timeout", "8", "--jobs", "2", "-o", str(out / "run"),
                                  "--target", "neuron", "--write-baseline", str(out / "baseline.json"))
     doc = json.loads((out / "run" / "coverage.json").read_text())

@@ -62,9 +62,9 @@ def test_headline_states_numerator_denominator_and_versions(planted_sweep):
     assert doc["meta"]["format_version"] == FORMAT_VERSION and doc["meta"]["format"] == "torchferry.coverage"
     assert doc["complete"] is True and doc["failure"] is None
     passing = sum(r["category"] == Category.PASS for r in doc["rows"])
-    assert doc["headline"][0].startswith(f"{passing} of 3 architectures pass on neuron (forward, eager)")
+    assert doc["headline"][0].startswith(f"{passing} of 4 causal-lm architectures pass on neuron (forward, eager)")
     assert "transformers" in doc["headline"][-1] and "torch" in doc["headline"][-1]
-    assert f"{passing} of 3 architectures pass on neuron (forward, eager)" in planted_sweep["stdout"]
+    assert f"{passing} of 4 causal-lm architectures pass on neuron (forward, eager)" in planted_sweep["stdout"]
 
 
 def test_html_is_self_contained_with_sortable_table_and_charts(planted_sweep):
@@ -93,10 +93,11 @@ def test_a_torn_last_line_is_cut_off_and_the_next_row_is_not_lost(tmp_path):
     with open(tmp_path / "rows.jsonl", "a") as f:
         f.write('{"kind": "row", "arch": "b", "mo')  # a crash in the middle of a write
     reopened = Store(tmp_path / "rows.jsonl", settings)
-    assert set(reopened.rows) == {"a/forward"}  # the torn row's case runs again
+    assert set(reopened.rows) == {"causal-lm/a/forward"}  # the torn row's case runs again
     reopened.add(Row(arch="c", mode="forward", category=Category.ERROR, reason="boom"))
     again = Store(tmp_path / "rows.jsonl", settings)
-    assert set(again.rows) == {"a/forward", "c/forward"} and again.rows["c/forward"].category == Category.ERROR
+    assert set(again.rows) == {"causal-lm/a/forward", "causal-lm/c/forward"}
+    assert again.rows["causal-lm/c/forward"].category == Category.ERROR
     assert (tmp_path / "rows.jsonl").read_text().endswith("\n")
 
 
@@ -108,17 +109,19 @@ def test_store_refuses_rows_measured_with_other_settings(planted_sweep, run_ferr
 
 def test_baseline_regression_exits_negative_and_names_the_row(planted_sweep, run_ferry, plugin):
     base = json.loads((planted_sweep["out"] / "baseline.json").read_text())
-    llama = planted_sweep["rows"]["llama"]["category"]
-    assert base["rows"] == {"ferry-hang/forward": "timeout", "ferry-planted/forward": "error", "llama/forward": llama}
-    argv = ["coverage", "llama", "ferry-planted", "ferry-hang", "--modes", "forward", "--plugin", plugin,
+    llama, bloom = planted_sweep["rows"]["llama"]["category"], planted_sweep["rows"]["bloom"]["category"]
+    assert base["rows"] == {"causal-lm/ferry-hang/forward": "timeout", "causal-lm/ferry-planted/forward": "error",
+                            "causal-lm/llama/forward": llama, "causal-lm/bloom/forward": bloom}
+    assert set(base["cost_s"]) == {"causal-lm/ferry-hang", "causal-lm/ferry-planted", "causal-lm/llama", "causal-lm/bloom"}
+    argv = ["coverage", "llama", "bloom", "ferry-planted", "ferry-hang", "--modes", "forward", "--plugin", plugin,
             "-o", str(planted_sweep["out"] / "run"), "--target", "neuron"]
     code, stdout, _ = run_ferry(*argv, "--baseline", str(planted_sweep["out"] / "baseline.json"))
     assert code == ExitStatus.SUCCESS and "regressed 0" in stdout
-    base["rows"]["ferry-planted/forward"] = "pass"
+    base["rows"]["causal-lm/ferry-planted/forward"] = "pass"
     (planted_sweep["out"] / "worse.json").write_text(json.dumps(base))
     code, stdout, _ = run_ferry(*argv, "--baseline", str(planted_sweep["out"] / "worse.json"))
     assert code == ExitStatus.NEGATIVE_RESULT
-    assert "REGRESSED ferry-planted/forward" in stdout and "regressed 1" in stdout
+    assert "REGRESSED causal-lm/ferry-planted/forward" in stdout and "regressed 1" in stdout
 
 
 def test_rerun_measures_only_rows_of_the_named_categories(planted_sweep, run_ferry, plugin):
@@ -135,7 +138,7 @@ def test_compare_baseline_marks_each_transition():
     out = results.compare_baseline(rows, {"rows": {"a/forward": "pass", "b/forward": "pass", "c/forward": "fail-parity",
                                                    "d/forward": "error", "z/forward": "pass"}})
     assert [r.baseline for r in rows] == ["unchanged", "regressed", "fixed", "unchanged", "new"]
-    assert out["regressed"] == ["b/forward"] and out["missing"] == ["z/forward"]
+    assert out["regressed"] == ["causal-lm/b/forward"] and out["missing"] == ["causal-lm/z/forward"]  # a version-1 file
 
 
 def test_unknown_architecture_is_a_usage_error_with_suggestions(tmp_path, run_ferry):

@@ -9,37 +9,58 @@ import traceback
 from collections import Counter
 from typing import Any
 
-from torchferry.report.coverage import BASELINE_VERSION, CATEGORIES, Category, Mark, Row
+from torchferry.report.coverage import BASELINE_VERSION, CATEGORIES, DEFAULT_SUITE, Category, Mark, Row
 
-__all__ = ["CATEGORIES", "Category", "baseline_from", "compare_baseline", "error_signature", "headline", "summarise"]
+__all__ = ["CATEGORIES", "Category", "baseline_from", "blocking_breaks", "blocking_ops", "compare_baseline", "error_signature",
+           "expected_rows", "headline", "ordered", "short_path", "suites_of", "summarise"]
+
+
+def short_path(filename: str) -> str:
+    """A source path from its package down (``transformers/models/...``), the same on every machine."""
+    path = filename.replace("\\", "/")
+    for marker in ("site-packages/", "torchferry/", "lib/python"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    return path
 
 
 def error_signature(exc: BaseException) -> str:
     """``Type: first line of the message @ file:function``, the innermost frame: one line to group errors by."""
     message = (str(exc).strip().splitlines() or [""])[0][:240]
     frames = traceback.extract_tb(exc.__traceback__)
-    where = ""
-    if frames:
-        f = frames[-1]
-        path = f.filename.replace("\\", "/")
-        for marker in ("site-packages/", "torchferry/", "lib/python"):
-            if marker in path:
-                path = path.split(marker, 1)[1]
-                break
-        where = f" @ {path}:{f.name}"
+    where = f" @ {short_path(frames[-1].filename)}:{frames[-1].name}" if frames else ""
     return f"{type(exc).__name__}: {message}{where}"
 
 
-def summarise(rows: list[Row], modes: list[str]) -> dict:
-    """Per-mode and all-modes pass counts with their denominators; skipped rows are exclusions."""
+def suites_of(rows: list[Row]) -> list[str]:
+    """The suites of ``rows`` in first-seen order."""
+    return list(dict.fromkeys(r.suite for r in rows))
+
+
+def ordered(rows: list[Row], modes: list[str]) -> list[Row]:
+    """Rows by suite, architecture, then mode in ``modes`` order: the same order for a sweep and a merge."""
+    return sorted(rows, key=lambda r: (r.suite, r.arch, modes.index(r.mode) if r.mode in modes else len(modes)))
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(100.0 * part / whole, 1) if whole else None
+
+
+def _suite_summary(rows: list[Row], modes: list[str]) -> dict:
+    """Per-mode and all-modes pass counts with their denominators (skipped rows are exclusions),
+    and the prediction counts behind the cross-suite table."""
     by_mode: dict[str, Any] = {}
     for mode in modes:
         mine = [r for r in rows if r.mode == mode]
         measured = [r for r in mine if r.category != Category.SKIPPED]
+        predicted = [r for r in measured if r.op_calls is not None]
+        compiled = [r for r in measured if r.fullgraph is not None]
         by_mode[mode] = {
             "pass": sum(r.category == Category.PASS for r in measured), "measured": len(measured), "rows": len(mine),
             "excluded": sorted(r.arch for r in mine if r.category == Category.SKIPPED),
             "categories": {str(c): n for c, n in Counter(r.category for r in mine).items()},
+            "predicted": len(predicted), "fallback_free": sum(not r.fallback_ops for r in predicted),
+            "compiled": len(compiled), "fullgraph": sum(bool(r.fullgraph) for r in compiled),
         }
     archs: dict[str, dict[str, Category]] = {}
     for r in rows:
@@ -53,33 +74,94 @@ def summarise(rows: list[Row], modes: list[str]) -> dict:
             "measured": len(measured_all), "architectures": len(archs), "complete": len(complete),
             "excluded": sorted(a for a, c in complete.items() if Category.SKIPPED in c.values()),
         },
-        "categories": {str(c): n for c, n in Counter(r.category for r in rows).items()},
     }
 
 
+def _ranked(found: dict[str, dict]) -> list[dict]:
+    """Entries blocking the most architectures first, then the most calls."""
+    out = [{"architectures": len(v["archs"]), **v, "archs": sorted(v["archs"])} for v in found.values()]
+    return sorted(out, key=lambda e: (-e["architectures"], -e["calls"], e["name"]))
+
+
+def blocking_ops(rows: list[Row]) -> list[dict]:
+    """Host-fallback ops by how many architectures (``suite/arch``) they block: what a backend
+    team would implement first."""
+    found: dict[str, dict] = {}
+    for r in rows:
+        for op, n in r.fallback_ops.items():
+            e = found.setdefault(op, {"name": op, "archs": set(), "rows": 0, "calls": 0})
+            e["archs"].add(f"{r.suite}/{r.arch}")
+            e["rows"] += 1
+            e["calls"] += n
+    return _ranked(found)
+
+
+def blocking_breaks(rows: list[Row]) -> list[dict]:
+    """Graph-break reasons by how many architectures they keep from compiling as one graph."""
+    found: dict[str, dict] = {}
+    for r in rows:
+        for b in r.break_reasons or []:
+            e = found.setdefault(b["reason"], {"name": b["reason"], "archs": set(), "rows": 0, "calls": 0,
+                                               "where": b["where"]})
+            e["archs"].add(f"{r.suite}/{r.arch}")
+            e["rows"] += 1
+            e["calls"] += b["count"]
+    return _ranked(found)
+
+
+def summarise(rows: list[Row], modes: list[str]) -> dict:
+    """Everything the reports show besides the rows: per-suite counts, the cross-suite table
+    (suite x mode: pass share, predicted-fallback-free share, fullgraph share), the rankings."""
+    suites = {s: _suite_summary([r for r in rows if r.suite == s], modes) for s in suites_of(rows)}
+    table = []
+    for suite, s in suites.items():
+        for mode, m in s["modes"].items():
+            if m["rows"]:
+                table.append({"suite": suite, "mode": mode, "measured": m["measured"], "pass": m["pass"],
+                              "pass_share": _share(m["pass"], m["measured"]), "predicted": m["predicted"],
+                              "fallback_free": m["fallback_free"],
+                              "fallback_free_share": _share(m["fallback_free"], m["predicted"]),
+                              "compiled": m["compiled"], "fullgraph": m["fullgraph"],
+                              "fullgraph_share": _share(m["fullgraph"], m["compiled"])})
+    return {"suites": suites, "table": table,
+            "categories": {str(c): n for c, n in Counter(r.category for r in rows).items()},
+            "blocking_ops": blocking_ops(rows), "blocking_breaks": blocking_breaks(rows)}
+
+
 def headline(summary: dict, device: str, compiled: str | None, versions: dict) -> list[str]:
-    """"N of M architectures pass on DEVICE (mode)", one line per mode, then all modes, exclusions and versions."""
+    """"N of M SUITE architectures pass on DEVICE (mode)", one line per suite and mode, then all
+    modes, exclusions and versions."""
     how = f"compile={compiled}" if compiled else "eager"
     lines = []
-    for mode, s in summary["modes"].items():
-        share = f" ({100 * s['pass'] / s['measured']:.0f}%)" if s["measured"] else ""
-        lines.append(f"{s['pass']} of {s['measured']} architectures pass on {device} ({mode}, {how}){share}; "
-                     f"{len(s['excluded'])} excluded (skipped)")
-    a = summary["all_modes"]
-    if len(summary["modes"]) > 1:
-        share = f" ({100 * a['pass'] / a['measured']:.0f}%)" if a["measured"] else ""
-        lines.append(f"{a['pass']} of {a['measured']} architectures pass on {device} (all modes: "
-                     f"{', '.join(summary['modes'])}; {how}){share}; {len(a['excluded'])} excluded")
+    for suite, ss in summary["suites"].items():
+        present = {m: s for m, s in ss["modes"].items() if s["rows"]}
+        for mode, s in present.items():
+            share = f" ({100 * s['pass'] / s['measured']:.0f}%)" if s["measured"] else ""
+            lines.append(f"{s['pass']} of {s['measured']} {suite} architectures pass on {device} ({mode}, {how}){share}; "
+                         f"{len(s['excluded'])} excluded (skipped)")
+        a = ss["all_modes"]
+        if len(present) > 1:
+            share = f" ({100 * a['pass'] / a['measured']:.0f}%)" if a["measured"] else ""
+            lines.append(f"{a['pass']} of {a['measured']} {suite} architectures pass on {device} (all modes: "
+                         f"{', '.join(present)}; {how}){share}; {len(a['excluded'])} excluded")
     lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     return lines
 
 
+def expected_rows(baseline: dict) -> dict[str, str]:
+    """A baseline's expected category by case (``suite/arch/mode``); version 1 files hold causal-LM rows only."""
+    rows = baseline.get("rows", {})
+    if baseline.get("format_version", 1) < 2:
+        return {f"{DEFAULT_SUITE}/{k}": v for k, v in rows.items()}
+    return dict(rows)
+
+
 def compare_baseline(rows: list[Row], baseline: dict) -> dict:
     """Mark each row unchanged / fixed / regressed / new against the expected categories."""
-    expected = baseline.get("rows", {})
+    expected = expected_rows(baseline)
     marks: dict[str, Mark] = {}
     for r in rows:
-        was = expected.get(r.key)
+        was = expected.get(r.case)
         if was is None:
             mark = Mark.NEW
         elif was == Category.PASS and r.category != Category.PASS:
@@ -88,7 +170,7 @@ def compare_baseline(rows: list[Row], baseline: dict) -> dict:
             mark = Mark.FIXED
         else:
             mark = Mark.UNCHANGED
-        marks[r.key] = r.baseline = mark
+        marks[r.case] = r.baseline = mark
     counts = Counter(marks.values())
     return {"counts": {str(m): counts.get(m, 0) for m in Mark},
             "regressed": sorted(k for k, m in marks.items() if m == Mark.REGRESSED),
@@ -97,7 +179,13 @@ def compare_baseline(rows: list[Row], baseline: dict) -> dict:
 
 
 def baseline_from(rows: list[Row], device: str, config: dict, versions: dict) -> dict:
+    """The expected category of every row, and each architecture's measured seconds (``cost_s``,
+    summed over its modes: the cost ``--shard`` balances)."""
+    cost: Counter[str] = Counter()
+    for r in rows:
+        cost[f"{r.suite}/{r.arch}"] += r.wall_s
     return {"format_version": BASELINE_VERSION, "device": device, "compile": config.get("compile"),
             "modes": config.get("modes"), "versions": versions,
-            "note": "expected category per architecture/mode; regenerate with `ferry coverage --write-baseline FILE`",
-            "rows": {r.key: str(r.category) for r in sorted(rows, key=lambda r: r.key)}}
+            "note": "expected category per suite/architecture/mode; regenerate with `ferry coverage --write-baseline FILE`",
+            "rows": {r.case: str(r.category) for r in sorted(rows, key=lambda r: r.case)},
+            "cost_s": {k: round(v, 1) for k, v in sorted(cost.items())}}

@@ -1,10 +1,13 @@
 """The row store: one JSON line per finished case, appended and flushed as each row finishes.
 
 The first line records the settings that make rows comparable (devices, compile backend,
-tolerance, seed); a later run with the same settings resumes, skipping the cases already
-stored, and one with other settings is refused rather than mixed in. A last line cut short by
-a crash is cut off when the store is opened (its case simply runs again), so the next row
-starts on a line of its own and is never lost.
+tolerance, seed, plugins) and the environment they were measured in (package versions and the
+built-in device's result-changing knobs); a later run with the same settings resumes, skipping
+the cases already stored, and one with other settings is refused rather than mixed in. Each run
+then appends a ``run`` line: the architectures selected, the modes, and for ``--shard K/N`` the
+shard and the architectures it was assigned (what ``ferry coverage merge`` checks). A last line
+cut short by a crash is cut off when the store is opened (its case simply runs again), so the
+next row starts on a line of its own and is never lost.
 """
 
 from __future__ import annotations
@@ -13,11 +16,52 @@ import dataclasses
 import json
 import os
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from torchferry.errors import OutputError, UsageError
 from torchferry.report.coverage import Category, Row
 from torchferry.report.jsonreport import to_data
+
+
+def differences(stored: dict, now: dict, labels: tuple[str, str] = ("stored", "now"), prefix: str = "") -> list[str]:
+    """``key: stored X, now Y`` for every setting that differs (nested dicts by their own keys)."""
+    out = []
+    for k in sorted(set(stored) | set(now)):
+        a, b = stored.get(k), now.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, labels, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}: {labels[0]} {a!r}, {labels[1]} {b!r}")
+    return out
+
+
+@dataclass
+class Contents:
+    """What a store file holds: its settings line, its run lines and its rows (the last line of a case wins)."""
+
+    settings: dict | None = None
+    runs: list[dict] = field(default_factory=list)
+    rows: dict[str, Row] = field(default_factory=dict)
+
+
+def read(path: Path) -> Contents:
+    """A store's contents, without changing it (damaged lines are skipped: their cases run again)."""
+    found = Contents()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        kind = item.pop("kind", None)
+        if kind == "meta":
+            found.settings = item
+        elif kind == "run":
+            found.runs.append(item)
+        elif kind == "row":
+            row = Row.from_dict(item)
+            found.rows[row.case] = row
+    return found
 
 
 class Store:
@@ -46,24 +90,17 @@ class Store:
                 f.truncate(data.rfind(b"\n") + 1)
 
     def _load(self) -> None:
-        meta = None
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a damaged line inside the file: its case runs again
-            if item.get("kind") == "meta":
-                meta = item
-            elif item.get("kind") == "row":
-                row = Row.from_dict(item)
-                self.rows[row.key] = row
-        stored = {k: v for k, v in (meta or {}).items() if k != "kind"}
-        differing = sorted(k for k in set(stored) | set(self.settings) if stored.get(k) != self.settings.get(k))
+        found = read(self.path)
+        self.rows = found.rows
+        differing = differences(found.settings or {}, self.settings)
         if differing:
-            detail = "; ".join(f"{k}: stored {stored.get(k)!r}, now {self.settings.get(k)!r}" for k in differing)
-            raise UsageError(f"the store {str(self.path)!r} holds rows measured with other settings ({detail}). "
-                             "Rerun with the same settings to resume, pass --restart to discard it, or choose "
-                             "another --output folder.")
+            raise UsageError(f"the store {str(self.path)!r} holds rows measured with other settings "
+                             f"({'; '.join(differing)}). Rerun with the same settings to resume, pass --restart "
+                             "to discard it, or choose another --output folder.")
+
+    def begin(self, selection: dict) -> None:
+        """Record what this run measures (a ``run`` line: architectures, modes, shard)."""
+        self._append({"kind": "run", **selection})
 
     def _append(self, item: dict) -> None:
         with open(self.path, "a", encoding="utf-8") as f:
@@ -73,7 +110,7 @@ class Store:
 
     def add(self, row: Row) -> None:
         with self._lock:
-            self.rows[row.key] = row
+            self.rows[row.case] = row
             self._append({"kind": "row", **to_data(dataclasses.replace(row, baseline=None))})
 
     def forget(self, categories: set[Category]) -> int:
@@ -84,5 +121,5 @@ class Store:
                 del self.rows[k]
         return len(drop)
 
-    def done(self, arch: str, mode: str) -> bool:
-        return f"{arch}/{mode}" in self.rows
+    def done(self, suite: str, arch: str, mode: str) -> bool:
+        return f"{suite}/{arch}/{mode}" in self.rows

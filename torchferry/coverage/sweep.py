@@ -24,7 +24,7 @@ from pathlib import Path
 from torchferry.coverage.store import Store
 from torchferry.errors import StepTimeoutError
 from torchferry.harness.protocol import WorkerProcess, python_module
-from torchferry.report.coverage import Category, Row
+from torchferry.report.coverage import DEFAULT_SUITE, Category, Row
 
 WORKER = "torchferry.coverage.worker"
 # imports and the model build get their own limit before the first mode's clock starts, so that a
@@ -62,7 +62,7 @@ class Sweep:
         """Run the jobs; ``on_row(row, done, total)`` after each stored row. Returns early once stopped."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         total = sum(len(j["modes"]) for j in jobs)
-        todo = [{**j, "modes": [m for m in j["modes"] if not self.store.done(j["arch"], m)]} for j in jobs]
+        todo = [{**j, "modes": [m for m in j["modes"] if not self.store.done(suite_of(j), j["arch"], m)]} for j in jobs]
         todo = [j for j in todo if j["modes"]]
         self.done = total - sum(len(j["modes"]) for j in todo)
         self.total = total
@@ -143,8 +143,12 @@ class Sweep:
         return done
 
 
+def suite_of(job: dict) -> str:
+    return job.get("suite", DEFAULT_SUITE)
+
+
 def _base(job: dict, mode: str) -> dict:
-    return {"arch": job["arch"], "mode": mode, "device": job["target"], "ref": job["ref"], "compile": job.get("compile")}
+    return {"arch": job["arch"], "suite": suite_of(job), "mode": mode, "device": job["target"], "ref": job["ref"], "compile": job.get("compile")}
 
 
 def _died(job: dict, mode: str, event: dict, log: Path) -> Row:

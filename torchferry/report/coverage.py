@@ -9,6 +9,13 @@ in docs/coverage.md) on every incompatible change. Baseline files have their own
   ``command``, ``wall_s``: the top-level ``wall_s`` moved into it); every row has the same
   keys (null when not measured); ``failure`` (null, or what stopped the sweep: ``kind``
   ``interrupted``, ``internal``, ...); ``complete`` (false when the sweep stopped early).
+- 3: rows carry their ``suite`` and what they predict for the target (``profile``, ``op_calls``,
+  ``fallback_share``, ``eager_signatures``, ``host_syncs``; with ``--compile``: ``graphs`` counted
+  per mode, ``graph_breaks``, ``break_reasons``, ``fullgraph``); the summary is per suite
+  (``summary.suites``) with a cross-suite ``table`` and the ``blocking_ops`` and ``blocking_breaks``
+  rankings; ``environment`` holds ``versions`` and ``knobs``; ``config.shard`` (``K/N``) and, for
+  ``ferry coverage merge``, ``shards`` (count, merged, missing, stores). Baseline rows are keyed
+  ``suite/arch/mode`` (baseline version 2, with ``cost_s``).
 """
 
 from __future__ import annotations
@@ -19,9 +26,10 @@ from enum import StrEnum
 
 from torchferry.report.meta import Failure, Meta
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 FORMAT = "torchferry.coverage"
-BASELINE_VERSION = 1
+DEFAULT_SUITE = "causal-lm"  # rows of stores and baselines that name no suite
+BASELINE_VERSION = 2  # 2: rows keyed suite/arch/mode, cost_s per suite/arch (1: arch/mode, causal-lm only)
 
 
 class Category(StrEnum):
@@ -56,6 +64,7 @@ class Row:
     mode: str
     category: Category
     reason: str
+    suite: str = DEFAULT_SUITE
     device: str = ""
     ref: str = ""
     compile: str | None = None
@@ -66,9 +75,18 @@ class Row:
     params: int | None = None
     checks: int | None = None
     failed_checks: int | None = None
-    fallback_ops: dict[str, int] = field(default_factory=dict)
-    graphs: int | None = None
-    signatures: int | None = None
+    fallback_ops: dict[str, int] = field(default_factory=dict)  # op -> calls that ran (or would run) on the host
+    # what the row predicts for the target (torchferry.coverage.predict); None where not measured
+    profile: str | None = None  # the built-in device's profile that predicted them; None: a real device measured them
+    op_calls: int | None = None  # op calls on the target in this mode: the denominator of fallback_share
+    fallback_share: float | None = None  # host-fallback calls / op_calls
+    eager_signatures: int | None = None  # eager op signatures (NEFF compiles) this mode added to its process
+    host_syncs: dict[str, int] | None = None  # host waits for a device value, by cause
+    graphs: int | None = None  # --compile: graphs Dynamo captured in this mode
+    signatures: int | None = None  # --compile: input signatures the mode ran
+    graph_breaks: int | None = None  # --compile: distinct graph breaks (reason and place)
+    break_reasons: list[dict] | None = None  # --compile: {reason, where, count}, as Dynamo's explain reports them
+    fullgraph: bool | None = None  # --compile: captured without a break, what torch.compile(fullgraph=True) requires
     cache: str | None = None
     tokens: dict | None = None
     log: str | None = None
@@ -77,7 +95,13 @@ class Row:
 
     @property
     def key(self) -> str:
+        """The row within its suite (the baseline's key)."""
         return f"{self.arch}/{self.mode}"
+
+    @property
+    def case(self) -> str:
+        """The row across suites (the store's and a merge's key)."""
+        return f"{self.suite}/{self.arch}/{self.mode}"
 
     @classmethod
     def from_dict(cls, data: dict) -> Row:
@@ -101,3 +125,4 @@ class CoverageReport:
     complete: bool = True
     baseline: dict | None = None  # file, counts, regressed, fixed, missing
     failure: Failure | None = None
+    shards: dict | None = None  # a merge: count, merged, missing, stores, unassigned (cases no store was assigned)
