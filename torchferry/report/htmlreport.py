@@ -108,9 +108,8 @@ def _cost(r: CheckReport) -> str:
     rows = [[row["role"], row["device"], row.get("instance") or "unpriced", device_cost(row),
              f"{row.get('price_per_hour', '-')} ({row.get('price_kind', '-')}, {row.get('price_date', '-')})"] for row in c.devices]
     p = c.projection
-    priced = [(f"{row['role']} {row['device']} (measured)", row["cost_per_unit"]) for row in c.devices
-              if row.get("cost_per_unit") is not None]
-    priced += [(f"target at {row['utilisation']:.0%} of peak", row["cost_per_unit"]) for row in p.get("rows", [])]
+    priced = [(f"{row['role']} measured", row["cost_per_unit"]) for row in c.devices if row.get("cost_per_unit") is not None]
+    priced += [(f"target {row['utilisation']:.0%}", row["cost_per_unit"]) for row in p.get("rows", [])]
     bars = svg.bar_chart("cost", "Cost per unit (USD)", priced, "USD") if priced else svg.empty(
         "cost", "Cost per unit (USD)", "no priced instance: pass --ref-instance/--target-instance")
     projected = (table(*projection_table(p)) if p.get("rows") else "")
