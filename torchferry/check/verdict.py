@@ -32,7 +32,8 @@ def _timing(report: CheckReport) -> VerdictItem:
         return VerdictItem("time", NOT_RUN, "not measured to the end")
     if t.target.emulates:
         return VerdictItem("time", NOT_RUN, f"not judged from times: the target emulates {t.target.emulates} on this host, "
-                                            "so its times are the cost of the emulation here")
+                                            "so its times are the cost of the emulation here; the rehearsal result "
+                                            f"judges what decides {t.target.emulates}'s time (compilations, fallbacks, syncs)")
     conditions = [w.split(";")[0] for w in t.warnings]
     if t.speedup_time_to_n is not None and t.speedup_time_to_n < 1:
         conditions.append(f"target takes {1 / t.speedup_time_to_n:.2f}x the reference's time to {report.config['steps']} steps")
