@@ -1,8 +1,10 @@
 """The one typed configuration of `ferry coverage`, built and validated once, before any case runs.
 
-Modes (one set of names, torchferry.harness.modes), numbers, devices, architectures, the
-baseline file, ``--write-baseline``, ``--rerun`` categories and the output folder are all
-checked here. Plugin files are imported only in worker processes: their architectures are
+Suites (torchferry.coverage.suites) and the method (torchferry.coverage.methods), modes (one
+set of names, torchferry.harness.modes), numbers, devices, architectures, the baseline file,
+``--write-baseline``, ``--rerun`` categories and the output folder are all checked here.
+Each suite runs the requested modes it has (its own by default); an architecture is named
+within its suite, so one sweep may hold ``bart`` of ``causal-lm`` and of ``seq2seq``. Plugin files are imported only in worker processes: their architectures are
 validated with one listing worker (``python -m torchferry.coverage.worker --list-archs``).
 """
 
@@ -14,6 +16,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from torchferry.errors import UsageError
 from torchferry.harness.modes import Mode, parse_mode
@@ -25,9 +28,11 @@ LIST_TIMEOUT_S = 180.0
 
 @dataclass(frozen=True, kw_only=True)
 class CoverageConfig:
-    archs: tuple[str, ...]  # model types or config.json paths (absolute)
-    source: str  # "user list" or where the full list came from
-    modes: tuple[Mode, ...]
+    suites: tuple[str, ...]  # torchferry.coverage.suites names, in sweep order
+    method: str  # torchferry.coverage.methods name
+    archs: tuple[tuple[str, str], ...]  # (suite, model type / architecture name / config.json path (absolute))
+    source: str  # "user list" or where the full lists came from
+    modes: tuple[Mode, ...]  # every mode requested; each suite runs those it has (suite_modes)
     ref: str
     target: str
     compile: str | None
@@ -45,19 +50,32 @@ class CoverageConfig:
     write_baseline: str | None
 
     @property
+    def suite(self) -> str:
+        """The suites as ``--suite`` takes them (one name, or a comma-separated list)."""
+        return ",".join(self.suites)
+
+    @property
     def settings(self) -> dict:
         """What makes stored rows comparable: the store's first line."""
         return {"ref": self.ref, "target": self.target, "compile": self.compile, "tol": self.tol, "seed": self.seed,
-                "plugins": list(self.plugins)}
+                "plugins": list(self.plugins), "method": self.method}
+
+    def suite_modes(self, suite: str) -> list[str]:
+        """The requested modes that ``suite`` has (and the method runs)."""
+        from torchferry.coverage import suites
+
+        have = suites.get(suite).modes
+        return [str(m) for m in self.modes if m in have]
 
     def jobs_list(self) -> list[dict]:
-        return [{"arch": Path(a).stem if a.endswith(".json") else a, "spec": a, "modes": [str(m) for m in self.modes],
-                 **self.settings, "threads": self.threads, "memory_gib": self.memory_gb} for a in self.archs]
+        modes = {s: self.suite_modes(s) for s in self.suites}
+        return [{"arch": Path(a).stem if a.endswith(".json") else a, "spec": a, "suite": s, "modes": modes[s],
+                 **self.settings, "threads": self.threads, "memory_gib": self.memory_gb} for s, a in self.archs]
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
         data.update(modes=[str(m) for m in self.modes], rerun=sorted(map(str, self.rerun)), archs=len(self.archs),
-                    baseline=self.baseline[0] if self.baseline else None)
+                    suites=list(self.suites), baseline=self.baseline[0] if self.baseline else None)
         return data
 
     @classmethod
@@ -65,7 +83,14 @@ class CoverageConfig:
         from torchferry.harness import devices
         from torchferry.report.core import ensure_writable
 
-        modes = _modes(args.modes)
+        from torchferry.coverage import methods, suites
+
+        names = suites.parse(getattr(args, "suite", None) or suites.DEFAULT)
+        method = methods.get(getattr(args, "method", None) or methods.TORCHFERRY.name)
+        if method.suites is not None and set(names) - set(method.suites):
+            raise UsageError(f"--method {method.name} applies to the {', '.join(method.suites)} suite only (it is the "
+                             f"vendor's own sweep); got --suite {','.join(names)}.")
+        modes = _modes(args.modes, [suites.get(n) for n in names], method)
         if args.jobs < 1 or args.timeout <= 0 or args.memory_gb <= 0:
             raise UsageError(f"--jobs must be at least 1, --timeout and --memory-gb positive "
                              f"(got {args.jobs}, {args.timeout:g}, {args.memory_gb:g}).")
@@ -76,8 +101,11 @@ class CoverageConfig:
         for given, path in zip(args.plugin, plugins):
             if not Path(path).is_file():
                 raise UsageError(f"--plugin {given!r}: no such file. Pass a Python file that registers architectures.")
-        archs = tuple(str((cwd / a).resolve()) if a.endswith(".json") else a for a in dict.fromkeys(args.archs))
-        _check_archs(args.archs, archs, plugins)
+        if args.archs and len(names) > 1:
+            raise UsageError(f"architectures are named within one suite; got {len(names)} suites ({', '.join(names)}) "
+                             "with ARCH arguments. Pass one --suite with the architectures, or no architectures.")
+        given = tuple(str((cwd / a).resolve()) if a.endswith(".json") else a for a in dict.fromkeys(args.archs))
+        _check_archs(args.archs, given, plugins, suites.get(names[0]))
         rerun = {c.strip() for c in args.rerun.split(",") if c.strip()}
         if rerun - set(map(str, Category)):
             raise UsageError(f"--rerun {args.rerun!r}: unknown categories; valid: {', '.join(map(str, Category))}.")
@@ -86,27 +114,38 @@ class CoverageConfig:
         write_baseline = str((cwd / args.write_baseline).resolve()) if args.write_baseline else None
         if write_baseline:
             ensure_writable(Path(write_baseline).parent)
-        if not archs:
-            from torchferry.coverage import configs
-
-            archs = tuple(sorted(configs.causal_lm_architectures()))
-        return cls(archs=archs, source="user list" if args.archs else "transformers MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
-                   modes=modes, ref=args.ref, target=target, compile=args.compile, plugins=plugins, tol=args.tol,
+        if given:
+            archs = tuple((names[0], a) for a in given)
+        else:
+            archs = tuple((n, a) for n in names for a in sorted(suites.get(n).architectures()))
+        source = "user list" if args.archs else "; ".join(f"{n}: {suites.get(n).source}" for n in names)
+        return cls(suites=names, method=method.name, archs=archs, source=source, modes=modes, ref=args.ref, target=target, compile=args.compile, plugins=plugins, tol=args.tol,
                    seed=args.seed, jobs=args.jobs, threads=max(1, len(os.sched_getaffinity(0)) // args.jobs),
                    timeout=float(args.timeout), memory_gb=float(args.memory_gb), output=str(output), restart=args.restart,
                    rerun=frozenset(Category(c) for c in rerun),
-                   baseline=load_baseline(args.baseline, target, cwd) if args.baseline else None,
+                   baseline=load_baseline(args.baseline, target, cwd, names, method.name) if args.baseline else None,
                    write_baseline=write_baseline)
 
 
-def _modes(text: str) -> tuple[Mode, ...]:
-    modes = {parse_mode(m) for m in text.split(",") if m.strip()}
-    if not modes:
-        raise UsageError(f"--modes {text!r}: no mode given; valid: {', '.join(m.value for m in Mode)}.")
+def _modes(text: str | None, chosen: list, method: Any) -> tuple[Mode, ...]:
+    """The requested modes (default: the suites' own, or the method's); one no chosen suite has is refused."""
+    have = {m for s in chosen for m in s.modes}
+    if method.modes is not None:
+        have &= set(method.modes)
+    if text is None:
+        modes = have
+    else:
+        modes = {parse_mode(m) for m in text.split(",") if m.strip()}
+        if not modes:
+            raise UsageError(f"--modes {text!r}: no mode given; valid: {', '.join(m.value for m in Mode)}.")
+        if modes - have:
+            whose = f"--method {method.name}" if method.modes is not None else f"the {', '.join(s.name for s in chosen)} suite"
+            raise UsageError(f"--modes {text!r}: {', '.join(sorted(map(str, modes - have)))} does not apply to {whose}; "
+                             f"its modes: {', '.join(m.value for m in Mode if m in have)}.")
     return tuple(m for m in (Mode.FORWARD, Mode.GENERATE, Mode.TRAIN) if m in modes)
 
 
-def _known_types(plugins: tuple[str, ...]) -> set[str]:
+def known_types(plugins: tuple[str, ...]) -> set[str]:
     """transformers' model types, with the plugins' ones asked of a worker (plugin code never runs here)."""
     if not plugins:
         from transformers import CONFIG_MAPPING
@@ -132,27 +171,42 @@ def _known_types(plugins: tuple[str, ...]) -> set[str]:
         return set(event["data"])
 
 
-def _check_archs(given: list[str], archs: tuple[str, ...], plugins: tuple[str, ...]) -> None:
+def _check_archs(given: list[str], archs: tuple[str, ...], plugins: tuple[str, ...], suite: Any) -> None:
     import difflib
 
     for name, path in zip(dict.fromkeys(given), archs):
         if name.endswith(".json") and not Path(path).is_file():
             raise UsageError(f"config file {name!r} does not exist. Pass a config.json or a model type.")
+    if suite.name == "diffusers" and any(a.endswith(".json") for a in archs):
+        raise UsageError(f"the diffusers suite builds its own tiny configs; config files are not accepted. "
+                         f"Pass names of: {', '.join(suite.choices(plugins))}.")
     types = [a for a in archs if not a.endswith(".json")]
     if not types:
         return
-    known = _known_types(plugins)
-    for name in types:
-        if name not in known:
-            close = difflib.get_close_matches(name, sorted(known), n=3)
-            raise UsageError(f"unknown architecture {name!r}" + (f"; did you mean {', '.join(close)}?" if close else "")
-                             + " Pass a transformers model type, a config.json, or register it with --plugin.")
+    for name in suite.unknown(types, plugins):
+        close = difflib.get_close_matches(name, suite.choices(plugins), n=3)
+        raise UsageError(f"unknown architecture {name!r} for the {suite.name} suite"
+                         + (f"; did you mean {', '.join(close)}?" if close else "")
+                         + " Pass one of the suite's architectures, a config.json, or register it with --plugin.")
 
 
-def load_baseline(spec: str, device: str, cwd: Path) -> tuple[str, dict]:
-    path = BASELINES / f"{device.split(':')[0]}.json" if spec == "auto" else (cwd / spec).resolve()
+def baseline_path(suite: str, device: str, method: str) -> Path:
+    """The shipped baseline of a suite on a device: ``baselines/<suite>/<device>.json`` (``-<method>`` for another method)."""
+    from torchferry.coverage import methods
+
+    tail = "" if method == methods.TORCHFERRY.name else f"-{method}"
+    return BASELINES / suite / f"{device.split(':')[0]}{tail}.json"
+
+
+def load_baseline(spec: str, device: str, cwd: Path, suites: tuple[str, ...] = ("causal-lm",),
+                  method: str = "torchferry") -> tuple[str, dict]:
+    """The expected rows (``auto``: the shipped file of the one suite measured)."""
+    if spec == "auto" and len(suites) > 1:
+        raise UsageError(f"--baseline without a file compares one suite with its shipped baseline; got {len(suites)} "
+                         f"suites ({', '.join(suites)}). Pass one --suite, or --baseline FILE.")
+    path = baseline_path(suites[0], device, method) if spec == "auto" else (cwd / spec).resolve()
     if not path.is_file():
-        shipped = ", ".join(sorted(p.stem for p in BASELINES.glob("*.json"))) or "none"
+        shipped = ", ".join(sorted(f"{p.parent.name}/{p.stem}" for p in BASELINES.glob("*/*.json"))) or "none"
         raise UsageError(f"baseline {str(path)!r} does not exist (shipped baselines: {shipped}). Write one with "
                          "--write-baseline FILE, or pass --baseline FILE.")
     try:

@@ -33,6 +33,8 @@ EXPERTS = 4
 EXPERTS_PER_TOKEN = 2
 LORA_RANK = 32
 STATE_SIZE = 16
+IMAGE_SIZE = 32  # vision: input height and width
+STAGE_WIDTH = 16  # vision: width of the first stage of a multi-stage backbone (later stages keep their ratios)
 
 # attribute -> value (set when the config has the attribute with a non-None value)
 WIDTH_RULES: dict[str, int] = {
@@ -50,6 +52,10 @@ WIDTH_RULES: dict[str, int] = {
     **dict.fromkeys(("qk_rope_head_dim", "qk_nope_head_dim"), HEAD_DIM // 2),
     **dict.fromkeys(("state_size", "ssm_state_size", "mamba_d_state"), STATE_SIZE),
     "d_kv": HEAD_DIM,
+    # DeepSeek sparse attention's indexer (deepseek_v32, glm_moe_dsa, hy_v4, ...): a small scorer, top-k below the prompt
+    "index_n_heads": HEADS,
+    "index_head_dim": HEAD_DIM,
+    "index_topk": 8,
     "projection_dim": HIDDEN,
 }
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "decoder_layers", "encoder_layers",
@@ -86,8 +92,35 @@ def _depth(cfg: Any) -> int | None:
     return None
 
 
-def _shrink_one(cfg: Any, widths: bool) -> None:
-    """Shrink one (non-composite) config in place."""
+def _shrink_images(cfg: Any, widths: bool) -> None:
+    """Vision backbones: a 32x32 input, one block per stage; with ``widths``, narrow stages (ratios kept)."""
+    attrs = cfg.__dict__
+    if isinstance(attrs.get("image_size"), int) and attrs["image_size"] > IMAGE_SIZE:
+        cfg.image_size = IMAGE_SIZE
+    elif isinstance(attrs.get("image_size"), (list, tuple)) and max(attrs["image_size"]) > IMAGE_SIZE:
+        cfg.image_size = [IMAGE_SIZE] * len(attrs["image_size"])
+    for key in ("depths", "depth"):  # blocks per stage (CvT spells it depth)
+        if isinstance(attrs.get(key), (list, tuple)) and all(isinstance(d, int) for d in attrs[key]):
+            setattr(cfg, key, [min(d, 1) for d in attrs[key]])
+    if isinstance(attrs.get("window_size"), int) and attrs["window_size"] > 4:
+        cfg.window_size = 4  # divides the 8x8 tokens of a 32x32 input in 4x4 patches (Swin)
+    for key in ("width_coefficient", "depth_coefficient"):  # EfficientNet's scaling of a B0
+        if isinstance(attrs.get(key), float) and attrs[key] > 1.0:
+            setattr(cfg, key, 1.0)
+    if not widths:
+        return
+    for key in ("hidden_sizes", "embed_dim", "embed_dims", "neck_hidden_sizes"):
+        value = attrs.get(key)
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) for v in value) and value[0] > STAGE_WIDTH:
+            factor = value[0] // STAGE_WIDTH
+            setattr(cfg, key, [max(1, v // factor) for v in value])
+    heads = attrs.get("num_heads") if isinstance(attrs.get("num_heads"), (list, tuple)) else None
+    if heads and all(isinstance(h, int) for h in heads):
+        cfg.num_heads = [min(h, 2**i, HEADS) for i, h in enumerate(heads)]
+
+
+def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
+    """Shrink one (non-composite) config in place (``depth_only``: layers and dropout, nothing else)."""
     old_depth = _depth(cfg)
     attrs = cfg.__dict__
     new_depth = LAYERS
@@ -120,6 +153,14 @@ def _shrink_one(cfg: Any, widths: bool) -> None:
         for key in ("first_k_dense_replace", "num_dense_layers"):
             if isinstance(attrs.get(key), int):
                 setattr(cfg, key, min(attrs[key], 1))
+    # randomness that differs by device would make parity meaningless (the dynamo harness does the same)
+    for key, value in list(attrs.items()):
+        if ("drop" in key or "jitter" in key) and isinstance(value, float) and value > 0:
+            setattr(cfg, key, 0.0)
+        elif "drop" in key and isinstance(value, (list, tuple)) and value and all(isinstance(v, float) for v in value):
+            setattr(cfg, key, [0.0] * len(value))  # per-stage rates (CvT's drop_path_rate)
+    if depth_only:
+        return
     for key in VOCAB_KEYS:
         if isinstance(attrs.get(key), int) and attrs[key] > VOCAB:
             setattr(cfg, key, VOCAB)
@@ -140,10 +181,6 @@ def _shrink_one(cfg: Any, widths: bool) -> None:
     for key in EXPERT_GROUP_KEYS:
         if isinstance(attrs.get(key), int) and attrs[key] > 1:
             setattr(cfg, key, 1)
-    # randomness that differs by device would make parity meaningless (the dynamo harness does the same)
-    for key, value in list(attrs.items()):
-        if isinstance(value, float) and ("drop" in key or "jitter" in key) and value > 0:
-            setattr(cfg, key, 0.0)
     if widths:
         for key, value in WIDTH_RULES.items():
             if attrs.get(key) is not None and isinstance(attrs.get(key), int) and attrs[key] > value:
@@ -156,6 +193,10 @@ def _shrink_one(cfg: Any, widths: bool) -> None:
         # rotary parts must fit the (new) head: MLA rotates qk_rope_head_dim, GPT-J style models rotary_dim
         if isinstance(attrs.get("qk_rope_head_dim"), int) and "head_dim" in attrs:
             cfg.head_dim = attrs["qk_rope_head_dim"]
+        if isinstance(attrs.get("qk_head_dim"), int) and isinstance(attrs.get("qk_nope_head_dim"), int):
+            cfg.qk_head_dim = attrs["qk_nope_head_dim"] + attrs["qk_rope_head_dim"]  # MLA: derived, not shrunk by itself
+        if isinstance(attrs.get("kv_lora_rank"), int) and isinstance(attrs.get("num_key_value_heads"), int):
+            cfg.num_key_value_heads = attrs["num_attention_heads"]  # MLA expands its latent to every head
         if isinstance(attrs.get("rotary_dim"), int):
             cfg.rotary_dim = min(attrs["rotary_dim"], HEAD_DIM)
     if isinstance(attrs.get("sliding_window"), int) and attrs["sliding_window"] > 32:
@@ -169,13 +210,15 @@ def _sub_configs(cfg: Any) -> list[Any]:
     return [v for k, v in vars(cfg).items() if not k.startswith("_") and isinstance(v, PretrainedConfig)]
 
 
-def shrink(cfg: Any, widths: bool = True) -> Any:
-    """A shrunk deep copy of ``cfg`` (composite configs recursively)."""
+def shrink(cfg: Any, widths: bool = True, depth_only: bool = False, images: bool = False) -> Any:
+    """A shrunk deep copy of ``cfg`` (composite configs recursively; ``images``: the vision rules too)."""
     cfg = copy.deepcopy(cfg)
     stack = [cfg]
     while stack:
         c = stack.pop()
-        _shrink_one(c, widths)
+        _shrink_one(c, widths, depth_only)
+        if images and not depth_only:
+            _shrink_images(c, widths)
         stack.extend(_sub_configs(c))
     return cfg
 
@@ -193,10 +236,13 @@ def base_config(spec: str) -> Any:
     return CONFIG_MAPPING[spec]()
 
 
-def variants(spec: str) -> list[tuple[str, Any]]:
-    """Configs to try in order: full shrink, then depth/vocab/experts only."""
+def variants(spec: str, method: Any = None, images: bool = False) -> list[tuple[str, Any]]:
+    """Configs to try in order: full shrink, then depth/vocab/experts only; a method at the config's own widths
+    (``--method torchneuron``) gets the depth cut alone. ``images``: vision backbones' rules as well."""
     base = base_config(spec)
-    return [("tiny", shrink(base, widths=True)), ("shallow", shrink(base, widths=False))]
+    if method is not None and not method.shrink_widths:
+        return [("depth-2", shrink(base, depth_only=True))]
+    return [("tiny", shrink(base, widths=True, images=images)), ("shallow", shrink(base, widths=False, images=images))]
 
 
 def causal_lm_architectures() -> dict[str, str]:

@@ -1,8 +1,9 @@
 """Coverage cases of one architecture in their own process: ``python -m torchferry.coverage.worker JOB``.
 
-The parent (sweep.py) gives a JSON job: an architecture, the modes still to run, and one
-result path per mode. This process caps its own address space (RLIMIT_AS), builds the shrunk
-model once on the reference device (imports dominate a case's time, so the modes of one
+The parent (sweep.py) gives a JSON job: a suite, a method, an architecture and the modes still
+to run. This process caps its own address space (RLIMIT_AS), builds the shrunk model once on
+the reference device (the suite, torchferry.coverage.suites, says how to build, feed and judge
+its family; the method, torchferry.coverage.methods, how big and how many steps) (imports dominate a case's time, so the modes of one
 architecture share a process), and for each mode copies it to the target, runs it on both plus
 a float64 golden run on the reference, judges with the harness's parity rule
 (torchferry.harness.parity) and sends that mode's row before starting the next. It speaks the
@@ -24,6 +25,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from torchferry.coverage import predict
 from torchferry.coverage.results import error_signature
 from torchferry.errors import DeviceOutOfMemoryError
 from torchferry.harness.modes import Mode
@@ -31,8 +33,9 @@ from torchferry.harness.worker import Channel, Outcome, run_case
 from torchferry.report.comparison import Comparison, ComparisonStatus, describe
 from torchferry.report.coverage import Category
 
-SEQ, BATCH, PROMPT, NEW_TOKENS = 16, 2, 8, 8
+PROMPT, NEW_TOKENS = 8, 8
 MAX_PARAMS = 60_000_000  # the milder shrink variant must stay small enough to run three copies
+SMOKE = (1, 4)  # (batch, length) of the forward that proves a variant runs on the reference
 
 
 class Skip(Exception):
@@ -65,7 +68,11 @@ class Case:
     def __init__(self, job: dict) -> None:
         import torch
 
+        from torchferry.coverage import methods, suites
+
         self.job, self.torch = job, torch
+        self.suite = suites.get(job.get("suite", suites.DEFAULT))
+        self.method = methods.get(job.get("method", methods.TORCHFERRY.name))
         self.mode = job["modes"][0]
         self.row: dict[str, Any] = {}
         self.start_row(self.mode)
@@ -73,8 +80,8 @@ class Case:
     def start_row(self, mode: str) -> None:
         built = {k: self.row[k] for k in ("model_class", "variant", "params") if k in self.row}
         self.mode = mode
-        self.row = {"arch": self.job["arch"], "mode": mode, "device": self.job["target"], "ref": self.job["ref"],
-                    "compile": self.job.get("compile"), **built}
+        self.row = {"arch": self.job["arch"], "suite": self.suite.name, "mode": mode, "device": self.job["target"],
+                    "ref": self.job["ref"], "compile": self.job.get("compile"), **built}
 
     # -- setup -------------------------------------------------------------------------
     def setup(self) -> None:
@@ -92,29 +99,32 @@ class Case:
 
     def build(self) -> None:
         """The first shrink variant that builds and runs a forward on the reference device."""
-        from transformers import AutoModelForCausalLM
+        from torchferry.coverage.suites.base import Unsupported
 
-        from torchferry.coverage import configs
-
-        torch = self.torch
+        torch, spec = self.torch, self.job["spec"]
         try:
-            candidates = configs.variants(self.job["spec"])
+            candidates = self.suite.variants(spec, self.method)
         except Exception as exc:  # an unknown type, or a config that needs files/extra packages
             raise Skip(f"cannot build the config: {error_signature(exc)}") from exc
+        limit = self.param_limit()
         problems = []
         for name, cfg in candidates:
             try:
                 with torch.device("meta"):
-                    meta = AutoModelForCausalLM.from_config(cfg)
+                    meta = self.suite.build(spec, cfg, self.method)
                 params = sum(p.numel() for p in meta.parameters())
-                if params > MAX_PARAMS:
-                    problems.append(f"{name}: {params / 1e6:.0f}M parameters after shrinking (limit {MAX_PARAMS / 1e6:.0f}M)")
+                if params > limit:
+                    problems.append(f"{name}: {params / 1e6:.0f}M parameters after shrinking (limit {limit / 1e6:.0f}M"
+                                    + (f" for --memory-gb {self.job['memory_gib']:g}" if self.method.bytes_per_param else "")
+                                    + ")")
                     continue
                 torch.manual_seed(self.job["seed"])
-                model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
-                self.vocab = self._vocab(model)
+                model = self.suite.build(spec, cfg, self.method).eval()
+                self.suite.check_inputs(model)
                 with torch.no_grad():
-                    model(self.ids(1, 4))
+                    model(**self.suite.inputs(model, *SMOKE, self.job["seed"], self.method))
+            except Unsupported as exc:
+                raise Skip(f"not measured by the {self.suite.name} suite: {exc}") from exc
             except Exception as exc:
                 if _is_oom(exc):
                     raise
@@ -125,20 +135,21 @@ class Case:
             return
         raise Skip("no shrunk config builds and runs on the reference: " + " | ".join(problems))
 
-    def _vocab(self, model: Any) -> int:
-        emb = model.get_input_embeddings()
-        n = getattr(emb, "num_embeddings", None) or model.config.get_text_config().vocab_size
-        return int(n)
+    def param_limit(self) -> int:
+        """Parameters a case may have: fixed for tiny methods, what ``--memory-gb`` holds at full width."""
+        if not self.method.bytes_per_param:
+            return MAX_PARAMS
+        return int(float(self.job.get("memory_gib") or 12) * 2**30 / self.method.bytes_per_param)
 
-    def ids(self, batch: int, seq: int, seed: int = 0) -> Any:
-        g = self.torch.Generator().manual_seed(self.job["seed"] + seed)
-        low = min(4, self.vocab - 1)
-        return self.torch.randint(low, self.vocab, (batch, seq), generator=g)
+    def inputs(self, batch: int, seq: int, seed: int = 0) -> dict[str, Any]:
+        return self.suite.inputs(self.model, batch, seq, self.job["seed"] + seed, self.method)
 
     def copies(self) -> tuple[Any, Any, Any | None]:
         """(reference model, target model, float64 golden model or None when fp64 cannot be built)."""
         ref = copy.deepcopy(self.model).to(self.ref)
         target = copy.deepcopy(self.model).to(self.target)
+        if not self.method.golden:
+            return ref, target, None
         try:
             golden = copy.deepcopy(self.model).double().to(self.ref)
         except Exception:
@@ -175,25 +186,27 @@ class Case:
     def forward(self) -> tuple[list, int]:
         torch = self.torch
         ref, target, golden = self.copies()
-        shapes = [(BATCH, SEQ), (BATCH, SEQ - 4)] if self.job.get("compile") else [(BATCH, SEQ)]
+        shapes = self.suite.shapes(self.method.batch, self.method.seq, bool(self.job.get("compile")))
         run_target = self.compiled(target)
+        out = self.suite.output
         comps = []
         with torch.no_grad():
             for i, shape in enumerate(shapes):
-                x = self.ids(*shape, seed=i)
-                r = self.on_ref("a forward", lambda: ref(x).logits)
-                g = _golden(lambda: golden(x.to(self.ref)).logits, golden)
-                t = self.on_target(lambda: run_target(x.to(self.target)).logits)
-                comps.append(self._compare(f"logits {tuple(shape)}", r, t, g))
+                x = self.inputs(*shape, seed=i)
+                r = self.on_ref("a forward", lambda: out(ref(**_moved(x, self.ref))))
+                g = _golden(lambda: out(golden(**_moved(x, self.ref, torch.float64))), golden)
+                t = self.on_target(lambda: out(run_target(**_moved(x, self.target))))
+                comps.append(self._compare(f"{self.suite.output_name} {tuple(shape)}", r, t, g))
         return comps, len(shapes)
 
     def generate(self) -> tuple[list, int]:
         torch = self.torch
         ref, target, golden = self.copies()
-        x = self.ids(1, PROMPT)
+        x = self.suite.prompt(self.model, PROMPT, self.job["seed"])
         # eager means eager: transformers would otherwise torch.compile a static-cache generate on accelerators
         kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, output_scores=True,
-                      return_dict_in_generate=True, pad_token_id=0, disable_compile=not self.job.get("compile"))
+                      return_dict_in_generate=True, pad_token_id=0, disable_compile=not self.job.get("compile"),
+                      **self.suite.generation(self.model))
         cache = "static" if getattr(ref, "_can_compile_fullgraph", False) else "dynamic"
         if cache == "static":
             try:
@@ -224,31 +237,32 @@ class Case:
         return comps, 1
 
     def train(self) -> tuple[list, int]:
+        """``optimizer_steps`` SGD steps (losses and first-step gradients), or one forward+backward when 0."""
         torch = self.torch
         ref, target, golden = self.copies()
-        x = self.ids(BATCH, SEQ)
+        x = self.inputs(self.method.batch, self.method.seq)
+        steps = max(1, self.method.optimizer_steps)
 
-        def step(model: Any, device: Any) -> dict:
+        def step(model: Any, device: Any, dtype: Any = None) -> dict:
             model.train()
             run = self.compiled(model) if device == self.target else model
             opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-            ids = x.to(device)
+            inputs = _moved(x, device, dtype)
             losses = []
-            for _ in range(2):
+            for _ in range(steps):
                 opt.zero_grad(set_to_none=True)
-                logits = run(ids).logits
-                loss = torch.nn.functional.cross_entropy(
-                    logits[:, :-1].reshape(-1, logits.shape[-1]).float(), ids[:, 1:].reshape(-1))
+                loss = self.suite.loss(run(**inputs), inputs, self.job["seed"] + 7)
                 loss.backward()
                 if not losses:
                     grads = {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
-                opt.step()
+                if self.method.optimizer_steps:
+                    opt.step()
                 losses.append(loss.detach().cpu())
             return {"losses": torch.stack(losses), "grads": grads}
 
         r = self.on_ref("a training step", lambda: step(ref, self.ref))
         t = self.on_target(lambda: step(target, self.target))
-        g = _golden(lambda: step(golden, self.ref), golden)
+        g = _golden(lambda: step(golden, self.ref, torch.float64), golden)
         comps = [self._compare("loss", r["losses"], t["losses"], g["losses"] if g else None)]
         for name, grad in r["grads"].items():
             if name not in t["grads"]:
@@ -266,12 +280,13 @@ class Case:
     # -- the row -----------------------------------------------------------------------
     def run(self) -> dict:
         self.counters.reset()
+        watch = predict.Watch(self.target, self.job.get("compile"))  # what the row predicts for the target
         comps, signatures = getattr(self, self.mode)()
         fallback = self.counters.fallback_ops()
         failed = [c for c in comps if not c.passed]
-        self.row.update(checks=len(comps), failed_checks=len(failed), fallback_ops=fallback)
+        self.row.update(checks=len(comps), failed_checks=len(failed), fallback_ops=fallback, **watch.fields(self.counters))
         if self.job.get("compile"):
-            self.row.update(graphs=self.counters.graphs(), signatures=signatures)
+            self.row.update(signatures=signatures)
         if failed:
             c = failed[0]
             more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
@@ -286,6 +301,18 @@ class Case:
     def _row(self, category: Category, reason: str) -> dict:
         self.row.update(category=category, reason=reason)
         return self.row
+
+
+def _moved(inputs: dict[str, Any], device: Any, dtype: Any = None) -> dict[str, Any]:
+    """The inputs on ``device``, floating tensors cast to ``dtype`` when given (the float64 golden run)."""
+    import torch
+
+    def move(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.to(device, dtype) if dtype is not None and v.is_floating_point() else v.to(device)
+        return {k: move(i) for k, i in v.items()} if isinstance(v, dict) else v
+
+    return {k: move(v) for k, v in inputs.items()}
 
 
 def _golden(fn: Any, golden: Any | None) -> Any | None:

@@ -1,0 +1,57 @@
+"""The ``causal-lm`` suite: every causal-LM architecture of the installed transformers, forward, generate and train.
+
+Training is next-token cross-entropy on the input ids; under ``--method torchneuron`` it is the
+model's own loss from labels at the vendor's sizes (torchferry.coverage.methods).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchferry.coverage.suites.base import Suite, generator, token_ids, vocab_size
+from torchferry.harness.modes import Mode
+
+
+class CausalLM(Suite):
+    name = "causal-lm"
+    summary = "decoder-only language models (AutoModelForCausalLM)"
+    modes = (Mode.FORWARD, Mode.GENERATE, Mode.TRAIN)
+    mapping = "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"
+    auto_class = "AutoModelForCausalLM"
+
+    def unknown(self, names: list[str], plugins: tuple[str, ...]) -> list[str]:
+        """Any transformers model type (or a plugin's): one without a causal-LM class is skipped with that reason."""
+        from torchferry.coverage.config import known_types
+
+        known = known_types(plugins)
+        return [n for n in names if n not in known]
+
+    def choices(self, plugins: tuple[str, ...]) -> list[str]:
+        from torchferry.coverage.config import known_types
+
+        return sorted(known_types(plugins))
+
+    def check_inputs(self, model: Any) -> None:
+        """Causal LMs are measured on token ids whatever their declared main input (as the sweep always has)."""
+
+    def inputs(self, model: Any, batch: int, seq: int, seed: int, method: Any) -> dict[str, Any]:
+        import torch
+
+        if not method.model_loss:
+            return {"input_ids": token_ids(model, batch, seq, seed)}
+        # the vendor's inputs: ids and labels in [0, seq), an all-ones mask
+        ids = token_ids(model, batch, seq, seed, high=seq)
+        labels = torch.randint(0, min(seq, vocab_size(model)), (batch, seq), generator=generator(seed + 1))
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+    def loss(self, out: Any, inputs: dict[str, Any], seed: int) -> Any:
+        import torch
+
+        if "labels" in inputs:  # the model's own loss, or the logits' sum when it computes none (as the vendor)
+            return out.loss if out.loss is not None else out.logits.sum()
+        logits, ids = out.logits, inputs["input_ids"]
+        return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+                                                 ids[:, 1:].reshape(-1))
+
+
+SUITE = CausalLM()
