@@ -1,14 +1,24 @@
-"""Benchmark of `torch.compile(backend="neuron")` on the built-in device (issue 4).
+"""Benchmark of `torch.compile(backend="neuron")` on the built-in device (issues 4 and 17).
 
-1. Steady state: a tiny Llama training step compiled with backend="neuron" on the device
-   vs the same model compiled with Inductor on the CPU, steps alternating, median of the
-   per-pair ratios (target <= 1.05). Reported for forward+backward (the compiled part) and
-   for the whole step with the eager AdamW step.
+1. Steady state, with transformers' SDPA attention and with its eager attention: a tiny
+   Llama's compiled forward+backward with backend="neuron" on the device vs the same model
+   compiled with Inductor on the CPU, in one process, steps interleaved (the order flips
+   every pair), median of the per-pair ratios with their spread (interquartile range and
+   min-max), and the ratio of the two sides' best steps (the least disturbed by other load).
+   Target: the median fwd+bwd ratio <= 1.02 for each attention. The ratio of process CPU
+   time is printed too, and the load average: on a shared machine waiting for a core adds
+   to the wall clock only. The whole step, with the same eager
+   AdamW on each device, is printed beside it (no target here: the eager part is
+   bench/eager_overhead.py's).
 2. Compile time: the first compiled training step (Dynamo + AOTAutograd + Inductor) in a
    fresh process with an empty cache (cold) and in another fresh process on the cache the
    first one left (warm); target warm <= 30% of cold.
 
-Run: `python bench/compile.py [--steps 30] [--hidden 256] [--layers 2] [--seq 128] [--batch 4]`.
+Both devices run the same CPU kernels on the same memory, so 1.00 is the physical limit.
+These are host figures of the rehearsal device, never Trainium's.
+
+Run: `python bench/compile.py [--steps 30] [--hidden 256] [--layers 2] [--seq 128] [--batch 4]
+[--attn sdpa eager] [--threads N] [--no-compile-time]`. Exit status 1 when a target fails.
 """
 
 from __future__ import annotations
@@ -21,6 +31,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+STEADY_TARGET = 1.02
+WARM_TARGET = 0.30
 
 _COLD_WARM = """
 import json, sys, time, torch, torchferry.device
@@ -52,6 +65,11 @@ def build(args: dict, device: str):
     return model, ids
 
 
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
 def steady(args: dict) -> dict:
     import torch
 
@@ -66,28 +84,37 @@ def steady(args: dict) -> dict:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=False)
         sides[device] = (compiled, opt, ids)
 
-    def step(device: str) -> tuple[float, float]:
+    def step(device: str) -> tuple[float, float, float]:
         compiled, opt, ids = sides[device]
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         compiled(input_ids=ids, labels=ids).loss.backward()
-        fwd_bwd = time.perf_counter() - t
+        torch.accelerator.synchronize()  # the same call on both sides
+        fwd_bwd, fwd_bwd_cpu = time.perf_counter() - t, time.process_time() - cpu
         opt.step()
-        torch.accelerator.synchronize() if device != "cpu" else None
-        return fwd_bwd, time.perf_counter() - t
+        torch.accelerator.synchronize()
+        return fwd_bwd, time.perf_counter() - t, fwd_bwd_cpu
 
     for _ in range(3):  # compile and warm up both
         step("neuron"), step("cpu")
     pairs = []
     for i in range(args["steps"]):
         order = ("neuron", "cpu") if i % 2 == 0 else ("cpu", "neuron")
-        got = {d: step(d) for d in order}
-        pairs.append(got)
+        pairs.append({d: step(d) for d in order})
+    torch.compiler.reset()
     fb = [p["neuron"][0] / p["cpu"][0] for p in pairs]
+    fb_cpu = [p["neuron"][2] / p["cpu"][2] for p in pairs]
     full = [p["neuron"][1] / p["cpu"][1] for p in pairs]
     return {
-        "fwd_bwd_ratio_median": statistics.median(fb),
-        "step_ratio_median": statistics.median(full),
+        "fwd_bwd_ratio": _quartiles(fb),
+        "fwd_bwd_range": (min(fb), max(fb)),
+        # Load from other processes only adds time, so the best step of each side is the
+        # least disturbed figure; printed beside the median, never instead of it.
+        "fwd_bwd_best_ratio": min(p["neuron"][0] for p in pairs) / min(p["cpu"][0] for p in pairs),
+        "step_ratio": _quartiles(full),
+        # CPU time of the process (all its threads), which waiting for a core does not add
+        # to: a second view on a shared machine, beside the wall-clock one.
+        "fwd_bwd_cpu_time_ratio": _quartiles(fb_cpu),
         "neuron_fwd_bwd_ms": 1e3 * statistics.median(p["neuron"][0] for p in pairs),
         "cpu_fwd_bwd_ms": 1e3 * statistics.median(p["cpu"][0] for p in pairs),
         "neuron_step_ms": 1e3 * statistics.median(p["neuron"][1] for p in pairs),
@@ -118,37 +145,64 @@ def cold_warm(args: dict) -> dict:
     }
 
 
+def _verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=30, help="interleaved pairs per attention (default 30)")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"],
-                        help="transformers attention implementation (default: sdpa, transformers' own default)")
+    parser.add_argument("--attn", nargs="+", default=["sdpa", "eager"], choices=["sdpa", "eager"],
+                        help="transformers attention implementations to measure (default: both)")
+    parser.add_argument("--no-compile-time", action="store_true", help="skip the cold/warm compile-time runs")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     args = vars(parser.parse_args())
-    print(f"model: Llama hidden={args['hidden']} layers={args['layers']} batch={args['batch']} seq={args['seq']}")
-    s = steady(args)
-    print(
-        f"steady  fwd+bwd  neuron {s['neuron_fwd_bwd_ms']:.2f} ms  inductor-cpu {s['cpu_fwd_bwd_ms']:.2f} ms  "
-        f"median ratio {s['fwd_bwd_ratio_median']:.3f} (target <= 1.05)"
-    )
-    print(
-        f"steady  step     neuron {s['neuron_step_ms']:.2f} ms  inductor-cpu {s['cpu_step_ms']:.2f} ms  "
-        f"median ratio {s['step_ratio_median']:.3f} (AdamW eager on each device)"
-    )
-    c = cold_warm(args)
-    print(
-        f"compile first step  cold {c['cold_first_step_s']:.2f} s ({c['cold_cache']})  "
-        f"warm {c['warm_first_step_s']:.2f} s ({c['warm_cache']})  "
-        f"warm/cold {c['warm_over_cold']:.2f} (target <= 0.30)"
-    )
-    print(
-        f"backend compile time (sum of torch_neuronx_compile_us)  cold {c['cold_compile_us'] / 1e6:.2f} s  "
-        f"warm {c['warm_compile_us'] / 1e6:.2f} s"
-    )
-    print("results come back zero-copy (adopted device memory); no copying fallback is used")
+    if args["threads"]:
+        import torch
+
+        torch.set_num_threads(args["threads"])
+    print(f"model: Llama hidden={args['hidden']} layers={args['layers']} batch={args['batch']} seq={args['seq']}, "
+          f"{args['steps']} interleaved pairs; ratio = neuron / inductor-cpu, median [IQR] (min-max)")
+    print("load average at start: {:.2f} {:.2f} {:.2f} on {} CPUs".format(*os.getloadavg(), os.cpu_count()))
+    passed = True
+    for attn in args["attn"]:
+        s = steady({**args, "attn": attn})
+        q1, median, q3 = s["fwd_bwd_ratio"]
+        low, high = s["fwd_bwd_range"]
+        ok = median <= STEADY_TARGET
+        passed &= ok
+        print(
+            f"{attn:5s}  fwd+bwd  neuron {s['neuron_fwd_bwd_ms']:.2f} ms  inductor-cpu {s['cpu_fwd_bwd_ms']:.2f} ms  "
+            f"ratio {median:.3f} [{q1:.3f}-{q3:.3f}] ({low:.3f}-{high:.3f}), best/best {s['fwd_bwd_best_ratio']:.3f}  "
+            f"target <= {STEADY_TARGET:.2f} (median): {_verdict(ok)}"
+        )
+        cq1, cmedian, cq3 = s["fwd_bwd_cpu_time_ratio"]
+        print(f"{attn:5s}  fwd+bwd  process CPU time ratio {cmedian:.3f} [{cq1:.3f}-{cq3:.3f}]")
+        sq1, smedian, sq3 = s["step_ratio"]
+        print(
+            f"{attn:5s}  step     neuron {s['neuron_step_ms']:.2f} ms  inductor-cpu {s['cpu_step_ms']:.2f} ms  "
+            f"ratio {smedian:.3f} [{sq1:.3f}-{sq3:.3f}]  (with the eager AdamW step; no target here)"
+        )
+    if not args["no_compile_time"]:
+        c = cold_warm({**args, "attn": args["attn"][0]})
+        ok = c["warm_over_cold"] <= WARM_TARGET
+        passed &= ok
+        print(
+            f"compile first step ({args['attn'][0]})  cold {c['cold_first_step_s']:.2f} s ({c['cold_cache']})  "
+            f"warm {c['warm_first_step_s']:.2f} s ({c['warm_cache']})  "
+            f"warm/cold {c['warm_over_cold']:.2f}  target <= {WARM_TARGET:.2f}: {_verdict(ok)}"
+        )
+        print(
+            f"backend compile time (sum of torch_neuronx_compile_us)  cold {c['cold_compile_us'] / 1e6:.2f} s  "
+            f"warm {c['warm_compile_us'] / 1e6:.2f} s"
+        )
+    print("load average at end: {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    print(f"overall: {_verdict(passed)}")
+    sys.exit(0 if passed else 1)
 
 
 if __name__ == "__main__":

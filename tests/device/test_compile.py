@@ -66,13 +66,39 @@ def test_compiled_llama_forward_and_backward_match_eager(compile_env):
 def test_compiled_results_are_device_memory_not_copies(compile_env):
     import torch
 
-    x = torch.randn(8, 8, device="neuron")
-    f = torch.compile(lambda t: (t * 2, t[1:]), backend="neuron")
-    doubled, view = f(x)
-    assert doubled.device.type == "neuron"
-    torch.testing.assert_close(doubled.cpu(), x.cpu() * 2)
+    def f(t, scale):
+        t.mul_(2)  # an input mutation lands in the device tensor
+        return t + 1, t[1:], scale * 3
+
+    x = torch.arange(64.0, device="neuron").reshape(8, 8)
+    plus_one, view, scaled = torch.compile(f, backend="neuron")(x, torch.tensor(0.5))
+    expected = torch.arange(64.0).reshape(8, 8) * 2
+    torch.testing.assert_close(x.cpu(), expected)
+    assert plus_one.device.type == "neuron"
+    torch.testing.assert_close(plus_one.cpu(), expected + 1)
+    # A fresh result is device memory even when computed from a CPU scalar only: TorchNeuron
+    # allocates every output of a compiled graph on the device (executor.py).
+    assert scaled.device.type == "neuron" and scaled.item() == 1.5
     x.add_(1)  # a view of an input stays a view of the device input
     torch.testing.assert_close(view.cpu(), x.cpu()[1:])
+
+
+def test_a_compiled_graph_is_aotautograds_own_device_node(compile_env):
+    # Nothing wraps AOTAutograd's compiled function: its autograd.Function is the graph's
+    # node, on device tensors, so a retained graph runs its backward twice as on the CPU.
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh()).to("neuron")
+    x = torch.randn(2, 4).to("neuron").requires_grad_()
+    eager_x = x.detach().clone().requires_grad_()
+    out = torch.compile(model, backend="neuron")(x)
+    assert type(out.grad_fn).__name__ == "CompiledFunctionBackward"
+    out.sum().backward(retain_graph=True)
+    out.sum().backward()
+    model(eager_x).sum().backward()
+    assert x.grad.device.type == "neuron"
+    torch.testing.assert_close(x.grad.cpu(), 2 * eager_x.grad.cpu())
 
 
 @pytest.mark.slow

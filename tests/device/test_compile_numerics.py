@@ -45,8 +45,8 @@ def test_compiled_float64_backward_matches_the_eager_device(neuron, numerics, co
 
 
 def test_the_compile_cache_keeps_each_numerics_apart(run_python, tmp_path):
-    """AOTAutograd's disk cache keys the graph before the numerics pass; a graph compiled
-    under target numerics must not answer a later host-numerics process."""
+    """A graph compiled under target numerics must not answer a later host-numerics process,
+    whichever cache keys the graph before the numerics pass (AOTAutograd's does)."""
     code = """
         import torch, torchferry.device as d
         d.enable()

@@ -5,7 +5,8 @@ One module per job:
 - `backend`: the TorchDynamo backend `neuron` (the `torch_dynamo_backends` entry point) and
   its registration;
 - `contract`: TorchNeuron's rules (static shapes only, mode `default` only);
-- `host_graph`: running Inductor's CPU code on zero-copy host views of device tensors;
+- `host_graph`: device graphs lowered as host graphs, and Inductor's CPU code run on
+  zero-copy host views of device tensors;
 - `metrics`: `torch.neuron.get_dynamo_metrics()`;
 - `cache`: the persistent cache of compiled graphs.
 """

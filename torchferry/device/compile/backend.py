@@ -2,9 +2,11 @@
 
 TorchNeuron compiles each Dynamo graph per input signature (forward and backward apart),
 rejects `dynamic=True`, ignores modes other than `default` and keeps compiled artifacts on
-disk. This backend checks that contract (`contract`), hands the graph to Inductor's CPU code
-generation with the device replaced by the host (`host_graph`), records each compiled graph
-(`metrics`) and compiles inside torchferry's persistent cache (`cache`).
+disk. This backend checks that contract (`contract`), lowers the graph as the host's graph
+(`host_graph`) through Inductor's `compile_fx` with forward and backward compilers of its
+own (`_DeviceCompiler`: Inductor's `compile_fx_inner`, its code wrapped to run on device
+tensors), records each compiled graph (`metrics`) and compiles inside torchferry's
+persistent cache (`cache`).
 
 `neuron_backend` is the `torch_dynamo_backends` entry point named in pyproject.toml.
 """
@@ -23,12 +25,18 @@ from torchferry.device.compile import cache, contract, host_graph, metrics, nume
 BACKEND_NAME = "neuron"
 
 
-class _Recorder:
-    """`inner_compile` for Inductor that records each forward/backward graph it compiles."""
+class _DeviceCompiler:
+    """AOTAutograd's forward, backward and inference compiler for a device graph (Inductor's
+    `inner_compile` hook): Inductor's `compile_fx_inner` on the host graph, recorded in the
+    metrics, and wrapped to take and return device tensors (`host_graph.DeviceCode`) unless
+    the graph touches no device tensor (`index` None: it stays Inductor's CPU graph)."""
 
-    def __init__(self, base_name: str, signature: str, cache_on: bool, compile_id: str | None) -> None:
+    def __init__(
+        self, base_name: str, signature: str, cache_on: bool, compile_id: str | None, index: int | None
+    ) -> None:
         self.base_name, self.signature, self.cache_on = base_name, signature, cache_on
         self.compile_id = compile_id  # the backward compiles later, outside Dynamo's context
+        self.index = index
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs: Any) -> Any:
         from torch._dynamo.utils import counters
@@ -58,7 +66,7 @@ class _Recorder:
             cache_key=cache.graph_key(gm.code, metrics.signature(example_inputs)),
             input_signature=self.signature, kind=kind, compile_id=self.compile_id,
         )
-        return compiled
+        return compiled if self.index is None else host_graph.DeviceCode(compiled, self.index)
 
 
 def neuron_backend(
@@ -68,7 +76,11 @@ def neuron_backend(
     mode: str | None = None,
     options: dict[str, Any] | None = None,
 ) -> Callable[..., Any]:
-    """The TorchDynamo backend `neuron`: compile one Dynamo graph with TorchNeuron's contract."""
+    """The TorchDynamo backend `neuron`: compile one Dynamo graph with TorchNeuron's contract.
+
+    Returns AOTAutograd's compiled function itself, called with the device tensors (see
+    `host_graph`); a graph with no device tensor at all compiles as Inductor's CPU graph.
+    """
     from torch._inductor.compile_fx import compile_fx
 
     contract.check_static(gm)
@@ -80,25 +92,14 @@ def neuron_backend(
     base_name = f"{model_name}_graph_{next(metrics.graph_ids)}"
     signature = metrics.signature(example_inputs)
     compile_id = metrics.compile_id()
-    output_devices = host_graph.output_devices(gm)
+    index = host_graph.device_index(gm, example_inputs)
     host_graph.to_host_graph(gm)
     fake_mode = torch._guards.detect_fake_mode(example_inputs)
     host_inputs = [host_graph.host_example(x, fake_mode) for x in example_inputs]
-    from torch._dynamo.utils import counters
-
-    hits_before = counters["aot_autograd"]["autograd_cache_hit"]
-    start = time.perf_counter_ns()
     with cache.scope() as cache_on:
-        compiled = compile_fx(gm, host_inputs, inner_compile=_Recorder(base_name, signature, cache_on, compile_id))
-    if counters["aot_autograd"]["autograd_cache_hit"] > hits_before:
-        # AOTAutograd's cache returned forward and backward together, without compiling either.
-        metrics.add_record(
-            graph_name=f"{base_name}_cached", graph_node_count=len(gm.graph.nodes),
-            torch_neuronx_compile_us=(time.perf_counter_ns() - start) // 1000, cache="hit",
-            cache_key=cache.graph_key(gm.code, signature), input_signature=signature, kind="cached",
-            compile_id=compile_id,
+        return compile_fx(
+            gm, host_inputs, inner_compile=_DeviceCompiler(base_name, signature, cache_on, compile_id, index)
         )
-    return host_graph.CompiledGraph(compiled, output_devices)
 
 
 def register() -> None:

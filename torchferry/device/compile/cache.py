@@ -5,8 +5,13 @@ built-in device does the same with Inductor's FX graph cache, pointed at a direc
 own. Inductor's cache key already covers the graph code, the input signature (shapes,
 strides, dtypes), Inductor's config and the torch version; the directory adds the torch and
 torchferry versions, so an upgrade of either never reads artifacts of the other, and the
-numerics (`TORCHFERRY_NUMERICS`): AOTAutograd's cache keys the graph before
-`numerics.narrow_64bit` rewrites it, so each numerics keeps its own artifacts.
+numerics (`TORCHFERRY_NUMERICS`), so a graph compiled under one numerics never answers the
+other, whichever cache keys it before `numerics.narrow_64bit` rewrites it.
+
+AOTAutograd's own cache stays off for device graphs: a hit there restores Inductor's
+compiled graphs itself, without the forward and backward compilers that wrap them to run on
+device tensors (`host_graph.DeviceCode`). A warm process therefore traces the joint graph
+again and takes each compiled forward and backward graph from the FX graph cache.
 
 Settings (read at each compilation, so tests and the decision test can change them):
 ``TORCHFERRY_CACHE_DIR`` (default ``$XDG_CACHE_HOME/torchferry`` or ``~/.cache/torchferry``)
@@ -76,10 +81,10 @@ def scope(environ: Mapping[str, str] = os.environ) -> Iterator[bool]:
     previous = os.environ.get(_INDUCTOR_DIR_ENV)
     os.environ[_INDUCTOR_DIR_ENV] = str(directory)
     try:
-        # Both local caches: AOTAutograd's (a hit skips tracing the joint graph too) and
-        # Inductor's FX graph cache (one entry per forward/backward graph).
+        # Inductor's FX graph cache (one entry per forward/backward graph); AOTAutograd's
+        # cache off (see the module docstring).
         with inductor_config.patch(fx_graph_cache=on, fx_graph_remote_cache=False), functorch_config.patch(
-            enable_autograd_cache=on
+            enable_autograd_cache=False
         ):
             yield on
     finally:

@@ -1,20 +1,29 @@
-"""Running a compiled graph on the built-in device: Inductor's CPU code on zero-copy views.
+"""Running a compiled graph on the built-in device: Inductor's CPU code on device memory.
 
-Device memory is host memory, so a compiled graph is the same graph with its `neuron`
-devices replaced by `cpu`, called on zero-copy CPU views of the device tensors.
+Device memory is host memory, so a device graph is lowered as the same graph on the host:
+`to_host_graph` rewrites its `neuron` devices to `cpu` and `host_example` gives AOTAutograd
+and Inductor CPU twins of the inputs. Both then see a CPU model, and produce the code they
+produce for one (the same decompositions, partition, fusions and kernels).
 
-- Autograd stays on the device: `_HostGraph` is an autograd.Function over the `neuron`
-  tensors whose forward and backward run Inductor's compiled forward and backward graphs
-  (AOTAutograd on the host views) and hand results back without copying.
-- Results come back as device tensors without a copy: a result that is (a view of) an input
-  becomes the same view of the device input; fresh results are adopted as device memory
-  (one `_adopt_host_results` call per graph run; not an op, so not accounted as one: on
-  TorchNeuron a compiled graph's outputs are device tensors already).
+At run time nothing stands between the caller and AOTAutograd: its own runtime wrapper
+(the autograd.Function it builds, input mutations, outputs that alias inputs) is called
+with the device tensors themselves, so autograd records one device node per graph, as for
+any accelerator. Only the graphs it calls, Inductor's compiled forward, backward or
+inference code, are wrapped (`DeviceCode`, the output of the backend's forward and backward
+compilers): each device input goes in as a zero-copy host view (a C++ call, no copy), and
+the results come back as the device tensors the graph promised, without a copy:
+
+- a result that is an input comes back as that device input;
+- a result that is a view of an input becomes the same view of the device input;
+- fresh results are adopted as device memory (one `_adopt_host_results` call per graph run,
+  which keeps results that share a buffer sharing one device storage). This is not an op
+  and is not counted as one: on TorchNeuron a compiled graph's outputs are device tensors
+  already (`neuron_dynamo_backend/executor.py` allocates every output on the device).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -34,6 +43,18 @@ def _host_device_arg(x: Any) -> Any:
     if isinstance(x, str) and (x == "neuron" or x.startswith("neuron:")):
         return "cpu"
     return x
+
+
+def device_index(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> int | None:
+    """The device a Dynamo graph runs on: that of its first `neuron` input, else of its
+    first `neuron` result (a graph that makes device tensors from nothing); None when it
+    touches no device tensor. Read before `to_host_graph`."""
+    (output,) = gm.graph.find_nodes(op="output")
+    results = [n.meta.get("example_value") for n in output.all_input_nodes]
+    for x in (*example_inputs, *results):
+        if _is_neuron(x):
+            return x.device.index or 0
+    return None
 
 
 def to_host_graph(gm: torch.fx.GraphModule) -> None:
@@ -71,104 +92,51 @@ def host_example(x: Any, fake_mode: Any) -> Any:
     return fake_mode.from_tensor(view, static_shapes=True) if fake_mode is not None else view
 
 
-# --------------------------------------------------------------- results back
-def _to_device(
-    results: Sequence[Any], devices: Sequence[torch.device | None], device_args: Sequence[Any], host_args: Sequence[Any]
-) -> list[Any]:
-    """Host results as the tensors the graph promised: views of device inputs stay views of
-    them, fresh host results become device tensors without a copy."""
-    owners = {h.untyped_storage().data_ptr(): d for h, d in zip(host_args, device_args) if _is_neuron(d)}
-    out = list(results)
-    fresh: list[int] = []
-    for i, (r, dev) in enumerate(zip(results, devices)):
-        if not isinstance(r, torch.Tensor) or r.device.type != "cpu":
-            continue
-        owner = owners.get(r.untyped_storage().data_ptr()) if r.untyped_storage().nbytes() else None
-        if dev is None or dev.type != "neuron":
-            if owner is not None:
-                out[i] = r.clone()  # a host copy of device memory must not alias it
-        elif owner is not None:
-            out[i] = owner.as_strided(r.shape, r.stride(), r.storage_offset())
-        else:
-            fresh.append(i)
-    if fresh:
-        by_index: dict[int, list[int]] = {}
-        for i in fresh:
-            by_index.setdefault(devices[i].index or 0, []).append(i)
-        for index, positions in by_index.items():
-            adopted = _runtime.core()._adopt_host_results([results[i] for i in positions], index)
-            for i, tensor in zip(positions, adopted):
-                out[i] = tensor
-    return out
+class DeviceCode:
+    """One compiled forward, backward or inference graph, called by AOTAutograd with device
+    tensors: Inductor's CPU code runs on host views of them, results come back as device
+    tensors (see the module docstring). Boxed, like the compiled graph it wraps: AOTAutograd
+    passes a list and the graph frees each input as soon as it is done with it."""
 
+    def __init__(self, compiled: Any, index: int) -> None:
+        self.compiled, self.index = compiled, index
+        self._boxed_call = True  # an instance attribute: wrappers copy __dict__ (functools.wraps)
+        core = _runtime.core()
+        self._host_view, self._adopt = core._host_view, core._adopt_host_results
 
-class _HostGraph(torch.autograd.Function):
-    """The device-side autograd node of one compiled graph: forward and backward run
-    Inductor's compiled graphs on host views; gradients come back as device tensors."""
-
-    @staticmethod
-    def forward(ctx: Any, graph: "CompiledGraph", *args: Any) -> tuple[Any, ...]:
-        host = [graph.host_input(a, grad=True) for a in args]
-        with torch.enable_grad():
-            results = graph.compiled(*host)
-        ctx.graph, ctx.device_args, ctx.host_args, ctx.host_results = graph, args, host, results
-        out = _to_device(results, graph.output_devices, args, host)
-        ctx.mark_non_differentiable(
-            *[o for o, r in zip(out, results) if isinstance(o, torch.Tensor) and not r.requires_grad]
-        )
-        return tuple(out)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, *grads: Any) -> tuple[Any, ...]:
-        pairs = [
-            (r, g)
-            for r, g in zip(ctx.host_results, grads)
-            if isinstance(r, torch.Tensor) and r.requires_grad and g is not None
-        ]
-        wanted = [i for i, h in enumerate(ctx.host_args) if isinstance(h, torch.Tensor) and h.requires_grad]
-        device_grads = [g for _, g in pairs]
-        host_grads = [_runtime.core()._host_view(g) if _is_neuron(g) else g for g in device_grads]
-        found = torch.autograd.grad(
-            [r for r, _ in pairs], [ctx.host_args[i] for i in wanted], host_grads, allow_unused=True
-        )
-        devices = [ctx.device_args[i].device for i in wanted]
-        back = _to_device(list(found), devices, device_grads, host_grads)
-        result: list[Any] = [None] * len(ctx.device_args)
-        for i, g in zip(wanted, back):
-            result[i] = g
-        del ctx.host_results, ctx.host_args
-        return (None, *result)
-
-
-class CompiledGraph:
-    """What the backend returns to Dynamo: the host-compiled graph, called on device tensors."""
-
-    def __init__(self, compiled: Callable[..., Any], output_devices: list[torch.device | None]) -> None:
-        self.compiled = compiled
-        self.output_devices = output_devices
-
-    @staticmethod
-    def host_input(x: Any, grad: bool = False) -> Any:
-        if _is_neuron(x):
-            view = _runtime.core()._host_view(x)
-            return view.requires_grad_() if grad and x.requires_grad else view
-        if grad and isinstance(x, torch.Tensor) and x.requires_grad:
-            return x.detach().requires_grad_()  # its own leaf, so the gradient is returned, not accumulated
-        return x
-
-    def __call__(self, *args: Any) -> Any:
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            return list(_HostGraph.apply(self, *args))
-        host = [self.host_input(a) for a in args]
-        return _to_device(self.compiled(*host), self.output_devices, args, host)
-
-
-def output_devices(gm: torch.fx.GraphModule) -> list[torch.device | None]:
-    (output,) = gm.graph.find_nodes(op="output")
-    values = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
-    devices = []
-    for node in values:
-        value = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
-        devices.append(value.device if isinstance(value, torch.Tensor) else None)
-    return devices
+    def __call__(self, args: list[Any]) -> list[Any]:
+        host_view = self._host_view
+        # The inputs stay referenced until the results are sorted, so that no freed input's
+        # object id or memory can be taken by a fresh result and mistaken for it.
+        inputs = {}  # id(host view) -> (host view, device input); a CPU input maps to itself
+        owners: dict[int, torch.Tensor | None] = {}  # storage address -> device input (None: a CPU input's)
+        host = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                h = host_view(a) if not a.is_cpu else a
+                inputs[id(h)] = (h, a)
+                owners[h.untyped_storage().data_ptr()] = None if h is a else a
+                host.append(h)
+            else:
+                host.append(a)
+        args.clear()
+        results = list(self.compiled(host))
+        del host
+        fresh: list[int] = []
+        for i, r in enumerate(results):
+            if not isinstance(r, torch.Tensor) or not r.is_cpu:
+                continue
+            if id(r) in inputs:
+                results[i] = inputs[id(r)][1]
+                continue
+            ptr = r.untyped_storage().data_ptr()
+            if ptr and ptr in owners:
+                owner = owners[ptr]
+                if owner is not None:  # a view of a device input; a CPU input's view stays
+                    results[i] = owner.as_strided(r.shape, r.stride(), r.storage_offset())
+            else:
+                fresh.append(i)
+        if fresh:
+            for i, t in zip(fresh, self._adopt([results[i] for i in fresh], self.index)):
+                results[i] = t
+        return results

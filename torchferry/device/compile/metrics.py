@@ -82,8 +82,7 @@ def get_dynamo_metrics() -> dict[str, Any]:
     ``graphs``: one record per compiled graph (forward, backward or inference), with
     TorchNeuron's field names ``graph_name``, ``graph_node_count`` and
     ``torch_neuronx_compile_us``, plus ``cache`` (hit, miss, bypass or disabled),
-    ``cache_key``, ``input_signature`` and ``kind`` (forward, backward, inference, or
-    cached: forward and backward loaded together from AOTAutograd's cache).
+    ``cache_key``, ``input_signature`` and ``kind`` (forward, backward or inference).
     ``compile_id`` (Dynamo's ``"<frame>/<n>"``; a backward graph has its forward's).
     ``graph_breaks``: Dynamo's break reasons with counts. ``recompiles``: compilations of a
     frame after its first (a new input shape, a failed guard).
