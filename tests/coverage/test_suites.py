@@ -1,0 +1,174 @@
+"""Coverage suites, shrinking rules for formerly skipped families, and `--method torchneuron`.
+
+Cases run in this process through the worker's own Case (the sweep's subprocess path is tested
+in test_coverage.py), at the suites' smallest sizes, on the built-in device against the CPU.
+"""
+
+import argparse
+import json
+import warnings
+
+import pytest
+
+from torchferry.coverage import configs, methods, suites
+from torchferry.errors import UsageError
+from torchferry.report.coverage import Category
+
+# correct on the built-in device: every check within tolerance; host fallbacks are the trn2 profile's predictions
+RUNS_CORRECTLY = (Category.PASS, Category.FAIL_FALLBACK)
+
+
+def run_case(suite: str, arch: str, modes: list[str], method: str = "torchferry", spec: str | None = None,
+             case_out: list | None = None) -> dict:
+    """Every mode of one architecture, as a worker process runs them: {mode: row} (the Case into ``case_out``)."""
+    from torchferry.coverage.worker import Case, row_of
+    from torchferry.harness.worker import run_case as run
+
+    job = {"arch": arch, "spec": spec or arch, "suite": suite, "method": method, "modes": modes, "target": "neuron",
+           "ref": "cpu", "seed": 1337, "threads": 1, "memory_gib": 4}
+    case = Case(job)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        built = run(lambda: (case.setup(), case.build()))
+        assert built.ok, built.message
+        rows = {}
+        for mode in modes:
+            case.start_row(mode)
+            rows[mode] = row_of(run(case.run), case.row)
+    if case_out is not None:
+        case_out.append(case)
+    return rows
+
+
+@pytest.mark.parametrize("suite,arch", [
+    ("seq2seq", "t5"), ("seq2seq", "bart"),
+    ("encoder", "bert"), ("encoder", "roberta:seq-cls"),
+    ("vision", "vit"), ("vision", "convnext"),
+    ("diffusers", "unet2d-condition"), ("diffusers", "sd3"),
+])
+@pytest.mark.timeout(120)
+def test_suite_architecture_runs_forward_and_train_correctly(suite, arch):
+    rows = run_case(suite, arch, ["forward", "train"])
+    for mode, row in rows.items():
+        assert row["category"] in RUNS_CORRECTLY, (mode, row["reason"], row.get("traceback"))
+        assert row["suite"] == suite and row["checks"] >= 1 and row["failed_checks"] == 0
+    assert rows["train"]["checks"] > 2  # the loss and every parameter's gradient
+    assert rows["forward"]["model_class"] == suites.get(suite).architectures()[arch]
+
+
+@pytest.mark.timeout(120)
+def test_seq2seq_generates_greedily_from_the_encoder_input():
+    row = run_case("seq2seq", "t5", ["generate"])["generate"]
+    assert row["category"] in RUNS_CORRECTLY, row["reason"]
+    assert row["checks"] >= 1 and row["cache"]
+
+
+def test_suites_declare_their_architectures_and_modes():
+    from torchferry.harness.modes import Mode
+
+    assert suites.get("encoder").architectures()["bert:seq-cls"] == "BertForSequenceClassification"
+    assert "vit" in suites.get("vision").architectures() and "t5" in suites.get("seq2seq").architectures()
+    assert {"unet2d", "unet2d-condition", "dit", "sd3", "flux"} <= set(suites.get("diffusers").architectures())
+    assert Mode.GENERATE not in suites.get("vision").modes and Mode.GENERATE in suites.get("seq2seq").modes
+    assert suites.parse("all") == suites.NAMES and suites.parse("vision, encoder") == ("vision", "encoder")
+    with pytest.raises(UsageError, match="unknown suite 'audio'.*valid: causal-lm"):
+        suites.parse("audio")
+
+
+def test_a_suite_refuses_a_model_fed_something_else():
+    from torchferry.coverage.worker import Case, Skip
+
+    case = Case({"arch": "imagegpt", "spec": "imagegpt", "suite": "vision", "modes": ["forward"], "target": "cpu",
+                 "ref": "cpu", "seed": 0})
+    case.setup()
+    with pytest.raises(Skip, match="main input is 'input_ids'; the vision suite feeds 'pixel_values'"):
+        case.build()
+
+
+# -- shrinking rules for families the generic shrink could not build -----------------------------
+
+@pytest.mark.parametrize("arch", ["deepseek_v32", "glm_moe_dsa"])
+@pytest.mark.timeout(60)
+def test_sparse_attention_mla_families_shrink_to_a_consistent_config(arch):
+    import torch
+    from transformers import CONFIG_MAPPING, AutoModelForCausalLM
+
+    cfg = configs.shrink(CONFIG_MAPPING[arch]())
+    assert cfg.num_key_value_heads == cfg.num_attention_heads  # MLA expands its latent to every head
+    assert cfg.qk_head_dim == cfg.qk_nope_head_dim + cfg.qk_rope_head_dim
+    assert cfg.index_topk < 16 and cfg.index_n_heads == configs.HEADS
+    model = AutoModelForCausalLM.from_config(cfg).eval()
+    with torch.no_grad():
+        logits = model(torch.randint(4, cfg.vocab_size, (1, 12))).logits
+    assert logits.shape == (1, 12, cfg.vocab_size) and bool(torch.isfinite(logits).all())
+
+
+def test_vision_rules_shrink_stages_and_keep_their_ratios():
+    from transformers import CONFIG_MAPPING
+
+    swin = configs.shrink(CONFIG_MAPPING["swin"](), images=True)
+    assert swin.image_size == configs.IMAGE_SIZE and list(swin.depths) == [1, 1, 1, 1] and swin.window_size == 4
+    assert all(swin.embed_dim * 2**i % h == 0 for i, h in enumerate(swin.num_heads))
+    convnext = configs.shrink(CONFIG_MAPPING["convnext"](), images=True)
+    assert list(convnext.hidden_sizes) == [16, 32, 64, 128]
+    assert configs.shrink(CONFIG_MAPPING["cvt"](), images=True).drop_path_rate == [0.0, 0.0, 0.0]
+
+
+# -- --method torchneuron ------------------------------------------------------------------------
+
+def _config(tmp_path, *argv: str):
+    from torchferry.coverage.command import add_arguments
+    from torchferry.coverage.config import CoverageConfig
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return CoverageConfig.build(parser.parse_args([*argv, "--target", "neuron", "-o", str(tmp_path / "out")]), tmp_path)
+
+
+def test_method_torchneuron_resolves_to_the_vendors_settings(tmp_path):
+    cfg = _config(tmp_path, "llama", "--method", "torchneuron")
+    assert cfg.method == "torchneuron" and [str(m) for m in cfg.modes] == ["train"]
+    assert cfg.settings["method"] == "torchneuron" and cfg.to_dict()["method"] == "torchneuron"
+    job = cfg.jobs_list()[0]
+    assert job["method"] == "torchneuron" and job["modes"] == ["train"] and job["suite"] == "causal-lm"
+    m = methods.get("torchneuron")
+    assert (m.batch, m.seq, m.optimizer_steps, m.attention, m.shrink_widths) == (1, 1024, 0, "eager", False)
+    (name, shallow), = configs.variants("llama", m)
+    from transformers import LlamaConfig
+
+    assert name == "depth-2" and shallow.num_hidden_layers == 2
+    assert (shallow.hidden_size, shallow.vocab_size) == (LlamaConfig().hidden_size, LlamaConfig().vocab_size)
+    assert _config(tmp_path / "d", "llama").method == "torchferry"
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--method", "torchneuron", "--modes", "forward"], "forward does not apply to --method torchneuron"),
+    (["--method", "torchneuron", "--suite", "vision"], "applies to the causal-lm suite only"),
+    (["--suite", "vision", "--modes", "generate"], "generate does not apply to the vision suite"),
+    (["--suite", "encoder", "gpt2"], "unknown architecture 'gpt2' for the encoder suite"),
+    (["--suite", "vision,encoder", "vit"], "architectures are named within one suite"),
+])
+def test_suite_and_method_usage_errors_name_the_valid_choices(tmp_path, argv, match):
+    with pytest.raises(UsageError, match=match):
+        _config(tmp_path, *argv)
+
+
+@pytest.mark.timeout(120)
+def test_method_torchneuron_runs_one_forward_backward_at_1024_tokens(tmp_path):
+    """A tiny config file (the method keeps a config's widths): the model's own loss from labels, then backward."""
+    from transformers import LlamaConfig
+
+    spec = tmp_path / "tiny-llama.json"
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2,
+                      num_key_value_heads=1, vocab_size=1100)
+    spec.write_text(json.dumps({**cfg.to_dict(), "model_type": "llama"}))
+    cases = []
+    row = run_case("causal-lm", "tiny-llama", ["train"], method="torchneuron", spec=str(spec), case_out=cases)["train"]
+    assert row["category"] in RUNS_CORRECTLY, row["reason"]
+    assert row["variant"] == "depth-2" and row["checks"] > 1 and row["failed_checks"] == 0
+    model = cases[0].model
+    assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 32
+    assert model.config._attn_implementation == "eager"
+    inputs = cases[0].inputs(1, 1024)
+    assert inputs["input_ids"].shape == (1, 1024) and int(inputs["input_ids"].max()) < 1024
+    assert set(inputs) == {"input_ids", "attention_mask", "labels"}
