@@ -313,7 +313,7 @@ class Runner:
             if r < cfg.rounds:
                 continue
             unstable = [role for role in order if timing.stability(steady[role][0][-cfg.rounds:])["stable"] is False]
-            if not (extend and unstable):
+            if not (extend and unstable and cfg.steady_budget > 0):
                 break
             if deadline is None:
                 deadline = time.monotonic() + cfg.steady_budget
