@@ -234,9 +234,9 @@ class Session:
         self.counters = devices.Counters(self.device)
         if self.job["role"] == "target" and self.rank == 0:
             (self.outdir / RECORD).unlink(missing_ok=True)  # an earlier run's, in a reused output folder
-        if self.timing["emulates"] and self.job["role"] == "target" and self.rank == 0:
-            capacity = devices.device_module(self.device).get_device_properties(self.device).total_memory
-            self.rehearsal = Rehearsal(self.outdir / RECORD, self.timing["emulates"], int(capacity))
+            if self.timing["emulates"]:
+                capacity = devices.device_module(self.device).get_device_properties(self.device).total_memory
+                self.rehearsal = Rehearsal(self.outdir / RECORD, self.timing["emulates"], int(capacity))
         devices.synchronize(self.device)
         self.timing["load_s"] = time.perf_counter() - t
         self.channel.progress(f"built {self.cfg.workload} on {self.device} ({self.timing['load_s']:.1f} s)")
