@@ -142,7 +142,8 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
 
     def progress(row, done: int, total: int) -> None:  # noqa: ANN001 - a report.coverage.Row
         if not args.quiet:
-            env.err(f"[{done}/{total}] {row.arch:<28} {row.mode:<8} {row.category:<14} "
+            name = f"{row.suite}/{row.arch}" if len(cfg.suites) > 1 else row.arch
+            env.err(f"[{done}/{total}] {name:<28} {row.mode:<8} {row.category:<14} "
                     f"{row.wall_s:6.1f} s  {row.reason[:90]}")
 
     sweep = Sweep(store, out / "work", cfg.timeout, cfg.jobs, progress)
@@ -211,7 +212,7 @@ def _store_file(given: str) -> Path:
     path = (Path.cwd() / given).resolve()
     path = path / "rows.jsonl" if path.is_dir() else path
     if not path.is_file():
-        raise UsageError(f"ferry coverage merge: {given!r} is not a coverage store (no rows.jsonl there). Pass the "
+        raise UsageError(f"{given!r} is not a coverage store (no rows.jsonl there). Pass the "
                          "--output folders (or rows.jsonl files) of the `ferry coverage --shard K/N` runs.")
     return path
 
@@ -233,14 +234,14 @@ def merge(args: argparse.Namespace, env: Environment) -> ExitStatus:
     started = time.perf_counter()
     paths = list(dict.fromkeys(_store_file(g) for g in args.archs[1:]))
     if not paths:
-        raise UsageError("ferry coverage merge: no store given. Pass the --output folders of the --shard runs: "
+        raise UsageError("no store to merge given. Pass the --output folders of the --shard runs: "
                          "ferry coverage merge shard-1 shard-2 ... -o merged")
     out = (Path.cwd() / args.output).resolve()
     ensure_writable(out)
     stores = [(p, read(p)) for p in paths]
     for p, found in stores:
         if found.settings is None or not found.runs:
-            raise UsageError(f"ferry coverage merge: {str(p)!r} has no settings or run line (a store from an older "
+            raise UsageError(f"{str(p)!r} has no settings or run line (a store from an older "
                              "torchferry, or not a store). Rerun that shard with this torchferry.")
     first_path, first = stores[0]
     first_run = first.runs[-1]
@@ -255,12 +256,12 @@ def merge(args: argparse.Namespace, env: Environment) -> ExitStatus:
         if _shard(run)[1] != _shard(first_run)[1]:
             differing.append(f"shard count: {first_path.parent.name}/ {first_run['shard']!r}, {p.parent.name}/ {run['shard']!r}")
         if differing:
-            raise UsageError(f"ferry coverage merge: {str(p)!r} was measured with other settings or in another "
+            raise UsageError(f"{str(p)!r} was measured with other settings or in another "
                              f"environment than {str(first_path)!r}: {'; '.join(differing)}. Merge only the shards of "
                              "one sweep, run with the same command, versions and TORCHFERRY_* settings.")
         for case in run["assigned"]:
             if case in owner:
-                raise UsageError(f"ferry coverage merge: the case {case} belongs to two stores ({str(owner[case])!r} and "
+                raise UsageError(f"the case {case} belongs to two stores ({str(owner[case])!r} and "
                                  f"{str(p)!r}): they are not disjoint shards of one sweep. Pass each shard once.")
             owner[case] = p
     rows = [found.rows[c] for p, found in stores for c in found.runs[-1]["assigned"] if c in found.rows]

@@ -93,6 +93,8 @@ def render_text(doc: CoverageReport) -> str:
     elif doc.config.get("shard"):
         lines.append(f"shard {doc.config['shard']}: {doc.config['architectures']} architectures of the selection; "
                      "combine the shards with `ferry coverage merge`")
+    if doc.config.get("method"):
+        lines.append(f"method: {doc.config['method']}")
     lines += doc.headline
     if not doc.shards:
         lines.append(f"wall time {doc.meta.wall_s:.0f} s with {doc.config['jobs']} job(s)")
@@ -111,6 +113,7 @@ th{{cursor:pointer;background:#f4f4f4}} .pass{{color:#1a7f37}} .skipped{{color:#
 </style></head><body>
 <h1>ferry coverage: {device}</h1>
 <ul id="headline">{headline}</ul>
+<p>Method: {method}.</p>
 {stopped}<p>Wall time {wall:.0f} s with {jobs} job(s). Exclusions (skipped rows) are out of the denominator: {excluded}.</p>
 <div class="plots">{plots}</div>
 <h2>Suites</h2>
@@ -186,7 +189,7 @@ def render_html(doc: CoverageReport) -> str:
                        wall=doc.meta.wall_s or 0.0, jobs=doc.config["jobs"], excluded=escape(", ".join(excluded) or "none"),
                        plots="\n".join(plots), baseline=baseline, head="".join(f"<th>{escape(h)}</th>" for h in header),
                        body="\n".join(body), stopped=stopped, suites=suites, rankings=rankings,
-                       note=escape(prediction_note(doc)))
+                       note=escape(prediction_note(doc)), method=escape(str(doc.config.get("method") or "torchferry")))
 
 
 def _blank(value: object) -> object:
