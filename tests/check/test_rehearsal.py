@@ -222,3 +222,33 @@ def test_a_target_that_emulates_nothing_is_not_rehearsed(tmp_path):
 
     r = rehearsal.result(tmp_path, make_config(tmp_path), ParityResult())
     assert r.status == "not-run" and "does not emulate" in r.notes[0]
+
+
+def test_compiled_frames_and_placement_render_in_the_terminal_and_html():
+    """The frame table, the placement row and the numerics note, from a judged record (renderers only)."""
+    from torchferry.report import htmlreport, text
+    from torchferry.report.check import CheckReport, NumericsRehearsal
+    from torchferry.report.meta import Meta
+
+    record = {"emulates": "trn2", "numerics": "target", "capacity_bytes": 2**30, "executed_calls": 10, "peak_bytes": 1,
+              "fallback_ops": {}, "steps": [{"signatures": 4, "compilations": 4, "cache_hits": 0, "host_syncs": {},
+                                             "inputs": {"ids": [3, 5]}}],
+              "compile": {"graph_breaks": [], "graphs": [
+                  {"kind": "forward", "compile_id": "0/0", "input_signature": "neuron:int64[3, 5], neuron:float32[31, 12]"},
+                  {"kind": "backward", "compile_id": "0/0", "input_signature": "neuron:int64[3, 5], neuron:float32[31, 12]"},
+                  {"kind": "forward", "compile_id": "0/1", "input_signature": "neuron:int64[3, 9], neuron:float32[31, 12]"}]},
+              "placement": {"op": "aten::add.Tensor", "devices": ["neuron:0", "cpu"], "argument": "other", "file": "m.py",
+                            "line": 3, "code": "x + y", "message": "Expected all tensors to be on the same device"}}
+    numerics = NumericsRehearsal(mode="target", rerun=True, host_parity="pass", explains=True,
+                                 first_diverging_module="embed", note="parity passes under host numerics")
+    judged = rehearsal.judge(record, numerics)
+    assert judged.status == "fail" and judged.compile.frames[0].graphs == 2
+    assert judged.compile.frames[0].changing_inputs == ["graph input 0: neuron:int64[3, 5] -> neuron:int64[3, 9]"]
+    report = CheckReport(meta=Meta(format="torchferry.check", format_version=4, created="", command="", wall_s=0.0),
+                         environment={}, config={"workload": "w", "mode": "train", "dtype": "float32", "steps": 1,
+                                                 "size": "tiny", "ref": "cpu", "target": "neuron"}, rehearsal=judged)
+    out = text.render(report)
+    assert "frame 0: 2 graphs, 1 recompiles" in out and "aten::add.Tensor mixes neuron:0, cpu at m.py:3: x + y" in out
+    assert "host-numerics rerun: pass; first module narrowing changes: embed" in out
+    html = htmlreport.render(report)
+    assert "graph input 0: neuron:int64[3, 5] -&gt; neuron:int64[3, 9]" in html

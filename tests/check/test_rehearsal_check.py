@@ -49,6 +49,7 @@ def test_a_placement_error_is_a_portability_failure_naming_the_op_and_the_users_
     assert placement["code"] == "return self.fc(x) + self.offset"
     assert report["rehearsal"]["status"] == "fail"
     line = f"placement.py:{placement['line']}"
-    assert report["failure"]["message"].count("portability failure: aten::add.Tensor") == 1 and line in report["failure"]["message"]
+    message = report["failure"]["message"]
+    assert message.count("portability failure: aten::add.Tensor") == 1 and line in message
     rehearsal = {v["result"]: v for v in report["verdicts"]}["rehearsal"]
     assert rehearsal["verdict"] == "no-go" and line in rehearsal["reason"]

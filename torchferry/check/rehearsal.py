@@ -135,8 +135,8 @@ def _fallbacks(r: RehearsalResult, record: dict) -> None:
         named = ", ".join(f"{f.op} x{f.calls}" for f in r.fallbacks[:SHOWN])
         more = f" and {len(r.fallbacks) - SHOWN} more" if len(r.fallbacks) > SHOWN else ""
         r.conditions.append(f"{len(r.fallbacks)} op(s) predicted to run on the host on {r.emulates} "
-                            f"({r.fallback_calls} calls, {r.fallback_share_of_calls:.2%} of calls): {named}{more}; each op's reason and "
-                            "source are in the rehearsal section")
+                            f"({r.fallback_calls} calls, {r.fallback_share_of_calls:.2%} of calls): {named}{more}; "
+                            "each op's reason and source are in the rehearsal section")
 
 
 def _eager(r: RehearsalResult, steps: list[dict]) -> None:

@@ -140,9 +140,9 @@ def syncs_per_step(r: RehearsalResult) -> str:
 def rehearsal_rows(r: RehearsalResult) -> list[tuple[str, str]]:
     """The rehearsal's figures as (label, value) rows; the terminal and the HTML show the same ones."""
     time_share = f", {r.fallback_share_of_time:.2%} of device-op time here" if r.fallback_share_of_time is not None else ""
+    shares = f" ({r.fallback_share_of_calls:.2%}{time_share})" if r.fallback_share_of_calls is not None else ""
     rows = [
-        ("predicted host fallbacks", f"{len(r.fallbacks)} ops, {r.fallback_calls} of {r.op_calls} calls"
-                                     + (f" ({r.fallback_share_of_calls:.2%}{time_share})" if r.fallback_share_of_calls is not None else "")),
+        ("predicted host fallbacks", f"{len(r.fallbacks)} ops, {r.fallback_calls} of {r.op_calls} calls{shares}"),
         ("host syncs per step", syncs_per_step(r)),
         ("eager signatures, step 1", "-" if r.signatures_step1 is None else str(r.signatures_step1)),
         ("new signatures, steps 2..N", ", ".join(map(str, r.new_signatures)) or "-"),
