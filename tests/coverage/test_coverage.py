@@ -69,7 +69,7 @@ def test_headline_states_numerator_denominator_and_versions(planted_sweep):
 
 def test_html_is_self_contained_with_sortable_table_and_charts(planted_sweep):
     html = (planted_sweep["out"] / "run" / "coverage.html").read_text()
-    assert 'id="rows"' in html and "<script>" in html
+    assert '<table class="rows" data-suite="causal-lm">' in html and "<script>" in html
     assert "src=" not in html and "href=" not in html  # nothing fetched
     assert 'data-plot="pass-share"' in html and 'data-plot="categories"' in html
 

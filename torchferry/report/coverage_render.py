@@ -25,6 +25,13 @@ def prediction_note(doc: CoverageReport) -> str:
             f"{', '.join(profiles)} profile (a host rehearsal), not measurements on the real device")
 
 
+def shards_line(sh: dict) -> str:
+    """What a merged report holds: its shards, those missing, the cases no store had."""
+    return (f"merged shards {', '.join(map(str, sh['merged']))} of {sh['count']} from {len(sh['stores'])} stores"
+            + (f"; MISSING shards {', '.join(map(str, sh['missing']))}" if sh["missing"] else "")
+            + (f"; {sh['unassigned']} cases in no store" if sh["unassigned"] else ""))
+
+
 def table_lines(doc: CoverageReport) -> list[str]:
     """The cross-suite table: suite x mode, pass share, predicted-fallback-free share, fullgraph share."""
     lines = [f"{'suite':<10} {'mode':<9} {'pass':<16} {'fallback-free':<16} fullgraph"]
@@ -86,10 +93,7 @@ def render_text(doc: CoverageReport) -> str:
     if doc.failure:
         lines.append(f"stopped: {doc.failure.kind}: {doc.failure.message}; {len(doc.rows)} finished rows reported")
     if doc.shards:
-        sh = doc.shards
-        lines.append(f"merged shards {', '.join(map(str, sh['merged']))} of {sh['count']} from {len(sh['stores'])} stores"
-                     + (f"; MISSING shards {', '.join(map(str, sh['missing']))}" if sh["missing"] else "")
-                     + (f"; {sh['unassigned']} cases in no store" if sh["unassigned"] else ""))
+        lines.append(shards_line(doc.shards))
     elif doc.config.get("shard"):
         lines.append(f"shard {doc.config['shard']}: {doc.config['architectures']} architectures of the selection; "
                      "combine the shards with `ferry coverage merge`")
@@ -122,20 +126,21 @@ th{{cursor:pointer;background:#f4f4f4}} .pass{{color:#1a7f37}} .skipped{{color:#
 <p>{note}</p>
 {rankings}
 {baseline}
-<h2>Rows</h2>
-<table id="rows"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+{tables}
 <script>
-document.querySelectorAll("#rows th").forEach(function (th, i) {{
-  th.addEventListener("click", function () {{
-    var body = document.querySelector("#rows tbody"), asc = th.dataset.asc !== "1";
-    var rows = Array.prototype.slice.call(body.rows);
-    rows.sort(function (a, b) {{
-      var x = a.cells[i].textContent, y = b.cells[i].textContent, nx = parseFloat(x), ny = parseFloat(y);
-      var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
-      return asc ? c : -c;
+document.querySelectorAll("table.rows").forEach(function (table) {{
+  table.querySelectorAll("th").forEach(function (th, i) {{
+    th.addEventListener("click", function () {{
+      var body = table.tBodies[0], asc = th.dataset.asc !== "1";
+      var rows = Array.prototype.slice.call(body.rows);
+      rows.sort(function (a, b) {{
+        var x = a.cells[i].textContent, y = b.cells[i].textContent, nx = parseFloat(x), ny = parseFloat(y);
+        var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
+        return asc ? c : -c;
+      }});
+      rows.forEach(function (r) {{ body.appendChild(r); }});
+      th.dataset.asc = asc ? "1" : "0";
     }});
-    rows.forEach(function (r) {{ body.appendChild(r); }});
-    th.dataset.asc = asc ? "1" : "0";
   }});
 }});
 </script>
@@ -155,20 +160,24 @@ def render_html(doc: CoverageReport) -> str:
     plots = [svg.bar_chart("pass-share", "Pass share per suite and mode (% of measured)", share, "% pass"),
              svg.bar_chart("categories", "Rows per category", [(c, float(counts[c])) for c in CATEGORIES if counts.get(c)],
                            "rows")]
-    header = ["suite", "architecture", "mode", "category", "reason", "class", "wall s", "fallback share", "eager signatures",
+    header = ["architecture", "mode", "category", "reason", "class", "wall s", "fallback share", "eager signatures",
               "host syncs", "graphs", "graph breaks", "fullgraph"] + (["baseline"] if doc.baseline else [])
-    body = []
+    bodies: dict[str, list[str]] = {}
     for r in doc.rows:
         cls = "pass" if r.category == Category.PASS else "skipped" if r.category == Category.SKIPPED else "fail"
         syncs = sum(r.host_syncs.values()) if r.host_syncs is not None else None
         breaks = "; ".join(f"{b['reason']} @ {b['where']}" for b in r.break_reasons or [])
-        cells = [r.suite, r.arch, r.mode, r.category, r.reason, r.model_class or "", f"{r.wall_s:.1f}",
+        cells = [r.arch, r.mode, r.category, r.reason, r.model_class or "", f"{r.wall_s:.1f}",
                  f"{100 * r.fallback_share:.2f}%" if r.fallback_share is not None else "", _blank(r.eager_signatures),
                  _blank(syncs), _blank(r.graphs), f"{r.graph_breaks}: {breaks}" if r.graph_breaks else _blank(r.graph_breaks),
                  _blank(r.fullgraph)]
         if doc.baseline:
             cells.append(r.baseline or "")
-        body.append(f'<tr class="{cls}">' + "".join(f"<td>{escape(str(c))}</td>" for c in cells) + "</tr>")
+        bodies.setdefault(r.suite, []).append(f'<tr class="{cls}">' + "".join(f"<td>{escape(str(c))}</td>" for c in cells)
+                                              + "</tr>")
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    tables = "\n".join(f'<h2>Rows: {escape(suite)}</h2>\n<table class="rows" data-suite="{escape(suite)}"><thead><tr>{head}'
+                       f'</tr></thead><tbody>{"".join(body)}</tbody></table>' for suite, body in bodies.items())
     suites = "".join(
         f"<tr><td>{escape(t['suite'])}</td><td>{escape(t['mode'])}</td><td>{_pct(t['pass_share'], t['pass'], t['measured'])}</td>"
         f"<td>{_pct(t['fallback_free_share'], t['fallback_free'], t['predicted'])}</td>"
@@ -185,10 +194,11 @@ def render_html(doc: CoverageReport) -> str:
                        for m in ss["modes"].values() for a in m["excluded"]})
     stopped = (f'<p id="failure" class="fail">Stopped ({escape(doc.failure.kind)}): {escape(doc.failure.message)}; '
                f"{len(doc.rows)} finished rows below.</p>") if doc.failure else ""
+    if doc.shards:
+        stopped += f'<p id="shards" class="{"fail" if doc.shards["missing"] else ""}">{escape(shards_line(doc.shards))}.</p>'
     return PAGE.format(device=escape(doc.config["target"]), headline="".join(f"<li>{escape(h)}</li>" for h in doc.headline),
                        wall=doc.meta.wall_s or 0.0, jobs=doc.config["jobs"], excluded=escape(", ".join(excluded) or "none"),
-                       plots="\n".join(plots), baseline=baseline, head="".join(f"<th>{escape(h)}</th>" for h in header),
-                       body="\n".join(body), stopped=stopped, suites=suites, rankings=rankings,
+                       plots="\n".join(plots), baseline=baseline, tables=tables, stopped=stopped, suites=suites, rankings=rankings,
                        note=escape(prediction_note(doc)), method=escape(str(doc.config.get("method") or "torchferry")))
 
 
