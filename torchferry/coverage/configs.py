@@ -84,6 +84,19 @@ def _distinct_first(seq: list, n: int) -> list:
     return [seq[i] for i in sorted(picked[:max(n, len(seen))])]
 
 
+def _is_index_list(key: str, value: Any) -> bool:
+    """A list of layer indices (``mlp_only_layers``, ``moe_layers``, ``attn_layer_indices``): strictly increasing ints."""
+    return (key.endswith(("layers", "layer_indices", "_layers_idx")) and isinstance(value, list) and bool(value)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            and all(a < b for a, b in zip(value, value[1:])))
+
+
+def _per_layer(key: str, value: Any, depth: int) -> bool:
+    """A per-layer list or pattern of length ``depth`` (``layer_types``, ``no_rope_layers`` flags), cut with the depth."""
+    return (isinstance(value, (list, str)) and len(value) == depth and depth > LAYERS and not _is_index_list(key, value)
+            and not (isinstance(value, str) and key.endswith(("_type", "_act", "implementation", "name_or_path"))))
+
+
 def _depth(cfg: Any) -> int | None:
     for key in DEPTH_KEYS:
         value = getattr(cfg, key, None)
@@ -127,17 +140,13 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
     # per-layer lists and patterns, cut to the new depth with every distinct kind kept
     if old_depth:
         for key, value in list(attrs.items()):
-            if key.startswith("_") or key in DEPTH_KEYS:
-                continue
-            if isinstance(value, (list, str)) and len(value) == old_depth and old_depth > LAYERS and not (
-                    isinstance(value, str) and key.endswith(("_type", "_act", "implementation", "name_or_path"))):
-                cut = _distinct_first(list(value), LAYERS)
-                new_depth = max(new_depth, len(cut))
+            if not key.startswith("_") and key not in DEPTH_KEYS and _per_layer(key, value, old_depth):
+                new_depth = max(new_depth, len(_distinct_first(list(value), LAYERS)))
+        # a repeating block pattern shorter than the depth (RecurrentGemma's block_types): one full period
+        if isinstance(attrs.get("block_types"), list) and 0 < len(attrs["block_types"]) < old_depth:
+            new_depth = max(new_depth, len(attrs["block_types"]))
         for key, value in list(attrs.items()):
-            if key.startswith("_") or key in DEPTH_KEYS:
-                continue
-            if isinstance(value, (list, str)) and len(value) == old_depth and old_depth > LAYERS and not (
-                    isinstance(value, str) and key.endswith(("_type", "_act", "implementation", "name_or_path"))):
+            if not key.startswith("_") and key not in DEPTH_KEYS and _per_layer(key, value, old_depth):
                 cut = _distinct_first(list(value), new_depth)
                 cut += [cut[-1]] * (new_depth - len(cut))
                 setattr(cfg, key, "".join(cut) if isinstance(value, str) else cut)
@@ -147,9 +156,14 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
                 setattr(cfg, key, new_depth)
         # layer-index lists (e.g. mlp_only_layers, attn_layer_indices) must stay in range
         for key, value in list(attrs.items()):
-            if (key.endswith(("layers", "layer_indices", "_layers_idx")) and isinstance(value, list)
-                    and value and all(isinstance(v, int) for v in value)):
+            if _is_index_list(key, value):
                 setattr(cfg, key, sorted({min(v, new_depth - 1) for v in value}))
+        # Jamba-style periodic placement: attention / experts every `period` layers from `offset`
+        for kind in ("attn", "expert"):
+            period, offset = attrs.get(f"{kind}_layer_period"), attrs.get(f"{kind}_layer_offset")
+            if isinstance(period, int) and isinstance(offset, int) and period > new_depth:
+                setattr(cfg, f"{kind}_layer_period", new_depth)
+                setattr(cfg, f"{kind}_layer_offset", min(offset, new_depth - 1))
         for key in ("first_k_dense_replace", "num_dense_layers"):
             if isinstance(attrs.get(key), int):
                 setattr(cfg, key, min(attrs[key], 1))
@@ -172,12 +186,15 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
                     setattr(cfg, key, vocab - 1 - (hash(key) % 4))
                 elif isinstance(value, list):
                     setattr(cfg, key, [v if v < vocab else vocab - 1 for v in value if isinstance(v, int)] or None)
+    moe = any(k in attrs for k in EXPERT_COUNT_KEYS) and attrs.get("moe_intermediate_size") is not None
     for key in EXPERT_COUNT_KEYS:
-        if isinstance(attrs.get(key), int) and attrs[key] > EXPERTS:
-            setattr(cfg, key, EXPERTS)
+        if isinstance(attrs.get(key), int) and attrs[key] > EXPERTS or (moe and key in attrs and attrs[key] is None):
+            setattr(cfg, key, EXPERTS)  # None beside a MoE width: the model builds experts anyway (dots1)
     for key in EXPERT_TOPK_KEYS:
-        if isinstance(attrs.get(key), int) and attrs[key] > EXPERTS_PER_TOKEN:
+        if isinstance(attrs.get(key), int) and attrs[key] > EXPERTS_PER_TOKEN or (moe and key in attrs and attrs[key] is None):
             setattr(cfg, key, EXPERTS_PER_TOKEN)
+    if moe and "n_shared_experts" in attrs and attrs["n_shared_experts"] is None:
+        cfg.n_shared_experts = 1
     for key in EXPERT_GROUP_KEYS:
         if isinstance(attrs.get(key), int) and attrs[key] > 1:
             setattr(cfg, key, 1)
@@ -186,7 +203,9 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
             if attrs.get(key) is not None and isinstance(attrs.get(key), int) and attrs[key] > value:
                 setattr(cfg, key, value)
         heads = next((attrs[k] for k in ("num_attention_heads", "n_head", "n_heads") if isinstance(attrs.get(k), int)), None)
-        if heads and "head_dim" in attrs and attrs["head_dim"] is not None:
+        if heads and "num_key_value_heads" in attrs and attrs["num_key_value_heads"] is None:
+            cfg.num_key_value_heads = heads  # None means multi-head attention, but some models divide by it (Nemotron)
+        if heads and "head_dim" in attrs:  # None too: some models read it unguarded (Ministral, HunYuan)
             hidden = next((attrs[k] for k in ("hidden_size", "n_embd", "d_model") if isinstance(attrs.get(k), int)), None)
             if hidden:
                 cfg.head_dim = hidden // heads
@@ -199,9 +218,49 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
             cfg.num_key_value_heads = attrs["num_attention_heads"]  # MLA expands its latent to every head
         if isinstance(attrs.get("rotary_dim"), int):
             cfg.rotary_dim = min(attrs["rotary_dim"], HEAD_DIM)
+        _mamba_widths(cfg)
+    _hybrid_attention(cfg)
     if isinstance(attrs.get("sliding_window"), int) and attrs["sliding_window"] > 32:
         cfg.sliding_window = 32  # small enough that a 16-token prompt + 8 new tokens crosses it
     cfg.use_cache = True
+
+
+# Mamba-2 mixers need heads x head width == expand x hidden, with the groups dividing the heads
+MAMBA_SPELLINGS = (("num_heads", "head_dim", "n_groups", "expand"),  # mamba2
+                   ("mamba_n_heads", "mamba_d_head", "mamba_n_groups", "mamba_expand"),  # bamba, granitemoehybrid
+                   ("n_mamba_heads", "mamba_headdim", "mamba_ngroups", "mamba_expand"))  # zamba2
+
+
+def _mamba_widths(cfg: Any) -> None:
+    attrs = cfg.__dict__
+    hidden = attrs.get("hidden_size")
+    if "mamba_d_ssm" in attrs:  # Falcon-H1 sizes its mixer by mamba_d_ssm, not expand x hidden
+        return
+    for heads_key, dim_key, groups_key, expand_key in MAMBA_SPELLINGS:
+        if not all(isinstance(attrs.get(k), int) for k in (heads_key, dim_key, expand_key)) or not isinstance(hidden, int):
+            continue
+        if getattr(cfg, "model_type", "") == "mamba2" or heads_key != "num_heads":
+            setattr(cfg, dim_key, HEAD_DIM)
+            setattr(cfg, heads_key, attrs[expand_key] * hidden // HEAD_DIM)
+            if isinstance(attrs.get(groups_key), int):
+                setattr(cfg, groups_key, 1)
+
+
+def _hybrid_attention(cfg: Any) -> None:
+    """A hybrid whose default layer list has no attention layer gets one, the last (its hybrid cache needs one,
+    and released checkpoints of these families have them: Bamba, GraniteMoeHybrid); LFM2-MoE's unset list is
+    one convolution and one attention layer."""
+    attrs = cfg.__dict__
+    types = attrs.get("layer_types")
+    depth = _depth(cfg)
+    if types is None and "layer_types" in attrs and getattr(cfg, "model_type", "") == "lfm2_moe" and depth:
+        cfg.layer_types = ["conv"] * (depth - 1) + ["full_attention"]
+    elif "attn_layer_indices" in attrs and attrs["attn_layer_indices"] is None and depth:  # Bamba derives layer_types
+        cfg.attn_layer_indices = [depth - 1]
+    elif isinstance(types, list) and types and set(types) == {"linear_attention"}:
+        cfg.layer_types = types[:-1] + ["full_attention"]
+        if "attn_layer_indices" in attrs:
+            cfg.attn_layer_indices = [len(types) - 1]
 
 
 def _sub_configs(cfg: Any) -> list[Any]:
