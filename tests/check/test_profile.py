@@ -1,5 +1,6 @@
 """`ferry check --profile` end to end, in-process: one torch.profiler Chrome trace per device in the report folder,
-with the built-in device's events on its own track, listed by the terminal report and linked from the HTML."""
+with the built-in device's events on its own track, listed by the terminal report and linked from the HTML; and the
+default warm-up process before the timed workers (which the other check tests turn off)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from ferryrun import ferry
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):
     out = tmp_path_factory.mktemp("profile") / "report"
-    code, stdout, stderr = ferry("check", "-w", "mlp", "--mode", "forward", "--target", "neuron", "--steps", "1",
-                                 "--rounds", "1", "--reps", "1", "-q", "--profile", "-o", str(out))
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TORCHFERRY_CHECK_WARMUP", "1")  # the default, which the other check tests turn off
+        code, stdout, stderr = ferry("check", "-w", "mlp", "--mode", "forward", "--target", "neuron", "--steps", "1",
+                                     "--rounds", "1", "--reps", "1", "-q", "--profile", "-o", str(out))
     assert code == 0, stdout + stderr
     return out, stdout, json.loads((out / "report.json").read_text())
 
@@ -38,3 +41,11 @@ def test_the_reports_list_and_link_the_traces(profiled):
         path = Path(report["timing"][role]["profile_trace"])
         assert f"profile trace ({role} " in stdout and str(path) in stdout
         assert f'href="{path.name}"' in html
+
+
+def test_a_warm_up_process_ran_before_the_timed_workers(profiled):
+    out, _, report = profiled
+    assert (out / "work" / "warm.log").is_file() and report["config"]["warm_up"] is True
+    warm = next(i for i, line in enumerate(report["progress"]) if line.startswith("warm-up: imports and workload build"))
+    assert warm < next(i for i, line in enumerate(report["progress"]) if line.startswith("reference cpu: starting"))
+    assert any("a throwaway process imported and built everything once before" in n for n in report["timing"]["notes"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from torchferry.harness.modes import Mode, parse_mode
 from torchferry.harness.parity import Tolerance
 
 EVAL_SEED_OFFSET = 10_000  # the exit check's eval batch: a seed no timed step uses
+WARMUP_ENV = "TORCHFERRY_CHECK_WARMUP"  # 0 skips the warm-up process (check/warm.py); the tests set it
 DTYPES = ("float32", "bfloat16")
 
 
@@ -63,6 +65,7 @@ class CheckConfig:
     steady_budget: float  # seconds of extra steady-state rounds while a real target's figures are unstable
     timeout: float
     profile: bool  # one torch.profiler trace per device over a few steps after the timed ones
+    warm_up: bool  # a throwaway process imports and builds everything before the timed workers
     resume_step: int
     cost: CostInputs
     output: str  # absolute
@@ -102,6 +105,9 @@ class CheckConfig:
                 raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
         if args.timeout <= 0:
             raise UsageError(f"--timeout must be a positive number of seconds (got {args.timeout:g}).")
+        warm_up = os.environ.get(WARMUP_ENV, "1")
+        if warm_up not in ("0", "1"):
+            raise UsageError(f"{WARMUP_ENV}={warm_up!r}: it must be 1 (warm up before the timed workers, the default) or 0.")
         if args.steady_budget < 0:
             raise UsageError(f"--steady-budget must be 0 or more seconds (got {args.steady_budget:g}); 0 adds no rounds.")
         mode = parse_mode(args.mode)
@@ -129,7 +135,7 @@ class CheckConfig:
             eval_seed=args.seed + EVAL_SEED_OFFSET, lr=args.lr, ref=args.ref, target=target, target_reason=reason,
             compile=args.compile, nproc=args.nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint,
             tolerance=tolerance, rounds=args.rounds, reps=args.reps, steady_budget=float(args.steady_budget),
-            timeout=float(args.timeout), profile=args.profile,
+            timeout=float(args.timeout), profile=args.profile, warm_up=warm_up == "1",
             resume_step=max(1, args.steps // 2), output=str(output),
             cost=CostInputs(prices=prices, dtype=args.dtype, eng_hours=args.eng_hours, eng_rate=args.eng_rate,
                             volume=args.volume,

@@ -173,7 +173,8 @@ class Runner:
             self.note(f"reference {cfg.ref}: starting")
             ref = self.spawn("ref", cfg.ref)
             ref_summary = ref.gather("result", phase="reference run")[0]["data"]
-            self.report.timing = timing.summarise(timing.device_timing(cfg.ref, ref_summary["timing"], []), None)
+            self.report.timing = timing.summarise(timing.device_timing(cfg.ref, ref_summary["timing"], []), None,
+                                                  cfg.warm_up)
             self.check_split(ref_summary.get("batch_rows"))
             self.phase = "target"
             world = cfg.nproc * cfg.nnodes
@@ -221,6 +222,9 @@ class Runner:
         """Import and build everything once in a throwaway process, so that neither timed worker pays a cold page
         cache (the reference starts first and would pay it alone)."""
         cfg = self.cfg
+        if not cfg.warm_up:
+            self.note("warm-up: skipped (TORCHFERRY_CHECK_WARMUP=0)")
+            return
         job = self.workdir / "job-warm.json"
         job.write_text(json.dumps({"devices": [cfg.ref, cfg.target], "workload": cfg.workload,
                                    "options": cfg.workload_options(), "source": cfg.workload_source}))
@@ -262,6 +266,7 @@ class Runner:
             timing.device_timing(cfg.ref, ref_summary["timing"], steady["ref"][0]),
             timing.device_timing(cfg.target, {**target_summary["timing"], **flops}, steady["target"][0],
                                  rank=0 if world > 1 else None),
+            cfg.warm_up,
         )
         if world > 1:
             self.report.timing.ranks = [
@@ -283,7 +288,7 @@ class Runner:
         self.report.parity.status = kind
         self.report.parity.notes.append(str(error))
         self.report.timing = timing.summarise(timing.device_timing(self.cfg.ref, ref_summary["timing"], []),
-                                              timing.device_timing(self.cfg.target, {}, []))
+                                              timing.device_timing(self.cfg.target, {}, []), self.cfg.warm_up)
         self.report.timing.status = TimingStatus.PARTIAL
         self.report.rehearsal = rehearsal.result(self.workdir, self.cfg, self.report.parity)
         self.report.failure = Failure(kind=str(kind), message=str(error), exit_status=3, phase=self.phase, finding=True,

@@ -23,8 +23,10 @@ from torchferry.report.check import DeviceTiming, TimingResult, TimingStatus
 MAX_CV = 0.10  # pyperf's rule: a standard deviation above 10% of the mean makes a benchmark unstable
 MAX_ROUND_SPREAD = 0.10  # round medians further apart than 10% of the pooled median: load changed between rounds
 COLD_START = ("process start -> first result includes starting Python, import torch (and the workload's libraries), "
-              "building the model and moving it to the device, and the first step (compilation included); a throwaway "
-              "process imported and built everything once before, so neither device paid a cold page cache")
+              "building the model and moving it to the device, and the first step (compilation included)")
+WARMED = "; a throwaway process imported and built everything once before, so neither device paid a cold page cache"
+NOT_WARMED = ("; no warm-up process ran (TORCHFERRY_CHECK_WARMUP=0): the reference started first and may alone have "
+              "paid a cold page cache")
 
 
 def stability(rounds: list[list[float]]) -> dict:
@@ -88,7 +90,9 @@ def device_timing(device: str, worker_timing: dict, steady: list[list[float]], r
     return t
 
 
-def summarise(ref: DeviceTiming | None, target: DeviceTiming | None) -> TimingResult:
+def summarise(ref: DeviceTiming | None, target: DeviceTiming | None, warmed: bool = True) -> TimingResult:
+    """The timing result of both sides (either may be missing when the run stopped); ``warmed``: whether the warm-up
+    process ran before them (what the cold-start figures include)."""
     status = TimingStatus.MEASURED if ref is not None and target is not None else (
         TimingStatus.PARTIAL if ref is not None or target is not None else TimingStatus.NOT_RUN)
     result = TimingResult(status=status, ref=ref, target=target)
@@ -110,5 +114,5 @@ def summarise(ref: DeviceTiming | None, target: DeviceTiming | None) -> TimingRe
             result.notes.append("the target device does not report fallback ops")
         result.notes.append("fallback share is the share of op calls, not of time")
     if ref or target:
-        result.notes.append(COLD_START)
+        result.notes.append(COLD_START + (WARMED if warmed else NOT_WARMED))
     return result
