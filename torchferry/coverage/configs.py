@@ -38,7 +38,8 @@ STAGE_WIDTH = 16  # vision: width of the first stage of a multi-stage backbone (
 
 # attribute -> value (set when the config has the attribute with a non-None value)
 WIDTH_RULES: dict[str, int] = {
-    **dict.fromkeys(("hidden_size", "n_embd", "d_model", "embed_dim", "dim", "word_embed_proj_dim"), HIDDEN),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model", "embed_dim", "dim", "word_embed_proj_dim", "emb_dim",
+                     "hidden_size_global"), HIDDEN),
     **dict.fromkeys(("num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_attention_heads",
                      "encoder_attention_heads"), HEADS),
     **dict.fromkeys(("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num",
@@ -47,7 +48,7 @@ WIDTH_RULES: dict[str, int] = {
     **dict.fromkeys(("intermediate_size", "n_inner", "ffn_dim", "decoder_ffn_dim", "encoder_ffn_dim", "d_ff",
                      "ffn_hidden_size", "mlp_dim"), INTERMEDIATE),
     **dict.fromkeys(("moe_intermediate_size", "shared_expert_intermediate_size", "expert_intermediate_size",
-                     "moe_ffn_hidden_size", "ffn_dim_expert"), EXPERT_INTERMEDIATE),
+                     "moe_ffn_hidden_size", "ffn_dim_expert", "expert_ffn_hidden_size"), EXPERT_INTERMEDIATE),
     **dict.fromkeys(("kv_lora_rank", "q_lora_rank"), LORA_RANK),
     **dict.fromkeys(("qk_rope_head_dim", "qk_nope_head_dim"), HEAD_DIM // 2),
     **dict.fromkeys(("state_size", "ssm_state_size", "mamba_d_state"), STATE_SIZE),
@@ -60,9 +61,10 @@ WIDTH_RULES: dict[str, int] = {
 }
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "decoder_layers", "encoder_layers",
               "num_decoder_layers", "num_encoder_layers")
-VOCAB_KEYS = ("vocab_size",)
+VOCAB_KEYS = ("vocab_size", "vocab_size_per_layer_input", "encoder_hash_byte_group_vocab")
 # experts: count -> EXPERTS, per-token -> at most EXPERTS_PER_TOKEN, groups -> 1
-EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts")
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts",
+                     "zero_expert_num")
 EXPERT_TOPK_KEYS = ("num_experts_per_tok", "num_experts_per_token", "moe_topk", "top_k", "moe_k")
 EXPERT_GROUP_KEYS = ("n_group", "topk_group", "num_expert_group")
 TOKEN_ID_SUFFIX = "_token_id"
