@@ -97,6 +97,18 @@ def test_unstable_figures_warn_and_make_the_time_result_conditional():
     assert item.verdict == "go-with-conditions" and "unstable" in item.reason
 
 
+def test_every_report_shows_the_instability_warning():
+    from torchferry.report import htmlreport, jsonreport, text
+
+    r = _report(timing=timing.summarise(_real([[1.0, 1.0]]), _real([[1.0, 3.0], [1.0, 1.0]])))
+    r.config.update(workload="w", mode="train", dtype="float32", size="tiny", ref="x", target="x")
+    verdict.decide(r)
+    warning = r.timing.warnings[0]
+    assert f"WARNING: {warning}" in text.render(r)
+    assert f'<p class="no-go timing-warning">Warning: {warning}</p>' in htmlreport.render(r)
+    assert warning in jsonreport.render(r)
+
+
 def test_an_emulated_targets_times_are_labelled_and_decide_nothing():
     target = timing.device_timing("neuron", {"time_to_n_s": 9.0, "emulates": "trn2"}, [[1.0, 1.0]])
     r = _report(timing=timing.summarise(_real([[0.1, 0.1]]), target))

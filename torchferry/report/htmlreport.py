@@ -91,7 +91,7 @@ def _timing(r: CheckReport) -> str:
     if t.ranks:
         ranks = f'<h3 id="ranks">Target per rank ({len(t.ranks)} DDP processes)</h3>' + table(*rank_table(t.ranks, r.config["steps"]))
     header = ["", side("ref", t.ref), side("target", t.target)]
-    warnings = "".join(f'<p class="no-go" id="timing-warning">Warning: {escape(w)}</p>' for w in t.warnings)
+    warnings = "".join(f'<p class="no-go timing-warning">Warning: {escape(w)}</p>' for w in t.warnings)
     speedup = f"<p>{escape(line)}</p>" if (line := speedup_line(t)) else ""
     # the traces lie beside report.html: relative links keep the report folder movable
     links = ('<h3 id="profile">torch.profiler traces (Chrome trace JSON: chrome://tracing or ui.perfetto.dev)</h3><ul>'
