@@ -34,7 +34,8 @@ def _timing(report: CheckReport) -> VerdictItem:
         return VerdictItem("time", NOT_RUN, f"not judged from times: the target emulates {t.target.emulates} on this host, "
                                             "so its times are the cost of the emulation here; the rehearsal result "
                                             f"judges what decides {t.target.emulates}'s time (compilations, fallbacks, syncs)")
-    conditions = [w.split(";")[0] for w in t.warnings]
+    unstable = [f"{role} {d.device}" for role, d in (("ref", t.ref), ("target", t.target)) if d.stability.get("stable") is False]
+    conditions = [f"unstable steady state on {', '.join(unstable)} (see the warnings)"] if unstable else []
     if t.speedup_time_to_n is not None and t.speedup_time_to_n < 1:
         conditions.append(f"target takes {1 / t.speedup_time_to_n:.2f}x the reference's time to {report.config['steps']} steps")
     if t.target.fallback_ops:
