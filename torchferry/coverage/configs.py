@@ -59,6 +59,8 @@ WIDTH_RULES: dict[str, int] = {
     "index_topk": 8,
     "projection_dim": HIDDEN,
 }
+# widths that are a multiple of the hidden size: scaled with it (RWKV's attention = hidden, Zamba2's = 2 x hidden)
+HIDDEN_MULTIPLE_KEYS = ("attention_hidden_size", "embedding_dim")
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "decoder_layers", "encoder_layers",
               "num_decoder_layers", "num_encoder_layers")
 VOCAB_KEYS = ("vocab_size", "vocab_size_per_layer_input", "encoder_hash_byte_group_vocab")
@@ -166,6 +168,8 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
             if isinstance(period, int) and isinstance(offset, int) and period > new_depth:
                 setattr(cfg, f"{kind}_layer_period", new_depth)
                 setattr(cfg, f"{kind}_layer_offset", min(offset, new_depth - 1))
+        if isinstance(attrs.get("num_kv_shared_layers"), int):  # Gemma 3n: the last layers reuse earlier layers' caches
+            cfg.num_kv_shared_layers = 0
         for key in ("first_k_dense_replace", "num_dense_layers"):
             if isinstance(attrs.get(key), int):
                 setattr(cfg, key, min(attrs[key], 1))
@@ -201,6 +205,11 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
         if isinstance(attrs.get(key), int) and attrs[key] > 1:
             setattr(cfg, key, 1)
     if widths:
+        old_hidden = attrs.get("hidden_size")
+        if isinstance(old_hidden, int) and old_hidden > HIDDEN:
+            for key in HIDDEN_MULTIPLE_KEYS:
+                if isinstance(attrs.get(key), int) and attrs[key] % old_hidden == 0:
+                    setattr(cfg, key, attrs[key] // old_hidden * HIDDEN)
         for key, value in WIDTH_RULES.items():
             if attrs.get(key) is not None and isinstance(attrs.get(key), int) and attrs[key] > value:
                 setattr(cfg, key, value)
