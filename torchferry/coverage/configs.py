@@ -98,7 +98,8 @@ def _is_index_list(key: str, value: Any) -> bool:
 def _per_layer(key: str, value: Any, depth: int) -> bool:
     """A per-layer list or pattern of length ``depth`` (``layer_types``, ``no_rope_layers`` flags), cut with the depth."""
     return (isinstance(value, (list, str)) and len(value) == depth and depth > LAYERS and not _is_index_list(key, value)
-            and not (isinstance(value, str) and key.endswith(("_type", "_act", "implementation", "name_or_path"))))
+            and not (isinstance(value, str) and key.endswith(("_type", "_act", "_fn", "activation", "_proj", "implementation",
+                                                               "name_or_path"))))
 
 
 def _depth(cfg: Any) -> int | None:
