@@ -231,6 +231,7 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
         if isinstance(attrs.get("rotary_dim"), int):
             cfg.rotary_dim = min(attrs["rotary_dim"], HEAD_DIM)
         _mamba_widths(cfg)
+        _indexer(cfg)
     _hybrid_attention(cfg)
     if isinstance(attrs.get("sliding_window"), int) and attrs["sliding_window"] > 32:
         cfg.sliding_window = 32  # small enough that a 16-token prompt + 8 new tokens crosses it
@@ -256,6 +257,19 @@ def _mamba_widths(cfg: Any) -> None:
             setattr(cfg, heads_key, attrs[expand_key] * hidden // HEAD_DIM)
             if isinstance(attrs.get(groups_key), int):
                 setattr(cfg, groups_key, 1)
+
+
+# Qwen4-Exp's sparse-attention indexer: unset in the default config, required by the model
+INDEXER = {"indexer_n_heads": HEADS, "indexer_kv_heads": 1, "indexer_head_dim": HEAD_DIM, "indexer_budget": 8,
+           "indexer_compress_ratio": 4}
+
+
+def _indexer(cfg: Any) -> None:
+    attrs = cfg.__dict__
+    if all(k in attrs for k in INDEXER):
+        for key, value in INDEXER.items():
+            if attrs[key] is None or attrs[key] > value:
+                setattr(cfg, key, value)
 
 
 def _hybrid_attention(cfg: Any) -> None:

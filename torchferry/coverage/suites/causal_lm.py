@@ -58,12 +58,16 @@ class CausalLM(Suite):
     def inputs(self, model: Any, batch: int, seq: int, seed: int, method: Any) -> dict[str, Any]:
         import torch
 
+        rows = batch * codebooks(model)
         if not method.model_loss:
-            return {"input_ids": token_ids(model, batch, seq, seed)}
+            return {"input_ids": token_ids(model, rows, seq, seed)}
         # the vendor's inputs: ids and labels in [0, seq), an all-ones mask
         ids = token_ids(model, batch, seq, seed, high=seq)
         labels = torch.randint(0, min(seq, vocab_size(model)), (batch, seq), generator=generator(seed + 1))
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
+
+    def prompt(self, model: Any, length: int, seed: int) -> Any:
+        return token_ids(model, codebooks(model), length, seed)
 
     def loss(self, out: Any, inputs: dict[str, Any], seed: int) -> Any:
         import torch
@@ -73,6 +77,14 @@ class CausalLM(Suite):
         logits, ids = out.logits, inputs["input_ids"]
         return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
                                                  ids[:, 1:].reshape(-1))
+
+
+# decoders that read one row of ids per audio codebook (batch x codebooks rows)
+CODEBOOK_DECODERS = ("MusicgenForCausalLM", "MusicgenMelodyForCausalLM")
+
+
+def codebooks(model: Any) -> int:
+    return int(model.config.num_codebooks) if type(model).__name__ in CODEBOOK_DECODERS else 1
 
 
 SUITE = CausalLM()
