@@ -198,8 +198,7 @@ def baseline_path(suite: str, device: str, method: str) -> Path:
     return BASELINES / suite / f"{device.split(':')[0]}{tail}.json"
 
 
-def load_baseline(spec: str, device: str, cwd: Path, suites: tuple[str, ...] = ("causal-lm",),
-                  method: str = "torchferry") -> tuple[str, dict]:
+def load_baseline(spec: str, device: str, cwd: Path, suites: tuple[str, ...], method: str) -> tuple[str, dict]:
     """The expected rows (``auto``: the shipped file of the one suite measured)."""
     if spec == "auto" and len(suites) > 1:
         raise UsageError(f"--baseline without a file compares one suite with its shipped baseline; got {len(suites)} "

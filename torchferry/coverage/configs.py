@@ -328,10 +328,3 @@ def variants(spec: str, method: Any = None, images: bool = False) -> list[tuple[
     if method is not None and not method.shrink_widths:
         return [("depth-2", shrink(base, depth_only=True))]
     return [("tiny", shrink(base, widths=True, images=images)), ("shallow", shrink(base, widths=False, images=images))]
-
-
-def causal_lm_architectures() -> dict[str, str]:
-    """model_type -> causal-LM class name, as the installed transformers maps them."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    return dict(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
