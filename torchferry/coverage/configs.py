@@ -11,7 +11,11 @@ block type.
 
 ``variants`` yields the full shrink first, then a milder one (depth, vocabulary and experts
 only) for architectures whose width constraints the generic rules break; callers use the first
-variant that builds and runs on the reference device.
+variant that builds and runs on the reference device. A method at the config's own widths
+(``--method torchneuron``) gets the depth cut alone. Vision backbones (``images``) also get a
+small input, one block per stage and narrow stages. Rules that a family needs because its own
+widths are derived from others (MLA's head widths, Mamba-2's heads x head width, hybrid layer
+placement) are written once here, by attribute, with the family that needs them named.
 """
 
 from __future__ import annotations
