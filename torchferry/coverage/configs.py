@@ -67,7 +67,7 @@ WIDTH_RULES: dict[str, int] = {
 HIDDEN_MULTIPLE_KEYS = ("attention_hidden_size", "embedding_dim")
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "n_layers", "num_layers", "decoder_layers", "encoder_layers",
               "num_decoder_layers", "num_encoder_layers")
-VOCAB_KEYS = ("vocab_size", "vocab_size_per_layer_input", "encoder_hash_byte_group_vocab")
+VOCAB_KEYS = ("vocab_size", "unpadded_vocab_size", "vocab_size_per_layer_input", "encoder_hash_byte_group_vocab")
 # experts: count -> EXPERTS, per-token -> at most EXPERTS_PER_TOKEN, groups -> 1
 EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "num_routed_experts",
                      "zero_expert_num")
@@ -237,6 +237,11 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
         _mamba_widths(cfg)
         _indexer(cfg)
     _hybrid_attention(cfg)
+    if isinstance(attrs.get("axial_pos_shape"), (list, tuple)) and len(attrs["axial_pos_shape"]) == 2:
+        cfg.axial_pos_shape = (4, 4)  # Reformer trains only on sequences of exactly this product: the 16-token batch
+        dims, hidden = attrs.get("axial_pos_embds_dim"), attrs.get("hidden_size")
+        if isinstance(hidden, int) and isinstance(dims, (list, tuple)) and sum(dims) != hidden:
+            cfg.axial_pos_embds_dim = (hidden * dims[0] // sum(dims), hidden - hidden * dims[0] // sum(dims))
     if isinstance(attrs.get("sliding_window"), int) and attrs["sliding_window"] > 32:
         cfg.sliding_window = 32  # small enough that a 16-token prompt + 8 new tokens crosses it
     cfg.use_cache = True

@@ -103,9 +103,12 @@ class Suite:
 
 
 def vocab_size(model: Any) -> int:
+    """Ids every model part accepts: the embedding's rows, and no more than the config's vocabulary (CPM-Ant embeds
+    prompt tokens beyond the vocabulary its logits cover)."""
     emb = model.get_input_embeddings()
-    n = getattr(emb, "num_embeddings", None) or model.config.get_text_config().vocab_size
-    return int(n)
+    vocab = getattr(model.config.get_text_config(), "vocab_size", None)
+    n = getattr(emb, "num_embeddings", None) or vocab
+    return int(min(n, vocab) if isinstance(vocab, int) else n)
 
 
 def generator(seed: int) -> Any:
