@@ -121,11 +121,14 @@ def _shrink_images(cfg: Any, widths: bool) -> None:
         cfg.image_size = IMAGE_SIZE
     elif isinstance(attrs.get("image_size"), (list, tuple)) and max(attrs["image_size"]) > IMAGE_SIZE:
         cfg.image_size = [IMAGE_SIZE] * len(attrs["image_size"])
-    for key in ("depths", "depth"):  # blocks per stage (CvT spells it depth)
-        if isinstance(attrs.get(key), (list, tuple)) and all(isinstance(d, int) for d in attrs[key]):
-            setattr(cfg, key, [min(d, 1) for d in attrs[key]])
-    if isinstance(attrs.get("window_size"), int) and attrs["window_size"] > 4:
-        cfg.window_size = 4  # divides the 8x8 tokens of a 32x32 input in 4x4 patches (Swin)
+    depths = attrs.get("depths")
+    if isinstance(depths, (list, tuple)) and all(isinstance(d, int) for d in depths):
+        cfg.depths = [min(d, 1) for d in depths]  # blocks per stage
+        patch = attrs.get("patch_size")
+        if isinstance(attrs.get("window_size"), int) and isinstance(patch, int):
+            # Swin: windows of 2x2 tokens, and an input whose last stage still holds one whole window
+            cfg.window_size = 2
+            cfg.image_size = 2 * patch * 2 ** (len(depths) - 1)
     for key in ("width_coefficient", "depth_coefficient"):  # EfficientNet's scaling of a B0
         if isinstance(attrs.get(key), float) and attrs[key] > 1.0:
             setattr(cfg, key, 1.0)

@@ -1,7 +1,7 @@
 """The ``vision`` suite: image classifiers (ViT, DeiT, Swin, ConvNeXt, ResNet, ...), forward and train.
 
 Inputs are random ``pixel_values`` of the config's channels at the shrunk image size
-(configs.IMAGE_SIZE); training is cross-entropy against random labels of the config's classes.
+(configs.IMAGE_SIZE, or what a windowed backbone needs); training is cross-entropy against random labels of the config's classes.
 A second input signature under ``--compile`` is a larger batch.
 """
 
