@@ -82,3 +82,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
 }
 
 }  // namespace torchferry
+
+namespace torchferry {
+
+// ATen's GRU and LSTM cells (RNN.cpp) call the fused cell kernels `_thnn_fused_gru_cell` /
+// `_thnn_fused_lstm_cell` for CUDA, XPU and PrivateUse1 inputs. Only CUDA has them.
+// TorchNeuron registers neither, and its CPU fallback finds no CPU kernel. Its own runs of
+// PyTorch's suite list the failure: tests/pytorch_tests/specs/ddp_spec.json,
+// test_ddp_packed_sequence, "Could not run 'aten::_thnn_fused_lstm_cell' with arguments
+// from the 'CPU' backend", and failing_test_methods/TestNNDeviceType.json (GRU/LSTM tests).
+// So nn.GRU, nn.GRUCell, nn.LSTM and nn.LSTMCell fail on the device as they would on the
+// target, counted as host fallbacks, with a message that names the way out.
+void refuse_fused_rnn_cell(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  account(op);  // a host fallback on the target: counted (and warned or refused) first
+  const std::string& name = op.operator_name().name;
+  const char* module = name.find("gru") != std::string::npos ? "nn.GRU/nn.GRUCell" : "nn.LSTM/nn.LSTMCell";
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      false, "Could not run '", name, "' with arguments from the 'CPU' backend: ", module,
+      " on the neuron device calls this CUDA-only fused cell, and TorchNeuron has no kernel "
+      "for it (its CPU fallback fails the same way; TorchNeuron's own test lists mark "
+      "nn.LSTM/nn.GRU tests failing). Next step: write the cell with nn.Linear and "
+      "torch.sigmoid/torch.tanh so that it compiles for the device, or keep the RNN on the CPU.");
+}
+
+}  // namespace torchferry

@@ -108,7 +108,7 @@ class HostCall {
     for (size_t i : default_generators) {
       (*stack)[begin + i] = c10::IValue(host_generator(default_generator(device())));
     }
-    if (!foreign_device_.empty() && !neuron_device_.empty()) throw_placement_error();
+    if (!foreign_device_.empty() && neuron_device_) throw_placement_error();
   }
 
   // The eager signature of this call (valid after `convert_arguments`).
@@ -192,9 +192,9 @@ class HostCall {
 
   [[noreturn]] void throw_placement_error() const {
     TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
-                neuron_device_, " and ", foreign_device_, "! (when checking argument for argument ",
+                *neuron_device_, " and ", foreign_device_, "! (when checking argument for argument ",
                 foreign_argument_, " in method ", info_.name, "). Move it to the device first, e.g. ",
-                foreign_argument_, ".to(\"", neuron_device_, "\"): TorchNeuron, like every "
+                foreign_argument_, ".to(\"", *neuron_device_, "\"): TorchNeuron, like every "
                 "accelerator, does not compute across devices.");
   }
 
@@ -253,8 +253,8 @@ class HostCall {
       if (t.has_storage()) cpu_inputs_.push_back(t.storage().unsafeGetStorageImpl());
       return t;
     }
-    if (neuron_device_.empty()) {
-      neuron_device_ = t.device().str();
+    if (!neuron_device_) {
+      neuron_device_ = t.device();  // named only in an error: no string per op
     } else if (foreign_device_.empty() && t.device().index() != device_) {
       foreign_device_ = t.device().str();
       foreign_argument_ = arg_->name();
@@ -365,7 +365,8 @@ class HostCall {
   const OpInfo& info_;
   const bool copy_inputs_;
   const c10::Argument* arg_ = nullptr;  // the argument being converted
-  std::string neuron_device_, foreign_device_, foreign_argument_;
+  std::optional<c10::Device> neuron_device_;
+  std::string foreign_device_, foreign_argument_;
   uint64_t signature_ = 1469598103934665603ULL ^ 0x9e3779b97f4a7c15ULL;
   bool index_mask_ = false;
   c10::DeviceIndex device_ = -1;

@@ -53,6 +53,12 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   }
 }
 
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name : {"_thnn_fused_gru_cell", "_thnn_fused_lstm_cell"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&refuse_fused_rnn_cell>());
+  }
+}
+
 // Nested tensors have no device kernels: TorchNeuron registers none either (the snapshot's
 // torch_neuronx/ has no NestedTensor registration), so ops on them fail as they would there,
 // with the way out instead of "Could not run ... 'NestedTensorneuron' backend".

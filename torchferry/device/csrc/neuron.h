@@ -110,6 +110,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask);
+// The fused GRU/LSTM cells fail as on the target (boxed: one kernel for both ops).
+void refuse_fused_rnn_cell(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // Dropout draws from the neuron generator and rounds like the CPU path.
 at::Tensor dropout(const at::Tensor& input, double p, bool train);
 
