@@ -135,10 +135,12 @@ def test_vision_rules_shrink_stages_and_keep_their_ratios():
     from transformers import CONFIG_MAPPING
 
     swin = configs.shrink(CONFIG_MAPPING["swin"](), images=True)
-    assert swin.image_size == configs.IMAGE_SIZE and list(swin.depths) == [1, 1, 1, 1] and swin.window_size == 4
+    assert list(swin.depths) == [1, 1, 1, 1] and swin.window_size == 2
+    assert swin.image_size // swin.patch_size // 2 ** (len(swin.depths) - 1) == swin.window_size  # one window at the end
     assert all(swin.embed_dim * 2**i % h == 0 for i, h in enumerate(swin.num_heads))
     convnext = configs.shrink(CONFIG_MAPPING["convnext"](), images=True)
     assert list(convnext.hidden_sizes) == [16, 32, 64, 128]
+    assert configs.shrink(CONFIG_MAPPING["vit"](), images=True).image_size == configs.IMAGE_SIZE
     assert configs.shrink(CONFIG_MAPPING["cvt"](), images=True).drop_path_rate == [0.0, 0.0, 0.0]
 
 
