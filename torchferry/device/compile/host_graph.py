@@ -96,47 +96,92 @@ class DeviceCode:
     """One compiled forward, backward or inference graph, called by AOTAutograd with device
     tensors: Inductor's CPU code runs on host views of them, results come back as device
     tensors (see the module docstring). Boxed, like the compiled graph it wraps: AOTAutograd
-    passes a list and the graph frees each input as soon as it is done with it."""
+    passes a list and the graph frees each input as soon as it is done with it.
+
+    Which result is an input, a view of one, or fresh is fixed by the generated code, so the
+    first call works it out from the tensors' storages and later calls follow that plan
+    (no storage look-ups, and only the inputs a result comes back as stay referenced). A
+    first call whose inputs share storage cannot tell which input a view came from; such a
+    graph sorts its results on every call.
+    """
 
     def __init__(self, compiled: Any, index: int) -> None:
         self.compiled, self.index = compiled, index
         self._boxed_call = True  # an instance attribute: wrappers copy __dict__ (functools.wraps)
         core = _runtime.core()
         self._host_view, self._adopt = core._host_view, core._adopt_host_results
+        self._plan: _Plan | None = None
+
+    def _host(self, args: list[Any]) -> list[Any]:
+        host_view = self._host_view
+        return [host_view(a) if isinstance(a, torch.Tensor) and not a.is_cpu else a for a in args]
 
     def __call__(self, args: list[Any]) -> list[Any]:
-        host_view = self._host_view
-        # The inputs stay referenced until the results are sorted, so that no freed input's
-        # object id or memory can be taken by a fresh result and mistaken for it.
-        inputs = {}  # id(host view) -> (host view, device input); a CPU input maps to itself
-        owners: dict[int, torch.Tensor | None] = {}  # storage address -> device input (None: a CPU input's)
-        host = []
-        for a in args:
-            if isinstance(a, torch.Tensor):
-                h = host_view(a) if not a.is_cpu else a
-                inputs[id(h)] = (h, a)
-                owners[h.untyped_storage().data_ptr()] = None if h is a else a
-                host.append(h)
-            else:
-                host.append(a)
+        plan = self._plan
+        if plan is None:
+            return self._sort(args)
+        kept = {j: args[j] for j in plan.kept}
+        host = self._host(args)
         args.clear()
         results = list(self.compiled(host))
         del host
-        fresh: list[int] = []
+        for i, j in plan.inputs:
+            results[i] = kept[j]
+        for i, j in plan.views:
+            r = results[i]
+            results[i] = kept[j].as_strided(r.shape, r.stride(), r.storage_offset())
+        if plan.fresh:
+            for i, t in zip(plan.fresh, self._adopt([results[i] for i in plan.fresh], self.index)):
+                results[i] = t
+        return results
+
+    def _sort(self, args: list[Any]) -> list[Any]:
+        """Run the graph and sort its results by their storages (and make the plan, when the
+        inputs' storages tell it unambiguously)."""
+        # All inputs stay referenced until the results are sorted, so that no freed input's
+        # object id or memory can be taken by a fresh result and mistaken for it.
+        device_args = list(args)
+        host = self._host(args)
+        args.clear()
+        position = {id(h): j for j, h in enumerate(host) if isinstance(h, torch.Tensor)}
+        on_storage: dict[int, list[int]] = {}  # storage address -> the inputs on it
+        for j, h in enumerate(host):
+            if isinstance(h, torch.Tensor) and h.untyped_storage().data_ptr():
+                on_storage.setdefault(h.untyped_storage().data_ptr(), []).append(j)
+        keep_alive = host
+        results = list(self.compiled(list(host)))
+        plan, unambiguous = _Plan(), True
         for i, r in enumerate(results):
             if not isinstance(r, torch.Tensor) or not r.is_cpu:
                 continue
-            if id(r) in inputs:
-                results[i] = inputs[id(r)][1]
+            j = position.get(id(r))
+            if j is not None:
+                results[i] = device_args[j]
+                plan.inputs.append((i, j))
                 continue
-            ptr = r.untyped_storage().data_ptr()
-            if ptr and ptr in owners:
-                owner = owners[ptr]
-                if owner is not None:  # a view of a device input; a CPU input's view stays
-                    results[i] = owner.as_strided(r.shape, r.stride(), r.storage_offset())
-            else:
-                fresh.append(i)
-        if fresh:
-            for i, t in zip(fresh, self._adopt([results[i] for i in fresh], self.index)):
+            owners = on_storage.get(r.untyped_storage().data_ptr() or -1)
+            if owners is None:
+                plan.fresh.append(i)
+            elif device_args[owners[0]] is not keep_alive[owners[0]]:  # a view of a device input
+                results[i] = device_args[owners[0]].as_strided(r.shape, r.stride(), r.storage_offset())
+                plan.views.append((i, owners[0]))
+                unambiguous &= len(owners) == 1
+            # else: a view of a CPU input stays what it is
+        if plan.fresh:
+            for i, t in zip(plan.fresh, self._adopt([results[i] for i in plan.fresh], self.index)):
                 results[i] = t
+        if unambiguous:
+            plan.kept = sorted({j for _, j in plan.inputs + plan.views})
+            self._plan = plan
         return results
+
+
+class _Plan:
+    """Where a compiled graph's results come from: (result, input) pairs for inputs and
+    views of device inputs, the positions of fresh results, the inputs to keep referenced."""
+
+    def __init__(self) -> None:
+        self.inputs: list[tuple[int, int]] = []
+        self.views: list[tuple[int, int]] = []
+        self.fresh: list[int] = []
+        self.kept: list[int] = []
