@@ -17,7 +17,7 @@ import torch
 @pytest.mark.parametrize(("make", "fused"), [
     (lambda: torch.nn.GRUCell(4, 3), "aten::_thnn_fused_gru_cell"),
     (lambda: torch.nn.LSTM(4, 3), "aten::_thnn_fused_lstm_cell"),
-])
+], ids=["GRUCell", "LSTM"])
 def test_rnn_cells_fail_as_on_the_target_and_count_as_host_fallbacks(neuron, make, fused: str) -> None:
     module = make()
     inputs = torch.randn(2, 4)
