@@ -64,7 +64,7 @@ class Suite:
         extra = {"attn_implementation": method.attention} if method.attention else {}
         if getattr(cfg, "architectures", []) is None:
             cfg.architectures = []  # the auto classes iterate it when a type maps to several classes (DeiT, LeViT)
-        return getattr(transformers, self.auto_class).from_config(cfg, dtype=torch.float32, **extra)
+        return with_language(getattr(transformers, self.auto_class).from_config(cfg, dtype=torch.float32, **extra))
 
     def check_inputs(self, model: Any) -> None:
         """Raise Unsupported when the model does not take the inputs this suite feeds."""
@@ -100,6 +100,14 @@ class Suite:
     def prompt(self, model: Any, length: int, seed: int) -> Any:
         """Token ids a greedy generation starts from (suites with the generate mode)."""
         return token_ids(model, 1, length, seed)
+
+
+def with_language(model: Any) -> Any:
+    """X-MOD routes through one adapter per language and refuses to run until a default one is chosen."""
+    languages = getattr(model.config, "languages", None)
+    if hasattr(model, "set_default_language") and languages:
+        model.set_default_language(languages[0])
+    return model
 
 
 def vocab_size(model: Any) -> int:

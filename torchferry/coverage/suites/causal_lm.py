@@ -32,8 +32,8 @@ class CausalLM(Suite):
         return sorted(known_types(plugins))
 
     def build(self, spec: str, cfg: Any, method: Any) -> Any:
-        """As every transformers suite, with three families' own needs: a causal-LM class that takes the decoder
-        sub-config of a composite (MusicGen), Reformer's ``is_decoder``, and X-MOD's default language adapter."""
+        """As every transformers suite, with two families' own needs: a causal-LM class that takes the decoder
+        sub-config of a composite (MusicGen), and Reformer's ``is_decoder``."""
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
         cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(cfg)] if type(cfg) in MODEL_FOR_CAUSAL_LM_MAPPING else None
@@ -44,13 +44,9 @@ class CausalLM(Suite):
         if sub is not None:  # the auto class does not map the sub-config: build the mapped class from it
             import torch
 
-            model = cls._from_config(sub, dtype=torch.float32, **({"attn_implementation": method.attention}
-                                                                    if method.attention else {}))
-        else:
-            model = super().build(spec, cfg, method)
-        if hasattr(model, "set_default_language") and getattr(cfg, "languages", None):
-            model.set_default_language(cfg.languages[0])
-        return model
+            return cls._from_config(sub, dtype=torch.float32, **({"attn_implementation": method.attention}
+                                                                  if method.attention else {}))
+        return super().build(spec, cfg, method)
 
     def check_inputs(self, model: Any) -> None:
         """Causal LMs are measured on token ids whatever their declared main input (as the sweep always has)."""
