@@ -8,7 +8,7 @@ from checkrun import run_check
 @pytest.fixture(autouse=True)
 def no_warm_up(monkeypatch):
     """No warm-up process before the timed workers: it evens out cold-start figures, which no CLI test judges, at the
-    cost of a process start, import torch and a workload build per run (tests/check/test_profile.py keeps it)."""
+    cost of a process start, import torch and a workload build per run (tests/check/test_check_profile.py keeps it)."""
     monkeypatch.setenv("TORCHFERRY_CHECK_WARMUP", "0")
 
 
