@@ -202,3 +202,18 @@ def test_method_torchneuron_runs_one_forward_backward_at_1024_tokens(tmp_path):
     inputs = cases[0].inputs(1, 1024)
     assert inputs["input_ids"].shape == (1, 1024) and int(inputs["input_ids"].max()) < 1024
     assert set(inputs) == {"input_ids", "attention_mask", "labels"}
+
+
+def test_a_case_run_inside_another_process_leaves_its_threads_alone():
+    """Only the worker process sets its intra-op threads: the autograd engine's device thread keeps the
+    count it started with, so a Case that changed them would make later CPU and device backward passes
+    in the same process reduce in different orders."""
+    import torch
+
+    from torchferry.coverage.worker import Case
+
+    before = torch.get_num_threads()
+    case = Case({"arch": "llama", "spec": "llama", "suite": "causal-lm", "modes": ["forward"], "target": "cpu",
+                 "ref": "cpu", "seed": 1, "threads": before + 1})
+    case.setup()
+    assert torch.get_num_threads() == before

@@ -88,8 +88,6 @@ class Case:
         from torchferry.harness import devices
         from torchferry.harness.parity import Tolerance
 
-        torch = self.torch
-        torch.set_num_threads(max(1, int(self.job.get("threads", 1))))
         for plugin in self.job.get("plugins", []):
             _import_plugin(plugin)
         self.ref = devices.resolve(self.job["ref"])
@@ -344,6 +342,16 @@ def _limit_memory(gib: float | None) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+def _set_threads(threads: int) -> None:
+    """The worker process's intra-op threads. Set once for the process, never by a Case: a Case run
+    inside another process (the tests) must leave that process's threads alone, since the autograd
+    engine's device thread keeps the count it started with and a change makes CPU and device
+    backward passes reduce in different orders."""
+    import torch
+
+    torch.set_num_threads(max(1, int(threads)))
+
+
 def row_of(outcome: Outcome, base: dict) -> dict:
     """The row of one mode's outcome: its own row, or its failure as a category (never a traceback to parse)."""
     if outcome.ok:
@@ -377,6 +385,7 @@ def main(argv: list[str]) -> int:
         return 0
     job = json.loads(Path(argv[0]).read_text())
     _limit_memory(job.get("memory_gib"))
+    _set_threads(job.get("threads", 1))
     case: Case | None = None
 
     def prepare() -> None:
