@@ -1,8 +1,10 @@
-"""`ferry coverage`: what share of transformers' causal-LM architectures run unmodified on a device.
+"""`ferry coverage`: what share of model architectures run unmodified on a device, suite by suite
+(causal-lm, seq2seq, encoder, vision, diffusers), and what each would fall back to on the target.
 
     ferry coverage                               # every causal-LM architecture, all modes, default target
+    ferry coverage --suite all --jobs 2          # every suite
     ferry coverage llama gpt2 my/config.json --modes forward --jobs 2
-    ferry coverage --baseline                    # gate on torchferry/coverage/baselines/<device>.json
+    ferry coverage --baseline                    # gate on torchferry/coverage/baselines/<suite>/<device>.json
     ferry coverage --plugin my_arch.py my-arch   # a custom architecture registered with AutoConfig/AutoModel
     ferry coverage --shard 2/8 -o shard-2        # the 2nd of 8 cost-balanced parts (one per machine)
     ferry coverage merge shard-*/ -o all         # the shards' stores as one report
@@ -57,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rerun", metavar="CATEGORIES", default="",
                         help="comma-separated categories whose stored rows run again (e.g. error,timeout)")
     parser.add_argument("--baseline", nargs="?", const="auto", metavar="FILE",
-                        help="compare with expected categories (default file: baselines/<device>.json shipped with "
+                        help="compare with expected categories (default file: baselines/<suite>/<device>.json shipped with "
                              "torchferry); exit 3 on a regression")
     parser.add_argument("--write-baseline", metavar="FILE", help="write this run's categories as a baseline file")
     parser.add_argument("--shard", metavar="K/N",
