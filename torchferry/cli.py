@@ -25,7 +25,7 @@ from torchferry.status import ExitStatus
 COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("torchferry.check.command", "prove parity, full time, effective cost and reversible exit; give a verdict"),
     "scan": ("torchferry.scan.command", "find the code that ties a project to CUDA, and fix what is safe to fix"),
-    "coverage": ("torchferry.coverage.command", "measure what share of model architectures (causal LM, seq2seq, encoder, vision, diffusers) run on a device"),
+    "coverage": ("torchferry.coverage.command", "measure what share of model architectures run on a device, suite by suite"),
     "plan": ("torchferry.plan.command", "predict per-core memory, step-time and cost bounds of a full-size training layout"),
 }
 
