@@ -10,6 +10,7 @@ from html import escape
 
 from torchferry.report import svg
 from torchferry.report.coverage import CATEGORIES, Category, CoverageReport, Mark
+from torchferry.report.page import page
 
 
 def _pct(share: float | None, part: int, whole: int) -> str:
@@ -105,18 +106,11 @@ def render_text(doc: CoverageReport) -> str:
     return "\n".join(lines)
 
 
-PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'">
-<title>ferry coverage: {device}</title>
-<style>
-body{{font-family:system-ui,sans-serif;max-width:1280px;margin:2em auto;padding:0 1em;color:#222}}
-table{{border-collapse:collapse}} td,th{{border:1px solid #ccc;padding:2px 6px;text-align:left;font-size:12px;vertical-align:top}}
-th{{cursor:pointer;background:#f4f4f4}} .pass{{color:#1a7f37}} .skipped{{color:#777}} .fail{{color:#cf222e}}
-.plots{{display:flex;flex-wrap:wrap;gap:12px}}
-</style></head><body>
-<h1>ferry coverage: {device}</h1>
-<ul id="headline">{headline}</ul>
+STYLE = """body{max-width:1280px}
+table{margin:0} td,th{padding:2px 6px;font-size:12px;vertical-align:top}
+th{cursor:pointer;background:#f4f4f4} .pass{color:#1a7f37} .skipped{color:#777} .fail{color:#cf222e}"""
+
+BODY = """<ul id="headline">{headline}</ul>
 <p>Method: {method}.</p>
 {stopped}<p>Wall time {wall:.0f} s with {jobs} job(s). Exclusions (skipped rows) are out of the denominator: {excluded}.</p>
 <div class="plots">{plots}</div>
@@ -127,24 +121,24 @@ th{{cursor:pointer;background:#f4f4f4}} .pass{{color:#1a7f37}} .skipped{{color:#
 {rankings}
 {baseline}
 {tables}
-<script>
-document.querySelectorAll("table.rows").forEach(function (table) {{
-  table.querySelectorAll("th").forEach(function (th, i) {{
-    th.addEventListener("click", function () {{
+"""
+
+# Click a column header to sort its table (numbers as numbers).
+SORT_SCRIPT = """document.querySelectorAll("table.rows").forEach(function (table) {
+  table.querySelectorAll("th").forEach(function (th, i) {
+    th.addEventListener("click", function () {
       var body = table.tBodies[0], asc = th.dataset.asc !== "1";
       var rows = Array.prototype.slice.call(body.rows);
-      rows.sort(function (a, b) {{
+      rows.sort(function (a, b) {
         var x = a.cells[i].textContent, y = b.cells[i].textContent, nx = parseFloat(x), ny = parseFloat(y);
         var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);
         return asc ? c : -c;
-      }});
-      rows.forEach(function (r) {{ body.appendChild(r); }});
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
       th.dataset.asc = asc ? "1" : "0";
-    }});
-  }});
-}});
-</script>
-</body></html>
+    });
+  });
+});
 """
 
 
@@ -196,10 +190,11 @@ def render_html(doc: CoverageReport) -> str:
                f"{len(doc.rows)} finished rows below.</p>") if doc.failure else ""
     if doc.shards:
         stopped += f'<p id="shards" class="{"fail" if doc.shards["missing"] else ""}">{escape(shards_line(doc.shards))}.</p>'
-    return PAGE.format(device=escape(doc.config["target"]), headline="".join(f"<li>{escape(h)}</li>" for h in doc.headline),
+    body = BODY.format(headline="".join(f"<li>{escape(h)}</li>" for h in doc.headline),
                        wall=doc.meta.wall_s or 0.0, jobs=doc.config["jobs"], excluded=escape(", ".join(excluded) or "none"),
                        plots="\n".join(plots), baseline=baseline, tables=tables, stopped=stopped, suites=suites, rankings=rankings,
                        note=escape(prediction_note(doc)), method=escape(str(doc.config.get("method") or "torchferry")))
+    return page("coverage", doc.config["target"], body, style=STYLE, script=SORT_SCRIPT)
 
 
 def _blank(value: object) -> object:

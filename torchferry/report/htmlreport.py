@@ -1,7 +1,8 @@
-"""One self-contained HTML file: inline CSS and SVG plots, no script, nothing fetched.
+"""`ferry check`'s HTML report: one self-contained file (the shared page shell of
+torchferry/report/page.py), inline CSS and SVG plots, no script, nothing fetched.
 
-Data preparation (``sections``) is kept apart from the markup (``PAGE`` and the small
-table helper), as coverage.py's HTML reporter does.
+Data preparation (the sections) is kept apart from the markup (the page shell and the small
+table helpers), as coverage.py's HTML reporter does.
 """
 
 from __future__ import annotations
@@ -13,23 +14,10 @@ from pathlib import Path
 from torchferry.report.check import CheckReport
 from torchferry.report.comparison import describe, ratio
 from torchferry.report import svg
+from torchferry.report.page import page
 from torchferry.report.text import money
 
-PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
-<title>ferry check: {title}</title>
-<style>
-body{{font-family:system-ui,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;color:#222}}
-table{{border-collapse:collapse;margin:.5em 0}} td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}}
-.go{{color:#1a7f37}} .no-go{{color:#cf222e}} .go-with-conditions{{color:#9a6700}} .not-run{{color:#777}}
-.plots{{display:flex;flex-wrap:wrap;gap:12px}} section{{margin-bottom:2em}} code{{background:#f4f4f4}}
-</style></head><body>
-<h1>ferry check: {title}</h1>
-<p class="verdict {verdict}" id="verdict"><strong>Verdict: {verdict}</strong></p>
-{body}
-</body></html>
-"""
+STYLE = ".go{color:#1a7f37} .no-go{color:#cf222e} .go-with-conditions{color:#9a6700} .not-run{color:#777}"
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -175,4 +163,5 @@ def render(report: CheckReport) -> str:
                 table(["option", "value"], [[k, str(v)] for k, v in cfg.items()])),
     ])
     title = f"{cfg['workload']} {cfg['mode']} {cfg['ref']} -> {cfg['target']}"
-    return PAGE.format(title=escape(title), verdict=escape(report.verdict), body=body)
+    verdict = f'<p class="verdict {escape(report.verdict)}" id="verdict"><strong>Verdict: {escape(report.verdict)}</strong></p>'
+    return page("check", title, verdict + "\n" + body, style=STYLE)

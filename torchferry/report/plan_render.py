@@ -9,6 +9,7 @@ from torchferry.report.plan import CATEGORIES, GIB, LayoutResult, PlanReport
 from torchferry.report import jsonreport, svg
 from torchferry.report.core import FileReporter
 from torchferry.report.htmlreport import notes, section, table
+from torchferry.report.page import page
 
 
 def gib(value: float) -> str:
@@ -141,19 +142,6 @@ def stacked_bars(results: list[LayoutResult], capacity: int) -> str:
     return svg._frame("plan-memory", "Peak memory per core by category", "", "GiB", body, 0.0, top)
 
 
-PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; img-src data:">
-<title>ferry plan: {title}</title>
-<style>
-body{{font-family:system-ui,sans-serif;max-width:1180px;margin:2em auto;padding:0 1em;color:#222}}
-table{{border-collapse:collapse;margin:.5em 0}} td,th{{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}}
-section{{margin-bottom:2em}}
-</style></head><body>
-<h1>ferry plan: {title}</h1>
-{body}
-</body></html>
-"""
 
 
 def plan_section(report: PlanReport) -> str:
@@ -169,7 +157,7 @@ def plan_section(report: PlanReport) -> str:
 
 
 def render_html(report: PlanReport) -> str:
-    return PAGE.format(title=escape(report.model["name"]), body=plan_section(report))
+    return page("plan", report.model["name"], plan_section(report))
 
 
 REPORTERS = (FileReporter("plan.json", render_json), FileReporter("plan.html", render_html))
