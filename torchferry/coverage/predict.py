@@ -26,22 +26,10 @@ from collections import Counter
 from typing import Any
 
 from torchferry.coverage.results import short_path
+from torchferry.harness.devices import emulates
 
 # the sync cause of a device-to-host copy (torchferry.device.target.host_syncs): the harness's own reads
 HOST_COPY = "(device to host)"
-
-
-def builtin_profile(device: Any) -> str | None:
-    """The device profile when ``device`` is torchferry's built-in device (its figures are
-    predictions), else None (a real device: its figures are measurements)."""
-    import torch
-
-    import torchferry.device
-
-    if not torchferry.device.is_enabled() or device.type != torch._C._get_privateuse1_backend_name():
-        return None
-    props = torch.get_device_module(device).get_device_properties(device)
-    return getattr(props, "profile", None)
 
 
 class Watch:
@@ -52,7 +40,7 @@ class Watch:
     """
 
     def __init__(self, device: Any, backend: str | None) -> None:
-        self.profile = builtin_profile(device)
+        self.profile = emulates(device)  # the emulated profile: its figures are predictions, not measurements
         self.backend = backend
         if self.profile:
             from torchferry.device.target import eager_compiles
