@@ -78,7 +78,7 @@ def rehearse(device, tmp_path, name: str, attr: str = "build", steps: int = STEP
         fresh = copy.deepcopy(w.model).to(device)
         step(w, fresh, torch.optim.AdamW(fresh.parameters()), w.batch(device, 0))
 
-    record.finish(counters, torch.neuron.get_dynamo_metrics if compiled else None, fresh_step)
+    record.finish(counters, torch.neuron.get_dynamo_metrics if compiled else None, fresh_step, device)
     return rehearsal.judge(rehearsal.load(tmp_path))
 
 

@@ -115,17 +115,20 @@ def placement_of(exc: BaseException) -> dict | None:
             "message": next(ln.strip() for ln in message.splitlines() if PLACEMENT.search(ln))}
 
 
-def device_time(step: Callable[[], Any]) -> dict[str, float]:
-    """Device-op time (µs on this host) by op name over one call of ``step`` under torch.profiler; host
-    fallbacks carry the profiler's `` [host fallback]`` mark."""
+def device_time(step: Callable[[], Any], device: Any) -> dict[str, float]:
+    """Device-op time (µs on this host) by op name over one call of ``step`` under torch.profiler, with
+    the device's own activity (check/profiling.py ``activities``); host fallbacks carry the
+    profiler's `` [host fallback]`` mark."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import profile
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
+    from torchferry.check import profiling
+
+    with profile(activities=profiling.activities(device)) as prof:
         step()
     times: dict[str, float] = {}
     for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.PrivateUse1:
+        if e.device_type != torch.autograd.DeviceType.CPU:
             times[e.name] = times.get(e.name, 0.0) + float(e.time_range.elapsed_us())
     return times
 
@@ -160,12 +163,13 @@ class Rehearsal:
             "host_syncs": {k: n - syncs.get(k, 0) for k, n in after.items() if n > syncs.get(k, 0)},
             "inputs": shapes_of(batch)})
 
-    def finish(self, counters: Any, metrics: Callable[[], dict] | None, profiled_step: Callable[[], Any]) -> None:
+    def finish(self, counters: Any, metrics: Callable[[], dict] | None, profiled_step: Callable[[], Any],
+               device: Any) -> None:
         """The run's totals, once the timed run is over (before any other run adds to the counts).
 
         ``counters``: the device's ``Counters``; ``metrics``: the compile backend's ``get_dynamo_metrics``
         under ``--compile``; ``profiled_step``: one step of a fresh model, profiled when there are host
-        fallbacks (for their share of device-op time; the timed run is never profiled)."""
+        fallbacks (for their share of device-op time; the timed run is never profiled); ``device``: the target."""
         ops = counters.ops()
         self.record.update(fallback_ops=ops.get("fallback", {}), executed_calls=ops.get("executed_total", 0),
                            fallback_reasons=self.target.fallback_reasons(), peak_bytes=counters.peak_memory().get("bytes"))
@@ -174,7 +178,7 @@ class Rehearsal:
             self.record["compile"] = {"graph_breaks": m["graph_breaks"], "graphs": [
                 {k: g.get(k) for k in ("graph_name", "kind", "compile_id", "input_signature")} for g in m["graphs"]]}
         if self.record["fallback_ops"]:
-            self.record["device_time_us"] = device_time(profiled_step)
+            self.record["device_time_us"] = device_time(profiled_step, device)
         self.write()
 
     def failed(self, exc: BaseException | None) -> dict | None:
@@ -563,7 +567,8 @@ class Session:
                            compile=self.counters.compile(self.cfg.compile if compiling else None))
         if self.rehearsal is not None:
             metrics = getattr(self.devices.device_module(self.device), "get_dynamo_metrics", None)
-            self.rehearsal.finish(self.counters, metrics if compiling and callable(metrics) else None, self.fresh_step)
+            self.rehearsal.finish(self.counters, metrics if compiling and callable(metrics) else None, self.fresh_step,
+                                  self.device)
         self.timing["units_per_step"], self.timing["unit"] = self.units_per_step()
         self.live = (model, primary.pop("opt"))
         summary: dict[str, Any] = {"timing": self.timing, "device": str(self.device), "batch_rows": self.batch_rows}
