@@ -87,6 +87,28 @@ def test_fullgraph_failure_is_reported_with_its_break_reason_and_place():
     assert (clean["fullgraph"], clean["graph_breaks"], clean["graphs"], clean["break_reasons"]) == (True, 0, 1, [])
 
 
+def test_a_graph_break_over_two_input_signatures_is_not_a_recompilation():
+    """The compiled forward runs two sequence lengths; a break doubles the graphs of each, which is
+    fullgraph's business, not a recompile (rows with a break used to be filed fail-recompile)."""
+    import torch
+
+    import torchferry.device
+    from torchferry.coverage import predict
+
+    torchferry.device.enable()
+    torch._dynamo.reset()
+    model = torch.compile(_Tiny.build(broken=True), backend="eager", dynamic=None)
+    start = predict.graph_count()
+    model(torch.randn(2, 16, 8).to("neuron"))
+    first = predict.graph_count() - start
+    model(torch.randn(2, 12, 8).to("neuron"))
+    graphs = predict.graph_count() - start
+    assert (first, graphs) == (2, 4)  # two frames, each compiled static, then once more dynamic
+    assert not predict.recompiles(graphs, first, signatures=2)
+    assert predict.recompiles(graphs + 1, first, signatures=2)  # one graph more than the signatures explain
+    assert predict.recompiles(3, 1, signatures=2) and not predict.recompiles(2, 1, signatures=2)
+
+
 def test_the_cross_suite_table_and_the_break_ranking_count_fullgraph():
     from torchferry.coverage import results
     from torchferry.report import coverage_render

@@ -49,7 +49,7 @@ class Watch:
         if backend:
             from torch._dynamo.utils import counters, graph_break_reasons
 
-            self.graphs0 = int(counters["stats"].get("unique_graphs", 0))
+            self.graphs0 = graph_count()
             self.breaks0 = list(graph_break_reasons)  # kept alive, so that their ids stay theirs
             self.counted0 = dict(counters["graph_break"])
 
@@ -84,11 +84,29 @@ class Watch:
             new = n - self.counted0.get(reason, 0)
             if new > 0 and _first_line(reason) not in recorded:
                 places[(_first_line(reason), "")] += new
-        graphs = int(counters["stats"].get("unique_graphs", 0)) - self.graphs0
+        graphs = graph_count() - self.graphs0
         reasons = [{"reason": reason, "where": where, "count": n}
                    for (reason, where), n in sorted(places.items(), key=lambda kv: (-kv[1], kv[0]))]
         return {"graphs": graphs, "graph_breaks": len(reasons), "break_reasons": reasons,
                 "fullgraph": not reasons if graphs else None}
+
+
+def graph_count() -> int:
+    """Graphs Dynamo has compiled in this process so far (its ``unique_graphs`` counter)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"].get("unique_graphs", 0))
+
+
+def recompiles(graphs: int, first_signature_graphs: int, signatures: int) -> bool:
+    """Whether a compiled forward recompiled beyond what its input signatures explain.
+
+    The first signature compiles one graph per frame (a graph break adds a frame); each later
+    signature of the coverage forward (another sequence length) may compile each of those once
+    more, with the dimension dynamic. More graphs than ``signatures`` times the first
+    signature's is a recompilation; graph breaks alone are not (they show in ``fullgraph``).
+    """
+    return graphs > signatures * max(first_signature_graphs, 1)
 
 
 def _first_line(text: str) -> str:
