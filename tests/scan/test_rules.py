@@ -64,6 +64,9 @@ CASES = {
               "    pass\n"),
     "TF025": ('import torch\nm = torch.compile(model, mode="reduce-overhead")\n',
               'import torch\nm = torch.compile(model, mode="default")\n'),
+    # nn.RNN (tanh) has no fused cell: it runs on the device
+    "TF026": ("import torch\nrnn = torch.nn.LSTM(8, 16, batch_first=True)\n",
+              "import torch\nrnn = torch.nn.RNN(8, 16, batch_first=True)\n"),
 }
 
 

@@ -20,6 +20,7 @@ from torchferry.scan.rules import (
     data_dependent_shape,
     device_api,
     events_streams,
+    fused_rnn,
     grad_scaler,
     host_sync,
     is_cuda,
@@ -59,5 +60,6 @@ RULES: tuple[Rule, ...] = (
     torchscript.RULE,
     bf16_grad_scaler.RULE,
     cuda_graph_mode.RULE,
+    fused_rnn.RULE,
 )
 RULES_BY_ID = {rule.id: rule for rule in RULES}
