@@ -42,6 +42,20 @@ def test_integer_histc_out_writes_the_given_tensor() -> None:
     assert torch.equal(out.cpu(), torch.tensor([1, 1, 2], dtype=torch.int32))
 
 
+def test_integer_histc_compiles_for_the_device_as_it_runs_eagerly() -> None:
+    """Under torch.compile(backend="neuron") the graph is lowered as a CPU graph, whose histc
+    refuses integers at trace time; the backend takes the eager kernel's float64 route instead."""
+    def count(x):
+        return torch.histc(x, bins=5, min=0, max=9) * 2
+
+    values = torch.tensor([0, 1, 1, 3, 3, 3, 7, 9, 12], dtype=torch.int32, device="neuron")
+    torch._dynamo.reset()
+    got = torch.compile(count, backend="neuron", fullgraph=True)(values)
+
+    assert got.device == values.device and got.dtype == torch.int32
+    assert torch.equal(got.cpu(), count(values).cpu())
+
+
 def test_float_histc_is_the_cpu_kernel_bitwise() -> None:
     values = torch.randn(1000, generator=torch.Generator().manual_seed(0))
     expected = torch.histc(values, bins=17, min=-2, max=2)

@@ -57,12 +57,37 @@ def device_index(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> int
     return None
 
 
+def _is_histc(node: torch.fx.Node) -> bool:
+    if node.op == "call_method":
+        return node.target == "histc"
+    return node.op == "call_function" and node.target in (torch.histc, torch.Tensor.histc)
+
+
+def _count_integers_in_float64(gm: torch.fx.GraphModule) -> None:
+    """`histc` of an integer tensor, which the CPU refuses ("histogram_cpu" not implemented for
+    'Int') and accelerators compute (transformers' mixture-of-experts routing calls it), counted
+    in float64 and cast back, as the device's eager kernel does (csrc/CpuGaps.cpp `histc`)."""
+    for node in list(gm.graph.nodes):
+        source = node.args[0] if _is_histc(node) and node.args else None
+        value = source.meta.get("example_value") if isinstance(source, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.is_complex():
+            continue
+        with gm.graph.inserting_before(node):
+            counted = gm.graph.call_method("to", (source, torch.float64))
+        node.replace_input_with(source, counted)
+        with gm.graph.inserting_after(node):
+            back = gm.graph.call_method("to", (node, value.dtype))
+        node.replace_all_uses_with(back, delete_user_cb=lambda user: user is not back)
+
+
 def to_host_graph(gm: torch.fx.GraphModule) -> None:
     """Rewrite `gm` in place to run on the host: `neuron` device arguments become `cpu`,
-    device tensors held as attributes become zero-copy host views."""
+    device tensors held as attributes become zero-copy host views, and ops the CPU lacks
+    but the device provides take the device's own route (`_count_integers_in_float64`)."""
     from torch.utils._pytree import tree_map
 
     host_view = _runtime.core()._host_view
+    _count_integers_in_float64(gm)
     for node in gm.graph.nodes:
         node.args = tree_map(_host_device_arg, node.args)
         node.kwargs = tree_map(_host_device_arg, node.kwargs)
