@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from spawned import Spawned
 
 WORLD, STEPS, BATCH = 2, 4, 8
 
@@ -76,18 +76,11 @@ def _reference(accumulate: bool, unused: bool) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu() for k, v in model.named_parameters()}
 
 
-def _worker(rank: int, port: int, options: dict, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(WORLD),
-                      LOCAL_RANK=str(rank))
-    import torchferry.device
-
-    torchferry.device.enable()
-    import torch.distributed as dist
+def _run_case(rank: int, options: dict) -> dict | None:
+    """One case on a fresh DDP model; rank 0 returns the parameters, the reference and the buckets."""
     from torch.nn.parallel import DistributedDataParallel
 
     device = torch.device("neuron", rank)
-    torch.neuron.set_device(device)
-    dist.init_process_group("neuron", rank=rank, world_size=WORLD)
     accumulate = options.pop("accumulate", False)
     on_device_ids = options.pop("device_ids", False)
     # Without either option DDP requires every parameter to take part in the loss.
@@ -101,10 +94,27 @@ def _worker(rank: int, port: int, options: dict, out: str) -> None:
         # With device_ids, DDP itself moves the CPU inputs (side stream + record_stream).
         _step(model, optimizer, x if on_device_ids else x.to(device), y.to(device), accumulate)
     params = {k.removeprefix("module."): v.detach().cpu() for k, v in model.named_parameters()}
-    if rank == 0:
-        torch.save({"params": params, "reference": _reference(accumulate, unused),
-                    "bucket_sizes": model._get_ddp_logging_data().get("bucket_sizes")},
-                   f"{out}/result.pt")
+    if rank != 0:
+        return None
+    return {"params": params, "reference": _reference(accumulate, unused),
+            "bucket_sizes": model._get_ddp_logging_data().get("bucket_sizes")}
+
+
+def _worker(rank: int, port: int, cases: list[str], out: str) -> None:
+    """Every case in turn, each on its own DDP model, in one process group; rank 0 saves each case's result."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(WORLD),
+                      LOCAL_RANK=str(rank))
+    import torchferry.device
+
+    torchferry.device.enable()
+    import torch.distributed as dist
+
+    torch.neuron.set_device(torch.device("neuron", rank))
+    dist.init_process_group("neuron", rank=rank, world_size=WORLD)
+    for case in cases:
+        result = _run_case(rank, dict(CASES[case]))
+        if rank == 0:
+            torch.save(result, f"{out}/{case}.pt")
     dist.destroy_process_group()
 
 
@@ -119,11 +129,22 @@ CASES = {
 }
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Every case in one pair of processes (tests/device/spawned.py): each case builds its own DDP model as in a run
+    of its own, and the start-up, most of a run's time, is paid once instead of once per case."""
+    spawned = Spawned(tmp_path_factory)
+
+    def start(out) -> None:
+        mp.spawn(_worker, args=(_free_port(), list(CASES), str(out)), nprocs=WORLD)
+
+    return lambda case: spawned.result("ddp-options", case, start)
+
+
 @pytest.mark.multiproc
 @pytest.mark.parametrize("case", list(CASES))
-def test_ddp_option_trains_like_one_device(tmp_path: Path, case: str):
-    mp.spawn(_worker, args=(_free_port(), dict(CASES[case]), str(tmp_path)), nprocs=WORLD)
-    result = torch.load(tmp_path / "result.pt")
+def test_ddp_option_trains_like_one_device(trained, case: str):
+    result = trained(case)
     assert result["params"].keys() == result["reference"].keys()
     for name, ref in result["reference"].items():
         torch.testing.assert_close(result["params"][name], ref, rtol=1e-5, atol=1e-6, msg=name)
