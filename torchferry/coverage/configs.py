@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +177,8 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
             if isinstance(period, int) and isinstance(offset, int) and period > new_depth:
                 setattr(cfg, f"{kind}_layer_period", new_depth)
                 setattr(cfg, f"{kind}_layer_offset", min(offset, new_depth - 1))
+        _depth_spellings(cfg, old_depth)
+        _shared_blocks(cfg)
         if isinstance(attrs.get("num_kv_shared_layers"), int):  # Gemma 3n: the last layers reuse earlier layers' caches
             cfg.num_kv_shared_layers = 0
         for key in ("first_k_dense_replace", "num_dense_layers"):
@@ -197,9 +200,11 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
         for key, value in list(attrs.items()):
             if key.endswith(TOKEN_ID_SUFFIX):
                 if isinstance(value, int) and value >= vocab:
-                    setattr(cfg, key, vocab - 1 - (hash(key) % 4))
+                    # one of the last ids, chosen by the name (crc32, not hash(): the same in every process and shard)
+                    setattr(cfg, key, vocab - 1 - zlib.crc32(key.encode()) % 4)
                 elif isinstance(value, list):
                     setattr(cfg, key, [v if v < vocab else vocab - 1 for v in value if isinstance(v, int)] or None)
+        _delay_pattern_tokens(cfg)
     moe = any(k in attrs for k in EXPERT_COUNT_KEYS) and attrs.get("moe_intermediate_size") is not None
     for key in EXPERT_COUNT_KEYS:
         if isinstance(attrs.get(key), int) and attrs[key] > EXPERTS or (moe and key in attrs and attrs[key] is None):
@@ -238,6 +243,7 @@ def _shrink_one(cfg: Any, widths: bool, depth_only: bool = False) -> None:
         if isinstance(attrs.get("rotary_dim"), int):
             cfg.rotary_dim = min(attrs["rotary_dim"], HEAD_DIM)
         _mamba_widths(cfg)
+        _xlstm_widths(cfg, old_hidden)
         _indexer(cfg)
     _hybrid_attention(cfg)
     if isinstance(attrs.get("axial_pos_shape"), (list, tuple)) and len(attrs["axial_pos_shape"]) == 2:
@@ -301,6 +307,121 @@ def _hybrid_attention(cfg: Any) -> None:
             cfg.attn_layer_indices = [len(types) - 1]
 
 
+def _depth_spellings(cfg: Any, old_depth: int) -> None:
+    """Depths a family spells twice, or derives from its own layer count, kept in step with the cut.
+
+    - xLSTM builds ``num_blocks`` blocks but sizes its recurrent cache by ``num_hidden_layers``
+      (transformers models/xlstm: ``xLSTMModel.__init__`` vs ``xLSTMCache.__init__``): a second
+      spelling of the depth, cut with it.
+    - HRM-Text's ``num_hidden_layers`` is not its depth but its KV-cache slots, one per attention call:
+      ``num_layers_per_stack x H_cycles x (L_cycles + 1)`` (models/hrm_text: ``HrmTextConfig.__post_init__``
+      and the slot formula in ``HrmTextModel.forward``). Each of its two stacks gets the depth; the
+      cycles, its distinctive recurrence, stay as they are.
+    """
+    attrs = cfg.__dict__
+    if attrs.get("num_blocks") == old_depth and isinstance(attrs.get("num_hidden_layers"), int):
+        cfg.num_blocks = cfg.num_hidden_layers
+    if isinstance(attrs.get("num_layers_per_stack"), int) and all(isinstance(attrs.get(k), int) for k in ("H_cycles", "L_cycles")):
+        cfg.num_layers_per_stack = min(attrs["num_layers_per_stack"], LAYERS)
+        cfg.num_hidden_layers = cfg.num_layers_per_stack * cfg.H_cycles * (cfg.L_cycles + 1)
+
+
+# families whose layers of one kind all run one shared block (model type -> that kind): the block is what makes
+# them what they are, so the cut keeps two such layers, and with one the model does not build
+SHARED_BLOCK_KIND = {"zamba": "hybrid", "zamba2": "hybrid"}
+
+
+def _shared_blocks(cfg: Any) -> None:
+    """Zamba and Zamba2 run one shared attention block in every ``hybrid`` layer, tying the later layers' copies to
+    the first (models/zamba ``ZambaModel.__init__`` ties ``layers.(?!i).shared_transf`` to layer i, which
+    ``get_expanded_tied_weights_keys`` in modeling_utils.py refuses when no second layer matches; models/zamba2
+    ``Zamba2Model.get_layers`` cycles ``num_mem_blocks`` blocks). Zamba2 also keeps ``hybrid_layer_ids``, derived
+    from the layer kinds once in ``Zamba2Config.__post_init__`` and read by its attention and MLP adapters
+    (``layer_dic``): derived again from the cut list."""
+    attrs = cfg.__dict__
+    kind = SHARED_BLOCK_KIND.get(getattr(cfg, "model_type", ""))
+    types = attrs.get("layers_block_type")
+    if kind is None or not isinstance(types, list):
+        return
+    if types.count(kind) == 1:
+        cfg.layers_block_type = types + [kind]
+        cfg.num_hidden_layers = len(cfg.layers_block_type)
+    if "hybrid_layer_ids" in attrs:
+        cfg.hybrid_layer_ids = [i for i, t in enumerate(cfg.layers_block_type) if t == kind]
+
+
+# MusicGen's decoders embed vocab_size + 1 ids: the extra one is the pad / start token of the codebook delay pattern
+DELAY_PATTERN_DECODERS = ("musicgen_decoder", "musicgen_melody_decoder")
+
+
+def _delay_pattern_tokens(cfg: Any) -> None:
+    """MusicGen's greedy generate builds its delay pattern with the decoder start token as the pad
+    (models/musicgen ``MusicgenForCausalLM.generate``: ``build_delay_pattern_mask(pad_token_id=
+    generation_config._decoder_start_token_tensor)``), and its default decoder config sets none, so the pattern
+    multiplies by None. Released checkpoints (facebook/musicgen-small's generation config) set it to the pad
+    token, which is the extra embedding row (``embed_dim = config.vocab_size + 1`` in ``MusicgenDecoder``):
+    pad, bos and decoder start are that row of the shrunk vocabulary, as they are of the full one."""
+    attrs = cfg.__dict__
+    if getattr(cfg, "model_type", "") in DELAY_PATTERN_DECODERS and isinstance(attrs.get("vocab_size"), int):
+        cfg.pad_token_id = cfg.bos_token_id = cfg.decoder_start_token_id = cfg.vocab_size
+
+
+# xLSTM rounds its q/k and v widths up to a multiple of this for the cache (xLSTMConfig.qk_dim / v_dim)
+XLSTM_DIM_MULTIPLE = 64
+
+
+def _xlstm_widths(cfg: Any, old_hidden: Any) -> None:
+    """xLSTM's mLSTM layer is ``int(hidden x qk_dim_factor)`` (and ``v_dim_factor``) wide, while ``xLSTMCache`` takes
+    the config's ``qk_head_dim`` / ``v_head_dim``, rounded up to a multiple of 64 (models/xlstm
+    ``configuration_xlstm.py`` ``qk_dim`` vs ``modeling_xlstm.py`` ``xLSTMLayer.__init__``): the two agree only when
+    both products are multiples of 64, so the hidden width is the smallest multiple of HIDDEN that makes them so
+    (the factors, the layer's shape, stay)."""
+    attrs = cfg.__dict__
+    factors = [attrs.get(k) for k in ("qk_dim_factor", "v_dim_factor")]
+    if not (isinstance(old_hidden, int) and all(isinstance(f, float) for f in factors)):
+        return
+    width = HIDDEN
+    while any((width * f) % XLSTM_DIM_MULTIPLE for f in factors) and width < old_hidden:
+        width += HIDDEN
+    cfg.hidden_size = width
+    if isinstance(attrs.get("embedding_dim"), int):
+        cfg.embedding_dim = width
+
+
+def _composite(cfg: Any) -> None:
+    """Rules that read across a composite config's parts, once every part is shrunk.
+
+    - DBRX's attention reads ``attn_config.rope_theta``, which ``DbrxAttentionConfig`` does not declare, and
+      clamps by ``attn_config.clip_qkv``, which torch refuses when None (models/dbrx ``DbrxAttention.__init__``,
+      ``forward``): the default config does not build. Released checkpoints (databricks/dbrx-base, -instruct)
+      set both in ``attn_config``: clip_qkv 8, and rope_theta, here the model's own (``rope_parameters``), which
+      the rotary embedding uses.
+    - BLT's global transformer reads the local encoder's patch states, ``hidden x cross_attn_k`` wide; the default
+      widths make that its own width, so it projects nothing (``BltConfig.__post_init__`` decides the projection
+      from the full widths): the global width and the locals' ``hidden_size_global`` follow the shrunk encoder.
+      Its forward builds its caches from the top config's ``num_hidden_layers``, which ``BltConfig`` does not
+      declare (models/blt ``BltModel.forward``: ``DynamicCache(config=self.config)``): one slot per layer of the
+      local encoder (the self-attention cache) and of the local decoder (the cross-attention one).
+    """
+    attrs = cfg.__dict__
+    attn = attrs.get("attn_config")
+    if getattr(cfg, "model_type", "") == "dbrx" and attn is not None and isinstance(attrs.get("rope_parameters"), dict):
+        attn.clip_qkv = attn.clip_qkv if attn.clip_qkv is not None else DBRX_CLIP_QKV
+        attn.rope_theta = cfg.rope_parameters["rope_theta"]
+    encoder, decoder, glob = (attrs.get(k) for k in ("encoder_config", "decoder_config", "global_config"))
+    if all(c is not None for c in (encoder, decoder, glob)) and isinstance(attrs.get("cross_attn_k"), int):
+        width = encoder.hidden_size * cfg.cross_attn_k
+        if glob.hidden_size != width and glob.__dict__.get("encoder_cross_output_size") is None:
+            glob.hidden_size = width
+            glob.head_dim = width // glob.num_attention_heads
+            encoder.hidden_size_global = decoder.hidden_size_global = width
+        if "num_hidden_layers" not in attrs:
+            cfg.num_hidden_layers = max(encoder.num_hidden_layers, decoder.num_hidden_layers)
+
+
+DBRX_CLIP_QKV = 8.0  # attn_config.clip_qkv of the released DBRX checkpoints
+
+
 def _sub_configs(cfg: Any) -> list[Any]:
     from transformers import PretrainedConfig
 
@@ -317,6 +438,7 @@ def shrink(cfg: Any, widths: bool = True, depth_only: bool = False, images: bool
         if images and not depth_only:
             _shrink_images(c, widths)
         stack.extend(_sub_configs(c))
+    _composite(cfg)
     return cfg
 
 

@@ -65,6 +65,13 @@ class CausalLM(Suite):
     def prompt(self, model: Any, length: int, seed: int) -> Any:
         return token_ids(model, codebooks(model), length, seed)
 
+    def generation(self, model: Any) -> dict[str, Any]:
+        """MusicGen's decoders generate through their own ``generate`` (models/musicgen ``MusicgenForCausalLM.generate``),
+        which reads ``num_return_sequences`` from the generation config without the global defaults that
+        ``GenerationMixin._prepare_generation_config`` fills in, and repeats its ids by None: it is given that
+        default, 1 (generation/configuration_utils.py), as every other model gets it."""
+        return {"num_return_sequences": 1} if codebooks(model) > 1 else {}
+
     def loss(self, out: Any, inputs: dict[str, Any], seed: int) -> Any:
         import torch
 
