@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.multiprocessing as mp
+from spawned import Spawned
 
 STEPS = 10
 GLOBAL_BATCH, SEQ = 4, 16
@@ -86,11 +87,7 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
     return full.detach().cpu()
 
 
-def _train_worker(rank: int, world: int, port: int, mode: str, out: str) -> None:
-    import torch.distributed as dist
-
-    device = _init(rank, world, port)
-    model = tiny_llama().to(device)
+def _train_mode(model, mode: str, rank: int, world: int, device: torch.device) -> list[float]:
     per_rank = GLOBAL_BATCH // world
     data_shard = lambda b: b[rank * per_rank:(rank + 1) * per_rank]  # noqa: E731
     if mode == "ddp":
@@ -122,17 +119,46 @@ def _train_worker(rank: int, world: int, port: int, mode: str, out: str) -> None
         losses, _ = train(model, device, lambda b: b, foreach=False)
     else:
         raise ValueError(mode)
-    params = {k: _full(v) for k, v in model.named_parameters()}
+    return losses
+
+
+def _train_worker(rank: int, world: int, port: int, modes: list[str], out: str) -> None:
+    """Each mode in turn on a fresh model, in one process group (tests/device/spawned.py); rank 0 saves each
+    mode's result as soon as it has it, with the single-device reference it computed once."""
+    import torch.distributed as dist
+
+    device = _init(rank, world, port)
     if rank == 0:
         ref_losses, ref_params = reference()
-        torch.save({"losses": losses, "params": params, "ref_losses": ref_losses,
-                    "ref_params": ref_params}, f"{out}/result.pt")
+    for mode in modes:
+        if mode == "dcp-save":  # the checkpoint test's 4-rank save, in these processes rather than 4 more
+            result = {**_checkpoint(rank, world, device, "save", f"{out}/ckpt"), "checkpoint": f"{out}/ckpt"}
+        else:
+            model = tiny_llama().to(device)
+            losses = _train_mode(model, mode, rank, world, device)
+            # full_tensor() is a collective: every rank gathers, rank 0 saves.
+            result = {"losses": losses, "params": {k: _full(v) for k, v in model.named_parameters()}}
+        if rank == 0:
+            torch.save({**result, "ref_losses": ref_losses, "ref_params": ref_params}, f"{out}/{mode}.pt")
     dist.destroy_process_group()
 
 
-def _run(mode: str, world: int, tmp_path: Path) -> dict:
-    mp.spawn(_train_worker, args=(world, free_port(), mode, str(tmp_path)), nprocs=world)
-    return torch.load(tmp_path / "result.pt")
+MODES = {2: ["ddp", "fsdp2", "tp", "fsdp2-bf16"], 4: ["ddp", "fsdp2", "tp", "dcp-save"]}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """Each world size's modes in one set of processes (tests/device/spawned.py): each mode starts from a fresh model
+    as in a run of its own, and the start-up, most of a run's time, is paid once per world size, not once per mode."""
+    spawned = Spawned(tmp_path_factory)
+
+    def result(world: int, mode: str) -> dict:
+        def start(out) -> None:
+            mp.spawn(_train_worker, args=(world, free_port(), MODES[world], str(out)), nprocs=world)
+
+        return spawned.result(f"train-{world}", mode, start)
+
+    return result
 
 
 def _assert_matches_single_device(result: dict) -> None:
@@ -145,20 +171,20 @@ def _assert_matches_single_device(result: dict) -> None:
 
 @pytest.mark.multiproc
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2", "tp"])
-def test_two_rank_training_matches_single_device(tmp_path, mode):
-    _assert_matches_single_device(_run(mode, 2, tmp_path))
+def test_two_rank_training_matches_single_device(trained, mode):
+    _assert_matches_single_device(trained(2, mode))
 
 
 @pytest.mark.multiproc
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ddp", "fsdp2", "tp"])
-def test_four_rank_training_matches_single_device(tmp_path, mode):
-    _assert_matches_single_device(_run(mode, 4, tmp_path))
+def test_four_rank_training_matches_single_device(trained, mode):
+    _assert_matches_single_device(trained(4, mode))
 
 
 @pytest.mark.multiproc
-def test_fsdp2_bfloat16_params_float32_reduce_trains(tmp_path):
-    result = _run("fsdp2-bf16", 2, tmp_path)
+def test_fsdp2_bfloat16_params_float32_reduce_trains(trained):
+    result = trained(2, "fsdp2-bf16")
     # bfloat16 compute: the float32 single-device losses within bfloat16 precision.
     torch.testing.assert_close(torch.tensor(result["losses"]), torch.tensor(result["ref_losses"]),
                                rtol=2e-2, atol=2e-2)
@@ -176,12 +202,12 @@ def _fsdp2_model(device):
     return model
 
 
-def _checkpoint_worker(rank: int, world: int, port: int, action: str, out: str) -> None:
-    import torch.distributed as dist
+def _checkpoint(rank: int, world: int, device: torch.device, action: str, checkpoint: str) -> dict:
+    """FSDP2 over ``world`` ranks: train 3 steps and save a DCP checkpoint, or load one; the full parameters and
+    momenta after it."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    device = _init(rank, world, port)
     model = _fsdp2_model(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
     if action == "save":
@@ -192,28 +218,35 @@ def _checkpoint_worker(rank: int, world: int, port: int, action: str, out: str) 
             optimizer.step()
             optimizer.zero_grad()
         model_sd, optim_sd = get_state_dict(model, optimizer)
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=f"{out}/ckpt")
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=checkpoint)
     else:
         model_sd, optim_sd = get_state_dict(model, optimizer)
         state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=f"{out}/ckpt")
+        dcp.load(state, checkpoint_id=checkpoint)
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     params = {k: _full(v) for k, v in model.named_parameters()}
     momenta = {k: _full(optimizer.state[p]["momentum_buffer"]) for k, p in model.named_parameters()}
+    return {"params": params, "momenta": momenta}
+
+
+def _load_worker(rank: int, world: int, port: int, checkpoint: str, out: str) -> None:
+    import torch.distributed as dist
+
+    loaded = _checkpoint(rank, world, _init(rank, world, port), "load", checkpoint)
     if rank == 0:
-        torch.save({"params": params, "momenta": momenta}, f"{out}/{action}-{world}.pt")
+        torch.save(loaded, f"{out}/load-{world}.pt")
     dist.destroy_process_group()
 
 
 @pytest.mark.multiproc
 @pytest.mark.slow
-def test_dcp_fsdp2_checkpoint_reshards_from_four_ranks_to_two_and_to_one_cpu_process(tmp_path):
+def test_dcp_fsdp2_checkpoint_reshards_from_four_ranks_to_two_and_to_one_cpu_process(trained, tmp_path):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-    mp.spawn(_checkpoint_worker, args=(4, free_port(), "save", str(tmp_path)), nprocs=4)
-    mp.spawn(_checkpoint_worker, args=(2, free_port(), "load", str(tmp_path)), nprocs=2)
-    saved = torch.load(tmp_path / "save-4.pt")
+    saved = trained(4, "dcp-save")  # saved by the 4-rank processes of the training tests, after their modes
+    checkpoint = Path(saved["checkpoint"])
+    mp.spawn(_load_worker, args=(2, free_port(), str(checkpoint), str(tmp_path)), nprocs=2)
     loaded = torch.load(tmp_path / "load-2.pt")
     for kind in ("params", "momenta"):
         for name, value in saved[kind].items():
@@ -222,11 +255,11 @@ def test_dcp_fsdp2_checkpoint_reshards_from_four_ranks_to_two_and_to_one_cpu_pro
     # One CPU process, no process group: DCP reshards into plain CPU tensors.
     model = tiny_llama()
     state = {"model": model.state_dict()}
-    dcp.load(state, checkpoint_id=tmp_path / "ckpt")
+    dcp.load(state, checkpoint_id=checkpoint)
     model.load_state_dict(state["model"])
     for name, param in model.named_parameters():
         assert param.device.type == "cpu" and torch.equal(param.detach(), saved["params"][name]), name
-    dcp_to_torch_save(tmp_path / "ckpt", tmp_path / "full.pt")
+    dcp_to_torch_save(checkpoint, tmp_path / "full.pt")
     optim = torch.load(tmp_path / "full.pt")["optim"]["state"]
     for name, momentum in saved["momenta"].items():
         assert torch.equal(optim[name]["momentum_buffer"], momentum), name
