@@ -12,6 +12,9 @@ from ferryrun import ferry
 
 FIXTURES = Path(__file__).parents[1] / "check" / "fixtures"  # shared with tests/check
 FAST = ["--steps", "2", "--rounds", "1", "--reps", "1", "-q"]
+# A short mlp forward check with progress on stderr (FAST without -q): one run, shared by the tests that read it.
+MLP_FORWARD_WITH_PROGRESS = ("--target", "cpu", "-w", "mlp", "--mode", "inference", "--steps", "2", "--rounds", "1",
+                             "--reps", "1")
 
 
 @dataclass

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from checkrun import FAST, FIXTURES, run_check
+from checkrun import FAST, FIXTURES, MLP_FORWARD_WITH_PROGRESS, run_check
 
 from torchferry.report.check import FORMAT_VERSION
 from torchferry.status import ExitStatus
@@ -29,8 +29,8 @@ def test_cpu_to_cpu_training_run_writes_a_go_report_with_every_result(check):
     assert "verdict:" in result.stdout and "time to 2 steps (headline)" in result.stdout
 
 
-def test_progress_is_shown_on_stderr_unless_quiet(check):
-    result = check("--target", "cpu", "-w", "mlp", "--mode", "inference", "--steps", "2", "--rounds", "1", "--reps", "1")
+def test_progress_is_shown_on_stderr_unless_quiet(shared_check):
+    result = shared_check(*MLP_FORWARD_WITH_PROGRESS)
     assert result.exit_status == ExitStatus.SUCCESS, result.stderr
     assert "ferry check: [ref cpu] first result" in result.stderr
     assert result.report["resume"]["status"] == "not-run"
@@ -66,8 +66,8 @@ def test_a_diverging_layer_fails_parity_and_is_named(check):
         ("build_raises", ExitStatus.WORKLOAD_ERROR, "workload"),
     ],
 )
-def test_bad_workloads_give_their_exit_code_and_a_partial_report(check, build, status, failure_kind):
-    result = check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:{build}", *FAST)
+def test_bad_workloads_give_their_exit_code_and_a_partial_report(shared_check, build, status, failure_kind):
+    result = shared_check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:{build}", *FAST)
     assert result.exit_status == status, result.stderr
     assert result.report["failure"]["kind"] == failure_kind and result.report["failure"]["phase"] == "reference"
     assert result.report["verdict"] == "stopped"  # an error stopped the run: not a no-go
@@ -76,13 +76,13 @@ def test_bad_workloads_give_their_exit_code_and_a_partial_report(check, build, s
     assert result.stderr.strip().splitlines()[-1].startswith("ferry check: on the reference device 'cpu'")
 
 
-def test_user_traceback_is_shown_apart_from_the_message(check):
-    result = check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:raises", *FAST)
+def test_user_traceback_is_shown_apart_from_the_message(shared_check):
+    result = shared_check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:raises", *FAST)  # the run above
     assert "ValueError: the user's forward is broken" in result.stderr
 
 
-def test_nan_names_the_first_module_with_a_non_finite_output(check):
-    result = check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:nan", *FAST)
+def test_nan_names_the_first_module_with_a_non_finite_output(shared_check):
+    result = shared_check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:nan", *FAST)  # the run above
     assert "first module with a non-finite output" in result.report["failure"]["message"]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from checkrun import FAST, FIXTURES, run_check
+from checkrun import FAST, FIXTURES, MLP_FORWARD_WITH_PROGRESS, run_check
 
 from torchferry.status import ExitStatus
 
@@ -104,8 +104,8 @@ def test_an_error_message_carries_the_command_prefix_once(tmp_path):
     assert last.startswith("ferry check: unknown workload") and "ferry: " not in last
 
 
-def test_the_report_meta_block_has_the_shared_shape(check):
-    result = check("--target", "cpu", "-w", "mlp", "--mode", "inference", *FAST)
+def test_the_report_meta_block_has_the_shared_shape(shared_check):
+    result = shared_check(*MLP_FORWARD_WITH_PROGRESS)  # the run of test_check_cli.py's progress test
     meta = result.report["meta"]
     assert set(meta) == {"format", "format_version", "torchferry", "created", "command", "wall_s"}
     assert meta["format"] == "torchferry.check" and meta["command"].startswith("ferry check ")
