@@ -74,13 +74,26 @@ def test_html_is_self_contained_with_sortable_table_and_charts(planted_sweep):
     assert 'data-plot="pass-share"' in html and 'data-plot="categories"' in html
 
 
-def test_resume_runs_nothing_already_stored_and_ignores_a_torn_line(planted_sweep, run_ferry, plugin):
+@pytest.fixture(scope="module")
+def resumed(planted_sweep, run_ferry, plugin):
+    """The planted sweep run again over its own store, after a crash in the middle of a write, gated by the baseline it
+    wrote: the resume test and the baseline test read this one run (each run starts an architecture-list worker)."""
     store = planted_sweep["out"] / "run" / "rows.jsonl"
     with open(store, "a") as f:
         f.write('{"kind": "row", "arch": "llama", "mo')  # a crash in the middle of a write
-    code, stdout, stderr = run_ferry("coverage", "llama", "ferry-planted", "ferry-hang", "--modes", "forward", "--plugin",
-                                 plugin, "--timeout", "8", "-o", str(planted_sweep["out"] / "run"), "--target", "neuron")
-    assert code == 0 and "resuming, 3 rows stored" in stderr
+    return run_ferry(*_rerun_argv(planted_sweep, plugin), "--timeout", "8",
+                     "--baseline", str(planted_sweep["out"] / "baseline.json"))
+
+
+def _rerun_argv(planted_sweep, plugin) -> list[str]:
+    """The planted sweep's architectures again, over its store."""
+    return ["coverage", "llama", "bloom", "ferry-planted", "ferry-hang", "--modes", "forward", "--plugin", plugin,
+            "-o", str(planted_sweep["out"] / "run"), "--target", "neuron"]
+
+
+def test_resume_runs_nothing_already_stored_and_ignores_a_torn_line(resumed):
+    code, stdout, stderr = resumed
+    assert code == 0 and "resuming, 4 rows stored" in stderr
     assert "[" not in stderr.split("\n", 1)[1]  # no progress line: no case ran again
 
 
@@ -107,19 +120,17 @@ def test_store_refuses_rows_measured_with_other_settings(planted_sweep, run_ferr
     assert code == ExitStatus.USAGE and "seed: stored 1337, now 7" in stderr
 
 
-def test_baseline_regression_exits_negative_and_names_the_row(planted_sweep, run_ferry, plugin):
+def test_baseline_regression_exits_negative_and_names_the_row(planted_sweep, resumed, run_ferry, plugin):
     base = json.loads((planted_sweep["out"] / "baseline.json").read_text())
     llama, bloom = planted_sweep["rows"]["llama"]["category"], planted_sweep["rows"]["bloom"]["category"]
     assert base["rows"] == {"causal-lm/ferry-hang/forward": "timeout", "causal-lm/ferry-planted/forward": "error",
                             "causal-lm/llama/forward": llama, "causal-lm/bloom/forward": bloom}
     assert set(base["cost_s"]) == {"causal-lm/ferry-hang", "causal-lm/ferry-planted", "causal-lm/llama", "causal-lm/bloom"}
-    argv = ["coverage", "llama", "bloom", "ferry-planted", "ferry-hang", "--modes", "forward", "--plugin", plugin,
-            "-o", str(planted_sweep["out"] / "run"), "--target", "neuron"]
-    code, stdout, _ = run_ferry(*argv, "--baseline", str(planted_sweep["out"] / "baseline.json"))
+    code, stdout, _ = resumed  # the same rows against the baseline they wrote
     assert code == ExitStatus.SUCCESS and "regressed 0" in stdout
     base["rows"]["causal-lm/ferry-planted/forward"] = "pass"
     (planted_sweep["out"] / "worse.json").write_text(json.dumps(base))
-    code, stdout, _ = run_ferry(*argv, "--baseline", str(planted_sweep["out"] / "worse.json"))
+    code, stdout, _ = run_ferry(*_rerun_argv(planted_sweep, plugin), "--baseline", str(planted_sweep["out"] / "worse.json"))
     assert code == ExitStatus.NEGATIVE_RESULT
     assert "REGRESSED causal-lm/ferry-planted/forward" in stdout and "regressed 1" in stdout
 
