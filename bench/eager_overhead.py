@@ -9,24 +9,32 @@ ratio is the cost of the device layer: dispatch, host views, result adoption, ac
 and what PyTorch does differently for an accelerator (the autograd device thread, the
 foreach optimizer). Host figures only: nothing here says how fast Trainium is.
 
-    python bench/eager_overhead.py                      # tiny and llama-4x256
+    python bench/eager_overhead.py                      # tiny (both ways) and llama-4x256
     python bench/eager_overhead.py --cases tiny --pairs 300
     python bench/eager_overhead.py --cases llama-4x1024
 
 Cases and targets (issue 17 item 3; issue 2 for llama-4x1024):
-  tiny          the tiny default workload of `ferry check` (torchferry.workloads.llama "tiny",
-                batch 2x32) with PyTorch's default AdamW, as `ferry check` runs it: foreach
-                on neuron (PyTorch picks it for accelerators), per-tensor on cpu   <= 1.10
+  tiny          as users meet it: the tiny default workload of `ferry check`
+                (torchferry.workloads.llama "tiny", batch 2x32) with PyTorch's default AdamW,
+                which is foreach on neuron (PyTorch picks it for accelerators) and
+                per-tensor on cpu: two algorithms                                    <= 1.10
+  tiny-same-adamw  like for like: the same step with per-tensor AdamW on both devices <= 1.10
   llama-4x256   transformers Llama, 4 layers, hidden 256, batch 4x128, the same per-tensor
                 AdamW on both devices                                               <= 1.03
   llama-4x1024  the same at hidden 1024                                             <= 1.03
-Run it on a quiet machine: on a shared one the spread says how far to trust the median.
+Besides wall time, each case prints the ratio of process CPU time (less sensitive to other
+processes on the machine, which stretch wall time) and the minor page faults per step
+(memory the step touches for the first time; the kernel zeroes each page). Run it on a
+quiet machine: on a shared one the spread says how far to trust the median, and the load
+average printed before and after says how shared it was.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import os
+import resource
 import statistics
 import sys
 import time
@@ -47,12 +55,15 @@ class Case:
     build: Callable[[], tuple[torch.nn.Module, Callable[[str], dict], bool | None]]
 
 
-def tiny() -> tuple[torch.nn.Module, Callable[[str], dict], bool | None]:
-    from torchferry.workloads import llama
+def tiny_case(foreach: bool | None):
+    def build() -> tuple[torch.nn.Module, Callable[[str], dict], bool | None]:
+        from torchferry.workloads import llama
 
-    torch.manual_seed(0)
-    workload = llama.build("tiny")
-    return workload["model"], lambda device: workload["batch"](device, 0), None
+        torch.manual_seed(0)
+        workload = llama.build("tiny")
+        return workload["model"], lambda device: workload["batch"](device, 0), foreach
+
+    return build
 
 
 def llama_case(hidden: int, layers: int = 4, batch: int = 4, seq: int = 128):
@@ -74,25 +85,36 @@ def llama_case(hidden: int, layers: int = 4, batch: int = 4, seq: int = 128):
 
 
 CASES = {
-    "tiny": Case("tiny", 1.10, 200, "ferry check's tiny llama, batch 2x32, default AdamW", tiny),
+    "tiny": Case("tiny", 1.10, 200, "as users meet it: ferry check's tiny llama, batch 2x32, default AdamW "
+                 "(foreach on neuron, per-tensor on cpu)", tiny_case(None)),
+    "tiny-same-adamw": Case("tiny-same-adamw", 1.10, 200, "like for like: the same tiny step, per-tensor "
+                            "AdamW on both", tiny_case(False)),
     "llama-4x256": Case("llama-4x256", 1.03, 30, "llama 4x256, batch 4x128, per-tensor AdamW", llama_case(256)),
     "llama-4x1024": Case("llama-4x1024", 1.03, 20, "llama 4x1024, batch 4x128, per-tensor AdamW", llama_case(1024)),
 }
 
 
-def make_step(model: torch.nn.Module, batch: Callable[[str], dict], foreach: bool | None, device: str) -> Callable[[], float]:
+@dataclass(frozen=True)
+class Sample:
+    wall: float  # seconds
+    cpu: float  # process CPU seconds, all threads (the autograd device thread included)
+    faults: int  # minor page faults
+
+
+def make_step(model: torch.nn.Module, batch: Callable[[str], dict], foreach: bool | None, device: str) -> Callable[[], Sample]:
     model = copy.deepcopy(model).to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=foreach)
     inputs = batch(device)
 
-    def step() -> float:
-        start = time.perf_counter()
+    def step() -> Sample:
+        faults, cpu, start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.process_time(), time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
         loss = model(**inputs).loss
         loss.backward()
         optimizer.step()
         loss.item()  # waits for the step on any device
-        return time.perf_counter() - start
+        wall = time.perf_counter() - start
+        return Sample(wall, time.process_time() - cpu, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
 
     return step
 
@@ -102,23 +124,26 @@ def measure(case: Case, pairs: int, warmup: int) -> bool:
     cpu, dev = make_step(model, batch, foreach, "cpu"), make_step(model, batch, foreach, "neuron")
     for _ in range(warmup):
         cpu(), dev()
-    cpu_times, dev_times, ratios = [], [], []
+    samples: dict[str, list[Sample]] = {"cpu": [], "neuron": []}
     for i in range(pairs):
         if i % 2:
-            t_dev, t_cpu = dev(), cpu()
+            samples["neuron"].append(dev())
+            samples["cpu"].append(cpu())
         else:
-            t_cpu, t_dev = cpu(), dev()
-        cpu_times.append(t_cpu)
-        dev_times.append(t_dev)
-        ratios.append(t_dev / t_cpu)
+            samples["cpu"].append(cpu())
+            samples["neuron"].append(dev())
+    ratios = [d.wall / c.wall for c, d in zip(samples["cpu"], samples["neuron"])]
     q = statistics.quantiles(ratios, n=10)
     quart = statistics.quantiles(ratios, n=4)
     ratio = statistics.median(ratios)
     print(f"{case.name}: {case.describe}, {pairs} interleaved pairs")
-    for device, times in (("cpu", cpu_times), ("neuron", dev_times)):
+    for device, runs in samples.items():
+        times = [s.wall for s in runs]
         spread = statistics.quantiles(times, n=4)  # how noisy the machine was for each device
-        print(f"  {device:6s} median {statistics.median(times) * 1e3:8.2f} ms  (IQR {spread[0] * 1e3:.2f}-{spread[2] * 1e3:.2f})")
-    print(f"  ratio neuron/cpu median {ratio:.3f}  (IQR {quart[0]:.3f}-{quart[2]:.3f}, p10-p90 {q[0]:.3f}-{q[-1]:.3f})")
+        print(f"  {device:6s} median {statistics.median(times) * 1e3:8.2f} ms  (IQR {spread[0] * 1e3:.2f}-{spread[2] * 1e3:.2f}), "
+              f"CPU {statistics.median(s.cpu for s in runs) * 1e3:.2f} ms, {statistics.median(s.faults for s in runs):.0f} page faults")
+    print(f"  ratio neuron/cpu median {ratio:.3f}  (IQR {quart[0]:.3f}-{quart[2]:.3f}, p10-p90 {q[0]:.3f}-{q[-1]:.3f}); "
+          f"CPU-time ratio {statistics.median(d.cpu / c.cpu for c, d in zip(samples['cpu'], samples['neuron'])):.3f}")
     passed = ratio <= case.target
     print(f"  {'PASS' if passed else 'FAIL'}: median ratio {ratio:.3f} {'<=' if passed else '>'} target {case.target:.2f}")
     return passed
@@ -126,15 +151,17 @@ def measure(case: Case, pairs: int, warmup: int) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=["tiny", "llama-4x256"])
+    parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=["tiny", "tiny-same-adamw", "llama-4x256"])
     parser.add_argument("--pairs", type=int, default=None, help="interleaved cpu/neuron pairs (default per case, >= 20)")
     parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args(argv)
     if args.pairs is not None and args.pairs < 20:
         parser.error(f"--pairs {args.pairs}: at least 20 pairs are needed for a median and its spread")
     torchferry.device.enable()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.2f}")
     results = [measure(CASES[name], args.pairs or CASES[name].pairs, args.warmup) for name in args.cases]
+    print(f"load average {os.getloadavg()[0]:.2f} at the end (figures under load are indicative only)")
     return 0 if all(results) else 1
 
 
