@@ -196,7 +196,8 @@ def _fault_worker(rank: int, world: int, port: int, fault: str, out: str) -> Non
         message = "no error"
     except Exception as exc:  # what the user sees
         message = f"{type(exc).__name__}: {exc}"
-    Path(out, f"{rank}.txt").write_text(f"{time.monotonic() - started:.1f}\n{message}")
+    Path(out, f"{rank}.part").write_text(f"{time.monotonic() - started:.1f}\n{message}")
+    os.replace(Path(out, f"{rank}.part"), Path(out, f"{rank}.txt"))  # whole or absent: the test reads it while we sleep
     time.sleep(8)  # rank 0 hosts the store the other survivors read heartbeats from
     os._exit(0)
 
@@ -216,9 +217,14 @@ def _launch(world: int, fault: str, out: Path, timeout_s: str) -> list[subproces
 def test_dead_or_hung_rank_fails_the_others_naming_rank_and_collective(tmp_path, fault):
     world = 3
     procs = _launch(world, fault, tmp_path, timeout_s="6")
+    survivors = [tmp_path / f"{rank}.txt" for rank in range(world - 1)]
     try:
-        for proc in procs[:-1]:
-            proc.wait(timeout=90)
+        # Done when every survivor has written what it saw (or has exited without): not after rank 0's 8 s of
+        # hosting the store for the others, which only the survivors still reading heartbeats need.
+        deadline = time.monotonic() + 90
+        while not all(p.is_file() or proc.poll() is not None for p, proc in zip(survivors, procs)):
+            assert time.monotonic() < deadline, "the survivors neither reported nor exited within 90 s"
+            time.sleep(0.2)
     finally:
         for proc in procs:
             proc.kill()
