@@ -1,14 +1,17 @@
-// Device guard, PrivateUse1 hooks and pinned host memory of the built-in `neuron` device.
+// Device guard, PrivateUse1 hooks, pinned host memory and the intra-op thread count of the
+// autograd engine's device thread, for the built-in `neuron` device.
 //
 // Kernels run synchronously on the calling thread, so streams are bookkeeping
 // (ids a user can create, set and synchronise) and an event is the host clock
 // read when it is recorded; `elapsed_time` between two events is real wall time.
 #include "neuron.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <atomic>
 #include <chrono>
@@ -23,6 +26,8 @@ namespace {
 thread_local c10::DeviceIndex tls_current_device = 0;
 thread_local std::vector<c10::StreamId> tls_current_streams;
 std::atomic<c10::StreamId> g_next_stream_id{1};
+// The intra-op thread count of the threads that run device ops outside a backward.
+std::atomic<int> g_intraop_threads{0};
 
 struct HostEvent {
   std::chrono::steady_clock::time_point when;
@@ -73,7 +78,10 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return getNewStream(device, is_high_priority ? -1 : 0);
   }
 
+  // The engine guards onto each device node's stream before running it, on its device
+  // thread: the one place every device backward node passes, compiled ones included.
   c10::Stream exchangeStream(c10::Stream stream) const override {
+    follow_intraop_threads();
     const c10::Stream old = getStream(stream.device());
     current_stream_slot(stream.device_index()) = stream.id();
     return old;
@@ -201,6 +209,26 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
 }  // namespace
 
 c10::DeviceIndex current_device() { return tls_current_device; }
+
+// PyTorch's autograd engine runs the backward of device tensors on a thread of its own
+// per device type and sets that thread's intra-op (OpenMP) count once, when it starts
+// (at::init_num_threads); the CPU's backward runs on the calling thread. After a
+// `torch.set_num_threads`, the device's backward would keep the old count: the two
+// devices' reductions would split differently (gradients no longer bitwise equal) and
+// two OpenMP teams of different sizes would share the cores. So device work outside a
+// backward records its thread's count, and device work inside one takes that count
+// when its own differs (one thread-local read and one relaxed load per call).
+void follow_intraop_threads() {
+  const int mine = at::get_num_threads();
+  if (torch::autograd::get_current_graph_task_id() < 0) {
+    if (g_intraop_threads.load(std::memory_order_relaxed) != mine) {
+      g_intraop_threads.store(mine, std::memory_order_relaxed);
+    }
+    return;
+  }
+  const int wanted = g_intraop_threads.load(std::memory_order_relaxed);
+  if (wanted > 0 && wanted != mine) at::set_num_threads(wanted);
+}
 
 void set_current_device(c10::DeviceIndex index) {
   check_device_index(index);

@@ -3,7 +3,8 @@
 //
 // One .cpp per PyTorch interface:
 //   Allocator.cpp   device allocator, statistics, capacity, host<->device storage aliasing
-//   Guard.cpp       DeviceGuardImpl (current device, streams, events) and PrivateUse1 hooks
+//   Guard.cpp       DeviceGuardImpl (current device, streams, events), PrivateUse1 hooks,
+//                   the autograd device thread's intra-op thread count
 //   Generator.cpp   per-device RNG generators
 //   Execution.cpp   zero-copy execution of ATen ops on the CPU kernels, device placement
 //                   checks, target numerics, the explicit host-fallback path
@@ -56,6 +57,10 @@ c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 c10::impl::DeviceGuardImplInterface* guard_impl();
 void register_hooks();
+// Device work inside a backward (the autograd engine's device thread) takes the intra-op
+// thread count of the threads that run device ops outside one; called per op and per
+// backward node.
+void follow_intraop_threads();
 // `Tensor.record_stream(stream)` on a neuron tensor (registered in Registration.cpp).
 void record_stream(at::Tensor& self, c10::Stream stream);
 
