@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -48,11 +49,15 @@ def _results(folder: Path) -> list[dict]:
 @pytest.mark.slow
 def test_trainer_under_torchrun_runs_ddp_multi_neuron_and_matches_one_process(run_python, tmp_path):
     env = {"TORCHFERRY_DEVICE": "neuron"}
-    single = run_python("", env=env, argv=[sys.executable, str(TORCHRUN_SCRIPT), str(tmp_path / "one")])
+    # The one-process reference runs beside torchrun: separate processes and folders, and the cores torchrun's
+    # launcher leaves idle while it starts its ranks do the reference's work.
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        one = pool.submit(run_python, "", env=env, argv=[sys.executable, str(TORCHRUN_SCRIPT), str(tmp_path / "one")])
+        two = pool.submit(run_python, "", env=env, timeout=420, argv=[
+            sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+            str(TORCHRUN_SCRIPT), str(tmp_path / "two")])
+        single, two = one.result(), two.result()
     assert single.returncode == 0, single.stderr[-3000:]
-    two = run_python("", env=env, timeout=420, argv=[
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        str(TORCHRUN_SCRIPT), str(tmp_path / "two")])
     assert two.returncode == 0, two.stderr[-3000:]
 
     (reference,) = _results(tmp_path / "one")
