@@ -22,6 +22,10 @@ Cases and targets (issue 17 item 3; issue 2 for llama-4x1024):
   llama-4x256   transformers Llama, 4 layers, hidden 256, batch 4x128, the same per-tensor
                 AdamW on both devices                                               <= 1.03
   llama-4x1024  the same at hidden 1024                                             <= 1.03
+Each case also times the CPU step alone, in a fresh process with no device enabled, and
+prints it beside the in-process CPU median: the in-process reference is only the CPU's
+speed if the device does not slow the CPU down in a shared process (a second OpenMP team
+once did, by 30%: docs/device/architecture.md, Performance, session 5).
 Besides wall time, each case prints the ratio of process CPU time (less sensitive to other
 processes on the machine, which stretch wall time) and the minor page faults per step
 (memory the step touches for the first time; the kernel zeroes each page). Run it on a
@@ -36,6 +40,7 @@ import copy
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -144,9 +149,30 @@ def measure(case: Case, pairs: int, warmup: int) -> bool:
               f"CPU {statistics.median(s.cpu for s in runs) * 1e3:.2f} ms, {statistics.median(s.faults for s in runs):.0f} page faults")
     print(f"  ratio neuron/cpu median {ratio:.3f}  (IQR {quart[0]:.3f}-{quart[2]:.3f}, p10-p90 {q[0]:.3f}-{q[-1]:.3f}); "
           f"CPU-time ratio {statistics.median(d.cpu / c.cpu for c, d in zip(samples['cpu'], samples['neuron'])):.3f}")
+    alone = cpu_alone(case, pairs, warmup)
+    in_process = statistics.median(s.wall for s in samples["cpu"])
+    print(f"  cpu alone (a fresh process, no device) median {alone * 1e3:.2f} ms: in-process cpu / alone "
+          f"{in_process / alone:.3f}{'  (the shared process slowed the CPU reference)' if in_process > 1.1 * alone else ''}")
     passed = ratio <= case.target
     print(f"  {'PASS' if passed else 'FAIL'}: median ratio {ratio:.3f} {'<=' if passed else '>'} target {case.target:.2f}")
     return passed
+
+
+def cpu_alone(case: Case, pairs: int, warmup: int) -> float:
+    """Median seconds of the case's CPU step in a fresh interpreter that never enables the device."""
+    code = (f"import sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); import eager_overhead as b; "
+            f"print(b.time_cpu_alone({case.name!r}, {pairs}, {warmup}))")
+    env = {k: v for k, v in os.environ.items() if k != "TORCHFERRY_DEVICE"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def time_cpu_alone(name: str, pairs: int, warmup: int) -> float:
+    model, batch, foreach = CASES[name].build()
+    step = make_step(model, batch, foreach, "cpu")
+    for _ in range(warmup):
+        step()
+    return statistics.median(step().wall for _ in range(pairs))
 
 
 def main(argv: list[str] | None = None) -> int:

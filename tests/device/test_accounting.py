@@ -31,6 +31,20 @@ def test_executed_ops_are_counted_per_op(neuron):
     assert neuron.get_executed_ops() == {}
 
 
+def test_views_are_counted_and_stay_views_of_the_device_storage(neuron):
+    x = torch.arange(12.0, device="neuron")
+    neuron.clear_op_tracking()
+    viewed = x.view(3, 4)
+    strided = x.as_strided((2, 2), (1, 2), 1)
+    executed = neuron.get_executed_ops()
+    assert executed["aten::view"] == 1 and executed["aten::as_strided"] == 1
+    assert neuron.get_fallback_ops() == {}
+    x.add_(1)
+    assert viewed.device.type == "neuron" and viewed.cpu().tolist()[2] == [9.0, 10.0, 11.0, 12.0]
+    assert strided.cpu().tolist() == [[2.0, 4.0], [3.0, 5.0]]
+    assert strided.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+
+
 def test_profile_ops_run_on_the_host_and_count_as_fallbacks(neuron, fallback_mode):
     # torch.unique: data-dependent and not implemented by TorchNeuron, so on the host.
     fallback_mode("silent")

@@ -11,8 +11,11 @@ def test_process_exits_cleanly_after_device_backward(run_python):
     import torchferry.device as d; d.enable()
     import torch
     w = torch.randn(3, device="neuron", requires_grad=True)
-    (w * 2).sum().backward()
-    (w * 3).sum().backward()
+    # The engine's device thread, which holds the last graph task (device backward runs on the
+    # calling thread by default, where there is nothing to release).
+    with torch.autograd.set_multithreading_enabled(True):
+        (w * 2).sum().backward()
+        (w * 3).sum().backward()
     """
     # Two at a time, one per core of a 2-core machine: each run is still a process of its own, and the abort
     # happened inside one process (its own autograd worker against its own finalisation).

@@ -85,6 +85,22 @@ def test_compiled_results_are_device_memory_not_copies(compile_env):
         torch.testing.assert_close(view.cpu(), x.cpu()[1:])
 
 
+def test_a_compiled_graphs_buffers_come_from_the_device_cache(compile_env):
+    import torch
+
+    compiled = torch.compile(lambda t: t * 2 + 1, backend="neuron")
+    x = torch.ones(512, 512, device="neuron")  # 1 MiB
+    compiled(x)
+    compile_env.empty_cache()
+    y = compiled(x)
+    address = y.data_ptr()
+    del y
+    # Inductor's own buffer, adopted as the result, goes back to the cache, not to the host.
+    assert compile_env.memory_reserved() - compile_env.memory_allocated() == 2**20
+    z = compiled(x)
+    assert z.data_ptr() == address and torch.equal(z.cpu(), torch.full((512, 512), 3.0))
+
+
 def test_a_compiled_graph_is_aotautograds_own_device_node(compile_env):
     # Nothing wraps AOTAutograd's compiled function: its autograd.Function is the graph's
     # node, on device tensors, so a retained graph runs its backward twice as on the CPU.

@@ -5,9 +5,11 @@ import pytest
 from torchferry.device._settings import (
     FALLBACK_MODES,
     DeviceSettingError,
+    backward_thread,
     device_memory,
     fallback_code,
     fallback_mode,
+    memory_caching,
     numerics,
     parse_bytes,
     visible_device_count,
@@ -81,3 +83,18 @@ def test_fallback_codes_follow_the_one_list_of_modes():
     with pytest.raises(DeviceSettingError, match="Valid values: warn, silent, error"):
         fallback_code("loud")
 
+
+
+def test_memory_caching_is_on_unless_turned_off():
+    assert memory_caching({}) is True
+    assert memory_caching({"TORCHFERRY_NO_MEMORY_CACHING": "0"}) is True
+    assert memory_caching({"TORCHFERRY_NO_MEMORY_CACHING": "1"}) is False
+    with pytest.raises(DeviceSettingError, match=r"TORCHFERRY_NO_MEMORY_CACHING='yes' is not 0 or 1"):
+        memory_caching({"TORCHFERRY_NO_MEMORY_CACHING": "yes"})
+
+
+def test_backward_thread_defaults_to_the_caller():
+    assert backward_thread({}) == "caller"
+    assert backward_thread({"TORCHFERRY_BACKWARD_THREAD": "Device"}) == "device"
+    with pytest.raises(DeviceSettingError, match=r"'engine' is not a backward thread. Valid values: caller, device"):
+        backward_thread({"TORCHFERRY_BACKWARD_THREAD": "engine"})

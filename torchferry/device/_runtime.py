@@ -49,12 +49,14 @@ def start(profile_name: str | Path | None) -> None:
     capacity = _settings.device_memory(environ, chosen.memory_bytes)
     mode = _settings.fallback_mode(environ)
     numerics = _settings.numerics(environ, chosen.numerics)
+    caching = _settings.memory_caching(environ)
+    backward_on_caller = _settings.backward_thread(environ) == "caller"
 
     import torch
 
     from torchferry.device import _C as native
 
-    native._init(count, capacity)
+    native._init(count, capacity, caching, backward_on_caller)
     atexit.register(native._release_autograd_workers)
     native._register_cpu_kernels(cpu_kernel_ops(torch))
     target.configure(native, chosen, mode, numerics)

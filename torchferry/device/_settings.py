@@ -11,6 +11,8 @@
 | `TORCHFERRY_NUMERICS` | 64-bit values of natively run ops: `target` (32-bit range and precision, as the target computes them) or `host` (exact) | the profile's (`target` for trn2) |
 | `TORCHFERRY_CACHE_DIR` | torchferry's caches (compiled graphs, eager signatures) | `$XDG_CACHE_HOME/torchferry` or `~/.cache/torchferry` |
 | `TORCH_NEURONX_NEFF_CACHE_DIR` | where eager op signatures (NEFF-compile accounting) persist across processes | `neff_cache` under `TORCHFERRY_CACHE_DIR` (never TorchNeuron's `/tmp/neff_cache`) |
+| `TORCHFERRY_NO_MEMORY_CACHING` | `1` returns freed device memory to the host at once instead of caching it for reuse (as `PYTORCH_NO_CUDA_MEMORY_CACHING` does for CUDA) | `0` |
+| `TORCHFERRY_BACKWARD_THREAD` | which thread runs a device backward: `caller` (the thread that calls it, as for the CPU) or `device` (PyTorch's autograd device thread) | `caller` |
 | `TORCHFERRY_STANDIN` | `0` keeps `import torch_neuronx` from finding torchferry's stand-in | `1` |
 
 Fallback modes and their codes for the C++ core are defined here only.
@@ -146,6 +148,34 @@ def neff_cache_dir(environ: Mapping[str, str]) -> Path:
     """
     text = environ.get(NEFF_CACHE_DIR_ENV, "").strip()
     return Path(text).expanduser() if text else cache_root(environ) / "neff_cache"
+
+
+def memory_caching(environ: Mapping[str, str]) -> bool:
+    """Whether freed device blocks are cached for reuse (TORCHFERRY_NO_MEMORY_CACHING unset or 0)."""
+    text = environ.get("TORCHFERRY_NO_MEMORY_CACHING", "0").strip() or "0"
+    if text not in ("0", "1"):
+        raise DeviceSettingError(
+            f"TORCHFERRY_NO_MEMORY_CACHING={text!r} is not 0 or 1. Set 1 to return freed device memory "
+            "to the host at once (slower: every step then faults its pages in again), or 0 (default) "
+            "to cache it."
+        )
+    return text == "0"
+
+
+BACKWARD_THREADS = ("caller", "device")
+
+
+def backward_thread(environ: Mapping[str, str]) -> str:
+    """`caller` or `device`: the thread that runs the backward of device tensors."""
+    text = environ.get("TORCHFERRY_BACKWARD_THREAD", "").strip().lower() or "caller"
+    if text not in BACKWARD_THREADS:
+        raise DeviceSettingError(
+            f"TORCHFERRY_BACKWARD_THREAD={text!r} is not a backward thread. Valid values: "
+            f"{', '.join(BACKWARD_THREADS)} (caller: the thread that calls backward, as for the CPU, "
+            "the default; device: PyTorch's autograd thread for the device, which costs a second "
+            "OpenMP team of threads)."
+        )
+    return text
 
 
 def standin_enabled(environ: Mapping[str, str]) -> bool:

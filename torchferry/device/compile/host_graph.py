@@ -15,6 +15,8 @@ the results come back as the device tensors the graph promised, without a copy:
 
 - a result that is an input comes back as that device input;
 - a result that is a view of an input becomes the same view of the device input;
+- the graph allocates its buffers from the device's cache of freed blocks, as a device op's
+  CPU kernel does (`_call_with_device_memory`);
 - fresh results are adopted as device memory (one `_adopt_host_results` call per graph run,
   which keeps results that share a buffer sharing one device storage). This is not an op
   and is not counted as one: on TorchNeuron a compiled graph's outputs are device tensors
@@ -135,6 +137,7 @@ class DeviceCode:
         self._boxed_call = True  # an instance attribute: wrappers copy __dict__ (functools.wraps)
         core = _runtime.core()
         self._host_view, self._adopt = core._host_view, core._adopt_host_results
+        self._run = core._call_with_device_memory
         self._plan: _Plan | None = None
 
     def _host(self, args: list[Any]) -> list[Any]:
@@ -148,7 +151,7 @@ class DeviceCode:
         kept = {j: args[j] for j in plan.kept}
         host = self._host(args)
         args.clear()
-        results = list(self.compiled(host))
+        results = list(self._run(self.compiled, host, self.index))
         del host
         for i, j in plan.inputs:
             results[i] = kept[j]
@@ -174,7 +177,7 @@ class DeviceCode:
             if isinstance(h, torch.Tensor) and h.untyped_storage().data_ptr():
                 on_storage.setdefault(h.untyped_storage().data_ptr(), []).append(j)
         keep_alive = host
-        results = list(self.compiled(list(host)))
+        results = list(self._run(self.compiled, list(host), self.index))
         plan, unambiguous = _Plan(), True
         for i, r in enumerate(results):
             if not isinstance(r, torch.Tensor) or not r.is_cpu:

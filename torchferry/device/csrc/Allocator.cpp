@@ -1,6 +1,15 @@
 // Device memory of the built-in `neuron` device: host memory with per-device
 // statistics and a per-device capacity, so that a workload that would not fit one
 // logical NeuronCore fails here the way it would on the real device.
+//
+// Freed device blocks are cached for reuse (by size class), and while a device op
+// runs its CPU kernel, that kernel's own allocations (the results the device then
+// adopts) come from the same cache. Without it, device memory would cycle through
+// glibc's per-thread malloc arenas: PyTorch runs a device's backward on the autograd
+// engine's device thread, so a step's activations are freed there and its gradients
+// come from that thread's arena; glibc trims both arenas after every step and the next
+// step faults its pages in again (docs/device/architecture.md, "The block cache").
+// The CPU keeps one arena warm for both passes; the cache gives the device the same.
 #include "neuron.h"
 
 #include <c10/core/CPUAllocator.h>
@@ -10,7 +19,9 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <unordered_map>
 #include <vector>
 
 namespace torchferry {
@@ -27,11 +38,16 @@ struct DeviceMemory {
   std::atomic<int64_t> live_allocs{0};
   std::atomic<int64_t> live_allocs_peak{0};
   std::atomic<int64_t> num_ooms{0};
+  std::atomic<int64_t> cached{0};         // bytes of freed blocks kept for reuse
+  std::atomic<int64_t> reserved_peak{0};  // of allocated + cached
+  std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> blocks (LIFO)
 };
 
+// Never destroyed: device tensors may be freed during interpreter finalisation, after
+// static destructors have run.
 std::vector<std::unique_ptr<DeviceMemory>>& devices() {
-  static std::vector<std::unique_ptr<DeviceMemory>> d;
-  return d;
+  static auto* d = new std::vector<std::unique_ptr<DeviceMemory>>();
+  return *d;
 }
 
 void raise_peak(std::atomic<int64_t>& peak, int64_t value) {
@@ -77,6 +93,7 @@ void charge(c10::DeviceIndex index, size_t nbytes) {
                      "rehearse a larger device.");
   }
   raise_peak(m.peak, now);
+  raise_peak(m.reserved_peak, now + m.cached.load(std::memory_order_relaxed));
   if (c10::memoryProfilingEnabled()) {  // profile_memory=True: attributed to neuron:<index>
     c10::reportMemoryUsageToProfiler(nullptr, n, now, now, c10::Device(kNeuron, index));
   }
@@ -97,15 +114,162 @@ void release(c10::DeviceIndex index, size_t nbytes) {
   m.live_allocs.fetch_sub(1, std::memory_order_relaxed);
 }
 
+
+// ---------------------------------------------------------------- block cache
+// Blocks under this size are left to malloc: its per-thread bins reuse them without
+// trimming, and a lock and a table look-up would cost more than they save.
+constexpr size_t kCachedMin = 16 * 1024;
+
+bool g_caching = true;  // TORCHFERRY_NO_MEMORY_CACHING=1 turns the cache off (set at init)
+
+// Guards every device's free blocks and the table of blocks lent to CPU kernels.
+std::mutex& cache_mutex() {
+  static auto* m = new std::mutex();
+  return *m;
+}
+
+// The size class a request is served from: whole pages under 1 MiB, then eight classes
+// per power of two, so a block is at most 1/8 larger than asked.
+size_t size_class(size_t nbytes) {
+  size_t step = 4096;
+  if (nbytes >= (size_t(1) << 20)) step = size_t(1) << (63 - __builtin_clzll(nbytes) - 3);
+  return (nbytes + step - 1) & ~(step - 1);
+}
+
+void* fresh_block(size_t nbytes);
+
+// A block of at least `nbytes` for device `index` and its size class (0: not cached,
+// malloc'd to the exact size).
+std::pair<void*, size_t> take_block(c10::DeviceIndex index, size_t nbytes) {
+  if (!g_caching || nbytes < kCachedMin) return {c10::alloc_cpu(nbytes), 0};
+  const size_t cls = size_class(nbytes);
+  DeviceMemory& m = *devices()[index];
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    auto it = m.free_blocks.find(cls);
+    if (it != m.free_blocks.end() && !it->second.empty()) {
+      void* data = it->second.back();
+      it->second.pop_back();
+      m.cached.fetch_sub(static_cast<int64_t>(cls), std::memory_order_relaxed);
+      return {data, cls};
+    }
+  }
+  return {fresh_block(cls), cls};
+}
+
+void give_block(c10::DeviceIndex index, void* data, size_t cls) {
+  if (cls == 0) return c10::free_cpu(data);
+  DeviceMemory& m = *devices()[index];
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  m.free_blocks[cls].push_back(data);
+  const int64_t cached = m.cached.fetch_add(static_cast<int64_t>(cls), std::memory_order_relaxed) +
+                         static_cast<int64_t>(cls);
+  raise_peak(m.reserved_peak, m.allocated.load(std::memory_order_relaxed) + cached);
+}
+
+// Returns every device's cached blocks to the host (`torch.neuron.empty_cache()`).
+void release_cached_blocks() {
+  std::vector<void*> freed;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    for (auto& m : devices()) {
+      for (auto& [cls, blocks] : m->free_blocks) freed.insert(freed.end(), blocks.begin(), blocks.end());
+      m->free_blocks.clear();
+      m->cached.store(0, std::memory_order_relaxed);
+    }
+  }
+  for (void* data : freed) c10::free_cpu(data);
+}
+
+// A new block from the host; when the host is out of memory, the cache is released and
+// the allocation tried once more (as PyTorch's caching allocators do).
+void* fresh_block(size_t nbytes) {
+  try {
+    return c10::alloc_cpu(nbytes);
+  } catch (const c10::Error&) {
+    release_cached_blocks();
+    return c10::alloc_cpu(nbytes);
+  }
+}
+
+// The device whose cache the CPU kernels on this thread allocate from (-1: none).
+thread_local c10::DeviceIndex t_kernel_device = -1;
+
+// Blocks lent to CPU kernels, by address: their DataPtr has the address as its context
+// (as the CPU allocator's own do, so `raw_allocate` keeps working), so the size class and
+// device are looked up here when the block comes back.
+std::unordered_map<void*, std::pair<size_t, c10::DeviceIndex>>& lent_blocks() {
+  static auto* lent = new std::unordered_map<void*, std::pair<size_t, c10::DeviceIndex>>();
+  return *lent;
+}
+
+// Takes a lent block back into its device's cache; false if `data` was not lent.
+bool return_lent(void* data) {
+  std::pair<size_t, c10::DeviceIndex> owner;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    auto it = lent_blocks().find(data);
+    if (it == lent_blocks().end()) return false;
+    owner = it->second;
+    lent_blocks().erase(it);
+  }
+  give_block(owner.second, data, owner.first);
+  return true;
+}
+
+void free_lent(void* data) { return_lent(data); }
+
+// The process's CPU allocator while the device is loaded: the allocator it replaced,
+// except for a CPU kernel run by a device op (`KernelMemoryScope`), whose blocks of
+// kCachedMin bytes and more come from the device's cache.
+class KernelAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    const c10::DeviceIndex index = t_kernel_device;
+    if (index < 0 || nbytes < kCachedMin) return host()->allocate(nbytes);
+    auto [data, cls] = take_block(index, nbytes);  // installed only with caching: cls > 0
+    {
+      std::lock_guard<std::mutex> lock(cache_mutex());
+      lent_blocks().emplace(data, std::make_pair(cls, index));
+    }
+    return c10::DataPtr(data, data, &free_lent, c10::Device(c10::kCPU));
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &raw_free; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+  static c10::Allocator*& host() {
+    static c10::Allocator* replaced = nullptr;
+    return replaced;
+  }
+
+ private:
+  // `raw_deallocate` of either kind of block.
+  static void raw_free(void* data) {
+    if (return_lent(data)) return;
+    c10::DeleterFnPtr host_free = host()->raw_deleter();
+    TORCH_CHECK(host_free != nullptr, "the CPU allocator that torchferry's device wraps has no raw deleter");
+    host_free(data);
+  }
+};
+
+KernelAllocator g_kernel_allocator;
+
 // Owner of device bytes that this allocator allocated itself.
 struct OwnedBlock {
+  void* data;
   size_t nbytes;
+  size_t size_class;  // 0: not cached
   c10::DeviceIndex index;
 };
 
 void free_owned(void* ctx_ptr) {
   auto* ctx = static_cast<OwnedBlock*>(ctx_ptr);
   release(ctx->index, ctx->nbytes);
+  give_block(ctx->index, ctx->data, ctx->size_class);
   delete ctx;
 }
 
@@ -122,12 +286,11 @@ void free_adopted(void* ctx_ptr) {
   delete ctx;
 }
 
-// A CPU view of device bytes: it only keeps the device storage alive.
-struct HostAliasBlock {
-  c10::Storage device;
-};
-
-void free_host_alias(void* ctx_ptr) { delete static_cast<HostAliasBlock*>(ctx_ptr); }
+// A CPU view of device bytes only keeps the device storage alive: its context is that
+// StorageImpl, with a reference of its own (no owner block to allocate per view).
+void free_host_alias(void* device_storage) {
+  c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(device_storage));
+}
 
 void fill_stat(c10::CachingAllocator::Stat& stat, int64_t current, int64_t peak, int64_t allocated,
                int64_t freed) {
@@ -149,8 +312,8 @@ class NeuronAllocator final : public c10::DeviceAllocator {
 
   bool initialized() override { return !devices().empty(); }
 
-  // Nothing is cached: freed blocks go straight back to the host.
-  void emptyCache(c10::MempoolId_t /*mempool_id*/) override {}
+  // Returns the cached blocks of every device to the host (there are no memory pools).
+  void emptyCache(c10::MempoolId_t /*mempool_id*/) override { release_cached_blocks(); }
 
   // Execution is synchronous, so a block is never in flight on another stream.
   void recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) override {}
@@ -161,9 +324,10 @@ class NeuronAllocator final : public c10::DeviceAllocator {
     const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     const int64_t cur = m.allocated.load(), peak = m.peak.load();
     const int64_t total = m.allocated_total.load(), freed = m.freed_total.load();
-    // No caching: reserved == active == allocated.
+    // Reserved: allocated plus the cached blocks (its cumulative counts are allocated's).
     fill_stat(stats.allocated_bytes[agg], cur, peak, total, freed);
-    fill_stat(stats.reserved_bytes[agg], cur, peak, total, freed);
+    fill_stat(stats.reserved_bytes[agg], cur + m.cached.load(), std::max(m.reserved_peak.load(), peak),
+              total, freed);
     fill_stat(stats.active_bytes[agg], cur, peak, total, freed);
     fill_stat(stats.requested_bytes[agg], cur, peak, total, freed);
     fill_stat(stats.allocation[agg], m.live_allocs.load(), m.live_allocs_peak.load(),
@@ -190,6 +354,7 @@ class NeuronAllocator final : public c10::DeviceAllocator {
   void resetPeakStats(c10::DeviceIndex index) override {
     DeviceMemory& m = memory_of(index);
     m.peak = m.allocated.load();
+    m.reserved_peak = m.peak + m.cached.load();
     m.live_allocs_peak = m.live_allocs.load();
   }
 
@@ -204,7 +369,7 @@ NeuronAllocator g_allocator;
 
 }  // namespace
 
-void init_devices(c10::DeviceIndex count, int64_t capacity_bytes) {
+void init_devices(c10::DeviceIndex count, int64_t capacity_bytes, bool caching) {
   TORCH_CHECK(devices().empty(), "the neuron device is already initialised");
   TORCH_CHECK(count > 0, "neuron device count must be positive, got ", int(count));
   TORCH_CHECK(capacity_bytes > 0, "neuron device capacity must be positive, got ", capacity_bytes);
@@ -213,7 +378,18 @@ void init_devices(c10::DeviceIndex count, int64_t capacity_bytes) {
     devices().back()->capacity = capacity_bytes;
   }
   c10::SetAllocator(kNeuron, &g_allocator);
+  g_caching = caching;
+  if (caching) {
+    KernelAllocator::host() = c10::GetCPUAllocator();
+    c10::SetCPUAllocator(&g_kernel_allocator);
+  }
 }
+
+KernelMemoryScope::KernelMemoryScope(c10::DeviceIndex index) : previous_(t_kernel_device) {
+  t_kernel_device = index;
+}
+
+KernelMemoryScope::~KernelMemoryScope() { t_kernel_device = previous_; }
 
 c10::DeviceIndex device_count() noexcept { return static_cast<c10::DeviceIndex>(devices().size()); }
 
@@ -235,20 +411,22 @@ c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
     return c10::DataPtr(nullptr, device);
   }
   charge(index, nbytes);
-  void* data = nullptr;
+  std::pair<void*, size_t> block;
   try {
-    data = c10::alloc_cpu(nbytes);
+    block = take_block(index, nbytes);
   } catch (...) {
     release(index, nbytes);
     throw;
   }
-  return c10::DataPtr(data, new OwnedBlock{nbytes, index}, &free_owned, device);
+  return c10::DataPtr(block.first, new OwnedBlock{block.first, nbytes, block.second, index}, &free_owned,
+                      device);
 }
 
 c10::Storage host_alias(const c10::Storage& device_storage) {
   void* data = device_storage.mutable_data_ptr().get();
-  c10::DataPtr ptr(data, new HostAliasBlock{device_storage}, &free_host_alias,
-                   c10::Device(c10::kCPU));
+  c10::StorageImpl* owner = device_storage.unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(owner);
+  c10::DataPtr ptr(data, owner, &free_host_alias, c10::Device(c10::kCPU));
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), device_storage.sym_nbytes(), std::move(ptr),
       c10::GetCPUAllocator(), /*resizable=*/true));

@@ -60,6 +60,7 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                    int64_t groups) {
   static const c10::OperatorHandle op = op_handle("aten::convolution_overrideable", "");
   count_op(op);
+  KernelMemoryScope kernel_memory(input.device().index());
   at::Tensor out = at::convolution(host_view_of(input), host_view_of(weight), optional_host_view(bias),
                                    stride, padding, dilation, transposed, output_padding, groups);
   return adopt_host_result(out, input.device().index());
@@ -72,11 +73,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
   static const c10::OperatorHandle op = op_handle("aten::convolution_backward_overrideable", "");
   count_op(op);
   const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
+  const c10::DeviceIndex index = input.device().index();
+  KernelMemoryScope kernel_memory(index);
   auto [grad_input, grad_weight, grad_bias] = at::convolution_backward(
       host_view_of(grad_output), host_view_of(input), host_view_of(weight),
       c10::IntArrayRef{bias_size}, stride, padding, dilation, transposed, output_padding, groups,
       output_mask);
-  const c10::DeviceIndex index = input.device().index();
   auto to_device = [index](const at::Tensor& t) { return t.defined() ? adopt_host_result(t, index) : t; };
   return {to_device(grad_input), to_device(grad_weight), to_device(grad_bias)};
 }

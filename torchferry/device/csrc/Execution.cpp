@@ -29,6 +29,9 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/view_native.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/util/SmallVector.h>
 
@@ -226,8 +229,14 @@ class HostCall {
       mix(iv.toBool() ? 0x74 : 0x66);
     } else if (iv.isString()) {
       for (char c : iv.toStringRef()) mix(static_cast<unsigned char>(c));
+    } else if (iv.isDouble()) {  // a scalar: its type only
+      mix(0x64);
+    } else if (iv.isInt()) {
+      mix(0x69);
+    } else if (iv.isComplexDouble()) {
+      mix(0x63);
     } else {
-      mix(static_cast<uint64_t>(iv.tagKind().size()));  // a scalar: its type only
+      mix(0x6f);
     }
   }
 
@@ -454,7 +463,10 @@ void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet 
   if (call.indexes_with_mask() && !is_masked_fill(info, schema, *stack)) {
     count_sync(info.name + " (boolean mask)");
   }
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  {
+    KernelMemoryScope kernel_memory(call.device());
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
   call.write_back_mutations();
   call.convert_results(schema.returns().size(), stack);
 }
@@ -486,6 +498,30 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
         size, stride, neuron_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
         c10::dtype_or_default(dtype)));
   });
+}
+
+// The views that reach a backend (the composite views, `t`, `slice`, `expand`, ..., end in
+// these): a new TensorImpl over the same device storage, made by ATen's own
+// device-independent kernels, as the CPU and CUDA register them. They are metadata on the
+// target too (Target.cpp counts views as such), and the boxed path's host views and
+// adoption would only add a round trip (about 2 us a call) to no purpose.
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset) {
+  static const c10::OperatorHandle op = op_handle("aten::as_strided", "");
+  count_op(op);
+  return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
+}
+
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
+  static const c10::OperatorHandle op = op_handle("aten::view", "");
+  count_op(op);
+  return at::native::view(self, size);
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
+  static const c10::OperatorHandle op = op_handle("aten::_reshape_alias", "");
+  count_op(op);
+  return at::native::_reshape_alias(self, size, stride);
 }
 
 // `copy_` is CompositeExplicitAutograd: for a device it does not know it calls

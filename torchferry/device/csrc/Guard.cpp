@@ -8,6 +8,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <c10/core/AutogradState.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -28,6 +29,10 @@ thread_local std::vector<c10::StreamId> tls_current_streams;
 std::atomic<c10::StreamId> g_next_stream_id{1};
 // The intra-op thread count of the threads that run device ops outside a backward.
 std::atomic<int> g_intraop_threads{0};
+// Whether a device backward runs on the thread that calls it (set once, at init).
+bool g_backward_on_calling_thread = true;
+// Whether this thread's backward thread has been chosen (at its first device op).
+thread_local bool tls_backward_thread_chosen = false;
 
 struct HostEvent {
   std::chrono::steady_clock::time_point when;
@@ -211,8 +216,19 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
 c10::DeviceIndex current_device() { return tls_current_device; }
 
 // PyTorch's autograd engine runs the backward of device tensors on a thread of its own
-// per device type and sets that thread's intra-op (OpenMP) count once, when it starts
-// (at::init_num_threads); the CPU's backward runs on the calling thread. After a
+// per device type; the CPU's backward runs on the calling thread. On this device that
+// thread runs CPU kernels, so it brings a second OpenMP team: with more OpenMP threads
+// than cores, libgomp's workers stop spinning between parallel regions (GOMP's throttled
+// spin count) and every op waits for its workers to wake, on both devices (forward and
+// optimizer included: a 4x256 Llama step took 1.6x the CPU's wall time at 2 threads, at
+// equal CPU time). So each thread, at its first device op, turns PyTorch's multithreaded
+// backward off for itself (thread-local autograd state, what
+// `torch.autograd.set_multithreading_enabled(False)` sets): its backward then runs on the
+// calling thread, as the CPU's does. TORCHFERRY_BACKWARD_THREAD=device keeps the device
+// thread; so does the user's own `set_multithreading_enabled(True)` after that first op.
+//
+// The device thread, where it is used, sets its intra-op (OpenMP) count once, when it
+// starts (at::init_num_threads). After a
 // `torch.set_num_threads`, the device's backward would keep the old count: the two
 // devices' reductions would split differently (gradients no longer bitwise equal) and
 // two OpenMP teams of different sizes would share the cores. So device work outside a
@@ -221,6 +237,10 @@ c10::DeviceIndex current_device() { return tls_current_device; }
 void follow_intraop_threads() {
   const int mine = at::get_num_threads();
   if (torch::autograd::get_current_graph_task_id() < 0) {
+    if (!tls_backward_thread_chosen) {
+      tls_backward_thread_chosen = true;
+      if (g_backward_on_calling_thread) c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+    }
     if (g_intraop_threads.load(std::memory_order_relaxed) != mine) {
       g_intraop_threads.store(mine, std::memory_order_relaxed);
     }
@@ -229,6 +249,8 @@ void follow_intraop_threads() {
   const int wanted = g_intraop_threads.load(std::memory_order_relaxed);
   if (wanted > 0 && wanted != mine) at::set_num_threads(wanted);
 }
+
+void set_backward_thread(bool on_calling_thread) { g_backward_on_calling_thread = on_calling_thread; }
 
 void set_current_device(c10::DeviceIndex index) {
   check_device_index(index);

@@ -2,6 +2,7 @@
 // Thin glue: each function forwards to the file that implements it.
 #include "neuron.h"
 
+#include <c10/core/AutogradState.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/extension.h>
 
@@ -44,14 +45,16 @@ py::dict memory_stats(c10::DeviceIndex index) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace torchferry;
   m.doc() = "C++ core of torchferry's built-in neuron device (PrivateUse1).";
-  m.def("_init", [](int count, int64_t capacity) {
-    init_devices(static_cast<c10::DeviceIndex>(count), capacity);
+  m.def("_init", [](int count, int64_t capacity, bool caching, bool backward_on_calling_thread) {
+    init_devices(static_cast<c10::DeviceIndex>(count), capacity, caching);
+    set_backward_thread(backward_on_calling_thread);
     register_hooks();
   });
   m.def("_device_count", [] { return int(device_count()); });
   m.def("_current_device", [] { return int(current_device()); });
   m.def("_set_device", [](int index) { set_current_device(static_cast<c10::DeviceIndex>(index)); });
   m.def("_memory_stats", [](int index) { return memory_stats(static_cast<c10::DeviceIndex>(index)); });
+  m.def("_empty_cache", [] { neuron_allocator()->emptyCache(); });
   m.def("_reset_peak_memory_stats", [](int index) {
     neuron_allocator()->resetPeakStats(static_cast<c10::DeviceIndex>(index));
   });
@@ -78,6 +81,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // Python is alive; the GIL is released so that the worker can drop the old one.
   m.def("_release_autograd_workers", [] {
     py::gil_scoped_release no_gil;
+    // The device threads, not this one, hold the tasks to replace.
+    c10::AutogradState& autograd = c10::AutogradState::get_tls_state();
+    const bool multithreading = autograd.get_multithreading_enabled();
+    autograd.set_multithreading_enabled(true);
     try {
       for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
         at::Tensor x = at::ones({1}, at::TensorOptions().device(kNeuron, i)).requires_grad_();
@@ -86,10 +93,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     } catch (const std::exception&) {
       // Exiting anyway: never turn a clean exit into an error.
     }
+    autograd.set_multithreading_enabled(multithreading);
   });
   // A CPU tensor over a device tensor's bytes (no copy): for collectives and compiled
   // code that run on host kernels. Writes through it change the device tensor.
   m.def("_host_view", [](const at::Tensor& t) { return host_view_of(t); });
+  // Calls `fn(args)` (a compiled graph) with its host allocations served from device
+  // `index`'s block cache, as a device op's CPU kernel is.
+  m.def("_call_with_device_memory", [](const py::object& fn, const py::object& args, int index) {
+    KernelMemoryScope kernel_memory(static_cast<c10::DeviceIndex>(index));
+    return fn(args);
+  });
   m.def("_adopt_host_results", [](const std::vector<at::Tensor>& hosts, int index) {
     return adopt_host_results(hosts, static_cast<c10::DeviceIndex>(index));
   });

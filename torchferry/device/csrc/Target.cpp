@@ -9,6 +9,7 @@
 // whatever the tables say: they never launch a kernel on the target.
 #include "neuron.h"
 
+#include <atomic>
 #include <mutex>
 #include <unordered_set>
 
@@ -29,8 +30,8 @@ struct TargetConfig {
 struct OpEntry {
   OpInfo info;
   std::string reason;
-  int64_t executed = 0;
-  int64_t fallback = 0;
+  std::atomic<int64_t> executed{0};
+  std::atomic<int64_t> fallback{0};
 };
 
 std::mutex g_mutex;
@@ -48,6 +49,7 @@ struct Signatures {
 };
 std::mutex g_signature_mutex;
 Signatures g_signatures;
+std::atomic<int64_t> g_repeat_calls{0};  // calls of a signature their thread had recorded
 
 std::string full_name(const c10::OperatorName& name) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
@@ -98,25 +100,36 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
   entry.reason = reason_it == g_config.reasons.end() ? g_config.default_reason : reason_it->second;
 }
 
+// The entry of an op, classified on its first call. Entries are never erased, so each thread
+// remembers the ones it has met and finds them again without the lock (one look-up per op).
+OpEntry& entry_of(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, OpEntry*> known;
+  const c10::FunctionSchema* schema = &op.schema();
+  auto hit = known.find(schema);
+  if (hit != known.end()) return *hit->second;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto [it, inserted] = g_ops.try_emplace(schema);
+  if (inserted) classify(op, it->second);
+  known.emplace(schema, &it->second);
+  return it->second;
+}
+
 }  // namespace
 
 const OpInfo& account(const c10::OperatorHandle& op) {
+  OpEntry& entry = entry_of(op);
+  const OpInfo* info = &entry.info;
+  if (!info->on_host()) {
+    entry.executed.fetch_add(1, std::memory_order_relaxed);
+    if (info->syncs) count_sync(info->name);
+    return *info;
+  }
+  entry.fallback.fetch_add(1, std::memory_order_relaxed);
   std::string reason, profile;
   FallbackMode mode;
   bool first;
-  const OpInfo* info;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto [it, inserted] = g_ops.try_emplace(&op.schema());
-    OpEntry& entry = it->second;
-    if (inserted) classify(op, entry);
-    info = &entry.info;  // entries are never erased, so the reference stays valid
-    if (!info->on_host()) {
-      ++entry.executed;
-      if (info->syncs) ++g_syncs[info->name];
-      return *info;
-    }
-    ++entry.fallback;
     if (g_config.mode == FallbackMode::Silent) return *info;
     mode = g_config.mode;
     first = mode == FallbackMode::Error || g_config.warned.insert(info->name).second;
@@ -141,6 +154,13 @@ void count_sync(const std::string& what) {
 }
 
 void record_signature(uint64_t signature) {
+  // Most calls repeat a signature this thread has recorded: counted without the lock.
+  thread_local std::unordered_set<uint64_t> recorded;
+  if (recorded.count(signature)) {
+    g_repeat_calls.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  recorded.insert(signature);
   std::lock_guard<std::mutex> lock(g_signature_mutex);
   ++g_signatures.calls;
   if (!g_signatures.seen.insert(signature).second) return;
@@ -218,7 +238,7 @@ std::unordered_map<std::string, int64_t> eager_compile_counts() {
   return {{"signatures", static_cast<int64_t>(g_signatures.seen.size())},
           {"compilations", g_signatures.compilations},
           {"cache_hits", g_signatures.cache_hits},
-          {"calls", g_signatures.calls}};
+          {"calls", g_signatures.calls + g_repeat_calls.load(std::memory_order_relaxed)}};
 }
 
 void load_persisted_signatures(const std::vector<uint64_t>& signatures) {

@@ -4,7 +4,7 @@
 // One .cpp per PyTorch interface:
 //   Allocator.cpp   device allocator, statistics, capacity, host<->device storage aliasing
 //   Guard.cpp       DeviceGuardImpl (current device, streams, events), PrivateUse1 hooks,
-//                   the autograd device thread's intra-op thread count
+//                   which thread runs a device backward, and its intra-op thread count
 //   Generator.cpp   per-device RNG generators
 //   Execution.cpp   zero-copy execution of ATen ops on the CPU kernels, device placement
 //                   checks, target numerics, the explicit host-fallback path
@@ -31,8 +31,9 @@ namespace torchferry {
 constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 
 // ---- Allocator.cpp -------------------------------------------------------
-// Set once by `_C._init` before any tensor exists.
-void init_devices(c10::DeviceIndex count, int64_t capacity_bytes);
+// Set once by `_C._init` before any tensor exists. With `caching`, freed device blocks
+// are kept for reuse and the process's CPU allocator is wrapped (see KernelMemoryScope).
+void init_devices(c10::DeviceIndex count, int64_t capacity_bytes, bool caching);
 c10::DeviceIndex device_count() noexcept;
 int64_t device_capacity(c10::DeviceIndex index);
 void check_device_index(c10::DeviceIndex index);
@@ -51,16 +52,32 @@ c10::Storage adopt_host_storage(const c10::Storage& host_storage, c10::DeviceInd
 void rebind_device_storage(c10::StorageImpl* device_storage, const c10::Storage& host_storage,
                            c10::DeviceIndex index);
 void resize_device_storage(const c10::Storage& storage, size_t new_nbytes);
+// While alive, the CPU allocator's blocks on this thread come from device `index`'s cache
+// of freed blocks: a device op's CPU kernel (or compiled graph) allocates there the results
+// that the device adopts. Other threads, and small blocks, keep the CPU's own allocator.
+class KernelMemoryScope {
+ public:
+  explicit KernelMemoryScope(c10::DeviceIndex index);
+  ~KernelMemoryScope();
+  KernelMemoryScope(const KernelMemoryScope&) = delete;
+  KernelMemoryScope& operator=(const KernelMemoryScope&) = delete;
+
+ private:
+  c10::DeviceIndex previous_;
+};
 
 // ---- Guard.cpp -----------------------------------------------------------
 c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 c10::impl::DeviceGuardImplInterface* guard_impl();
 void register_hooks();
-// Device work inside a backward (the autograd engine's device thread) takes the intra-op
-// thread count of the threads that run device ops outside one; called per op and per
-// backward node.
+// Called per op and per backward node. Outside a backward: at a thread's first device op,
+// turns multithreaded backward off for that thread (unless `set_backward_thread(false)`),
+// so that its backward runs where the CPU's does. Inside one (the autograd engine's device
+// thread, where it is used): takes the intra-op thread count of the threads outside.
 void follow_intraop_threads();
+// Set once at init: whether device backward runs on the calling thread (TORCHFERRY_BACKWARD_THREAD).
+void set_backward_thread(bool on_calling_thread);
 // `Tensor.record_stream(stream)` on a neuron tensor (registered in Registration.cpp).
 void record_stream(at::Tensor& self, c10::Stream stream);
 
@@ -95,6 +112,10 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                          std::optional<at::Device> device, std::optional<bool> pin_memory);
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
+                      std::optional<int64_t> storage_offset);
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size);
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride);
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking);
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst);
 bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from);

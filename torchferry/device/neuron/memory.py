@@ -1,7 +1,8 @@
 """Memory statistics of the built-in device, with `torch.cuda.memory`'s names.
 
-There is no caching: freed blocks return to the host at once, so "reserved" equals
-"allocated" and `empty_cache()` has nothing to release.
+Freed blocks are cached for reuse, as on CUDA: "reserved" is "allocated" plus the cached
+blocks, and `empty_cache()` returns those to the host (TORCHFERRY_NO_MEMORY_CACHING=1 turns
+the cache off). Capacity and out-of-memory errors count allocated bytes only.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def reset_accumulated_memory_stats(device: Any = None) -> None:
 
 
 def empty_cache() -> None:
-    """Nothing is cached; kept so that `torch.neuron.empty_cache()` calls work unchanged."""
+    """Return every device's cached blocks to the host; allocated memory is untouched."""
+    _runtime.core()._empty_cache()
 
 
 def mem_get_info(device: Any = None) -> tuple[int, int]:
@@ -64,9 +66,11 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     stats = memory_stats(device)
     mib = 2**20
     lines = [
-        f"neuron:{_index(device)} memory (torchferry host device, no caching)",
+        f"neuron:{_index(device)} memory (torchferry host device)",
         f"  allocated: {stats['allocated_bytes.all.current'] / mib:.1f} MiB "
         f"(peak {stats['allocated_bytes.all.peak'] / mib:.1f} MiB)",
+        f"  reserved:  {stats['reserved_bytes.all.current'] / mib:.1f} MiB "
+        f"(peak {stats['reserved_bytes.all.peak'] / mib:.1f} MiB; cached blocks included)",
         f"  capacity:  {stats['capacity_bytes'] / mib:.1f} MiB",
         f"  allocations: {stats['allocation.all.allocated']} (live {stats['allocation.all.current']}), "
         f"OOMs: {stats['num_ooms']}",
