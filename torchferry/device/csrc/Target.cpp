@@ -101,16 +101,21 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
 }
 
 // The entry of an op, classified on its first call. Entries are never erased, so each thread
-// remembers the ones it has met and finds them again without the lock (one look-up per op).
+// keeps the ones it has met in a small direct-mapped table and finds them again without the
+// lock: one probe per op in the steady state.
 OpEntry& entry_of(const c10::OperatorHandle& op) {
-  thread_local std::unordered_map<const c10::FunctionSchema*, OpEntry*> known;
+  struct Slot {
+    const c10::FunctionSchema* schema;
+    OpEntry* entry;
+  };
+  thread_local Slot slots[512] = {};
   const c10::FunctionSchema* schema = &op.schema();
-  auto hit = known.find(schema);
-  if (hit != known.end()) return *hit->second;
+  Slot& slot = slots[(reinterpret_cast<uintptr_t>(schema) >> 4) & 511];
+  if (slot.schema == schema) return *slot.entry;
   std::lock_guard<std::mutex> lock(g_mutex);
   auto [it, inserted] = g_ops.try_emplace(schema);
   if (inserted) classify(op, it->second);
-  known.emplace(schema, &it->second);
+  slot = {schema, &it->second};
   return it->second;
 }
 
@@ -154,13 +159,15 @@ void count_sync(const std::string& what) {
 }
 
 void record_signature(uint64_t signature) {
-  // Most calls repeat a signature this thread has recorded: counted without the lock.
-  thread_local std::unordered_set<uint64_t> recorded;
-  if (recorded.count(signature)) {
+  // Most calls repeat a signature this thread recorded lately: a direct-mapped table of
+  // them counts those without the lock (a signature it has lost is looked up again below).
+  thread_local uint64_t recent[1024] = {};
+  uint64_t& slot = recent[signature & 1023];
+  if (slot == signature && signature != 0) {
     g_repeat_calls.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  recorded.insert(signature);
+  slot = signature;
   std::lock_guard<std::mutex> lock(g_signature_mutex);
   ++g_signatures.calls;
   if (!g_signatures.seen.insert(signature).second) return;
