@@ -8,7 +8,7 @@
 // glibc's per-thread malloc arenas: PyTorch runs a device's backward on the autograd
 // engine's device thread, so a step's activations are freed there and its gradients
 // come from that thread's arena; glibc trims both arenas after every step and the next
-// step faults its pages in again (docs/device/architecture.md, "The block cache").
+// step faults its pages in again (docs/device/architecture.md, Performance, session 5).
 // The CPU keeps one arena warm for both passes; the cache gives the device the same.
 #include "neuron.h"
 
@@ -114,7 +114,6 @@ void release(c10::DeviceIndex index, size_t nbytes) {
   m.live_allocs.fetch_sub(1, std::memory_order_relaxed);
 }
 
-
 // ---------------------------------------------------------------- block cache
 // Blocks under this size are left to malloc: its per-thread bins reuse them without
 // trimming, and a lock and a table look-up would cost more than they save.
@@ -138,33 +137,43 @@ size_t size_class(size_t nbytes) {
 
 void* fresh_block(size_t nbytes);
 
+// A cached block of class `cls` for device `index`, or null (cache_mutex held).
+void* pop_cached(c10::DeviceIndex index, size_t cls) {
+  DeviceMemory& m = *devices()[index];
+  auto it = m.free_blocks.find(cls);
+  if (it == m.free_blocks.end() || it->second.empty()) return nullptr;
+  void* data = it->second.back();
+  it->second.pop_back();
+  m.cached.fetch_sub(static_cast<int64_t>(cls), std::memory_order_relaxed);
+  return data;
+}
+
+// Keeps a freed block of class `cls` for reuse (cache_mutex held).
+void push_cached(c10::DeviceIndex index, void* data, size_t cls) {
+  DeviceMemory& m = *devices()[index];
+  m.free_blocks[cls].push_back(data);
+  const int64_t cached = m.cached.fetch_add(static_cast<int64_t>(cls), std::memory_order_relaxed) +
+                         static_cast<int64_t>(cls);
+  raise_peak(m.reserved_peak, m.allocated.load(std::memory_order_relaxed) + cached);
+}
+
 // A block of at least `nbytes` for device `index` and its size class (0: not cached,
 // malloc'd to the exact size).
 std::pair<void*, size_t> take_block(c10::DeviceIndex index, size_t nbytes) {
   if (!g_caching || nbytes < kCachedMin) return {c10::alloc_cpu(nbytes), 0};
   const size_t cls = size_class(nbytes);
-  DeviceMemory& m = *devices()[index];
+  void* data;
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
-    auto it = m.free_blocks.find(cls);
-    if (it != m.free_blocks.end() && !it->second.empty()) {
-      void* data = it->second.back();
-      it->second.pop_back();
-      m.cached.fetch_sub(static_cast<int64_t>(cls), std::memory_order_relaxed);
-      return {data, cls};
-    }
+    data = pop_cached(index, cls);
   }
-  return {fresh_block(cls), cls};
+  return {data != nullptr ? data : fresh_block(cls), cls};
 }
 
 void give_block(c10::DeviceIndex index, void* data, size_t cls) {
   if (cls == 0) return c10::free_cpu(data);
-  DeviceMemory& m = *devices()[index];
   std::lock_guard<std::mutex> lock(cache_mutex());
-  m.free_blocks[cls].push_back(data);
-  const int64_t cached = m.cached.fetch_add(static_cast<int64_t>(cls), std::memory_order_relaxed) +
-                         static_cast<int64_t>(cls);
-  raise_peak(m.reserved_peak, m.allocated.load(std::memory_order_relaxed) + cached);
+  push_cached(index, data, cls);
 }
 
 // Returns every device's cached blocks to the host (`torch.neuron.empty_cache()`).
@@ -205,15 +214,12 @@ std::unordered_map<void*, std::pair<size_t, c10::DeviceIndex>>& lent_blocks() {
 
 // Takes a lent block back into its device's cache; false if `data` was not lent.
 bool return_lent(void* data) {
-  std::pair<size_t, c10::DeviceIndex> owner;
-  {
-    std::lock_guard<std::mutex> lock(cache_mutex());
-    auto it = lent_blocks().find(data);
-    if (it == lent_blocks().end()) return false;
-    owner = it->second;
-    lent_blocks().erase(it);
-  }
-  give_block(owner.second, data, owner.first);
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  auto it = lent_blocks().find(data);
+  if (it == lent_blocks().end()) return false;
+  const auto [cls, index] = it->second;
+  lent_blocks().erase(it);
+  push_cached(index, data, cls);
   return true;
 }
 
@@ -227,11 +233,17 @@ class KernelAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t nbytes) override {
     const c10::DeviceIndex index = t_kernel_device;
     if (index < 0 || nbytes < kCachedMin) return host()->allocate(nbytes);
-    auto [data, cls] = take_block(index, nbytes);  // installed only with caching: cls > 0
-    {
-      std::lock_guard<std::mutex> lock(cache_mutex());
-      lent_blocks().emplace(data, std::make_pair(cls, index));
+    // Installed only with caching, so the block is of a size class; one lock takes it and
+    // records the loan.
+    const size_t cls = size_class(nbytes);
+    std::unique_lock<std::mutex> lock(cache_mutex());
+    void* data = pop_cached(index, cls);
+    if (data == nullptr) {
+      lock.unlock();
+      data = fresh_block(cls);
+      lock.lock();
     }
+    lent_blocks().emplace(data, std::make_pair(cls, index));
     return c10::DataPtr(data, data, &free_lent, c10::Device(c10::kCPU));
   }
 

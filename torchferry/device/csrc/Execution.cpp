@@ -453,7 +453,7 @@ bool is_masked_fill(const OpInfo& info, const c10::FunctionSchema& schema, const
 
 void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/,
                              torch::jit::Stack* stack) {
-  follow_intraop_threads();
+  settle_device_threading();
   const OpInfo& info = account(op);
   const auto& schema = op.schema();
   HostCall call(info);

@@ -86,7 +86,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   // The engine guards onto each device node's stream before running it, on its device
   // thread: the one place every device backward node passes, compiled ones included.
   c10::Stream exchangeStream(c10::Stream stream) const override {
-    follow_intraop_threads();
+    settle_device_threading();
     const c10::Stream old = getStream(stream.device());
     current_stream_slot(stream.device_index()) = stream.id();
     return old;
@@ -234,7 +234,7 @@ c10::DeviceIndex current_device() { return tls_current_device; }
 // two OpenMP teams of different sizes would share the cores. So device work outside a
 // backward records its thread's count, and device work inside one takes that count
 // when its own differs (one thread-local read and one relaxed load per call).
-void follow_intraop_threads() {
+void settle_device_threading() {
   const int mine = at::get_num_threads();
   if (torch::autograd::get_current_graph_task_id() < 0) {
     if (!tls_backward_thread_chosen) {

@@ -75,7 +75,7 @@ void register_hooks();
 // turns multithreaded backward off for that thread (unless `set_backward_thread(false)`),
 // so that its backward runs where the CPU's does. Inside one (the autograd engine's device
 // thread, where it is used): takes the intra-op thread count of the threads outside.
-void follow_intraop_threads();
+void settle_device_threading();
 // Set once at init: whether device backward runs on the calling thread (TORCHFERRY_BACKWARD_THREAD).
 void set_backward_thread(bool on_calling_thread);
 // `Tensor.record_stream(stream)` on a neuron tensor (registered in Registration.cpp).
