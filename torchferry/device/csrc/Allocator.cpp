@@ -285,9 +285,12 @@ void free_owned(void* ctx_ptr) {
   delete ctx;
 }
 
-// Owner of device bytes adopted from a CPU kernel's output (kept alive, not copied).
+// Owner of device bytes adopted from a CPU kernel's output (kept alive, not copied):
+// the CPU storage that still holds them, or, for a result relabelled in place, the CPU
+// allocator's DataPtr itself.
 struct AdoptedBlock {
   c10::Storage host;
+  c10::DataPtr bytes;
   size_t nbytes;
   c10::DeviceIndex index;
 };
@@ -453,12 +456,46 @@ c10::Storage adopt_host_storage(const c10::Storage& host_storage, c10::DeviceInd
     ptr = c10::DataPtr(nullptr, c10::Device(kNeuron, index));
   } else {
     charge(index, nbytes);
-    ptr = c10::DataPtr(data, new AdoptedBlock{host_storage, nbytes, index}, &free_adopted,
+    ptr = c10::DataPtr(data, new AdoptedBlock{host_storage, {}, nbytes, index}, &free_adopted,
                        c10::Device(kNeuron, index));
   }
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
       c10::StorageImpl::use_byte_size_t(), host_storage.sym_nbytes(), std::move(ptr),
       &g_allocator, /*resizable=*/true));
+}
+
+bool adopt_in_place(const at::Tensor& host, c10::DeviceIndex index) {
+  // Only a tensor no one else can see: not held elsewhere (a Python object, a kernel's
+  // cache, another result), not weakly referenced, a plain strided CPU tensor over a
+  // storage of its own.
+  if (!host.defined() || host.use_count() != 1 || host.weak_use_count() != 1 || !host.is_cpu() ||
+      host.layout() != c10::kStrided || host._is_zerotensor() || !host.has_storage()) {
+    return false;
+  }
+  c10::TensorImpl* impl = host.unsafeGetTensorImpl();
+  const c10::Storage& storage = impl->storage();
+  if (storage.use_count() != 1 || storage.getWeakStorageImpl().weak_use_count() != 2 /* this one */ || storage.device_type() != c10::kCPU ||
+      impl->key_set().has(c10::DispatchKey::Python)) {
+    return false;
+  }
+  c10::StorageImpl* s = storage.unsafeGetStorageImpl();
+  const size_t nbytes = s->nbytes();
+  c10::DataPtr& bytes = s->mutable_data_ptr();
+  const c10::Device device(kNeuron, index);
+  c10::DataPtr device_bytes;
+  if (bytes.get() == nullptr) {
+    check_device_index(index);
+    device_bytes = c10::DataPtr(nullptr, device);
+  } else {
+    charge(index, nbytes);  // may raise OutOfMemoryError: nothing is changed yet
+    void* data = bytes.get();
+    device_bytes = c10::DataPtr(data, new AdoptedBlock{{}, std::move(bytes), nbytes, index}, &free_adopted, device);
+  }
+  s->set_data_ptr_noswap(std::move(device_bytes));
+  s->set_allocator(&g_allocator);
+  impl->_change_backend_component_keys(device);
+  impl->set_storage_keep_dtype(storage);  // the TensorImpl's device follows its storage's
+  return true;
 }
 
 void rebind_device_storage(c10::StorageImpl* device_storage, const c10::Storage& host_storage,

@@ -63,6 +63,8 @@ at::Tensor make_tensor(c10::Storage storage, c10::DispatchKey key, const at::Ten
   return at::Tensor(std::move(impl));
 }
 
+at::ScalarType narrow_type(at::ScalarType type) { return type == at::kLong ? at::kInt : at::kFloat; }
+
 // One op call on the CPU kernels: the bookkeeping between device and host tensors.
 class HostCall {
  public:
@@ -78,7 +80,7 @@ class HostCall {
       c10::IValue& iv = (*stack)[begin + i];
       const bool writes = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
       arg_ = &args[i];
-      if (info_.compiles) hash_argument(iv, args[i]);
+      if (info_.compiles) signature_.add(iv, args[i]);
       if (iv.isTensor()) {
         iv = to_host(iv.toTensor(), writes);
       } else if (iv.isList()) {
@@ -115,7 +117,7 @@ class HostCall {
   }
 
   // The eager signature of this call (valid after `convert_arguments`).
-  uint64_t signature() const { return signature_; }
+  uint64_t signature() const { return signature_.value(); }
 
   void write_back_mutations() {
     for (auto& [host, original] : rounded_writes_) {
@@ -173,17 +175,6 @@ class HostCall {
     make_tensor(host_alias(original.storage()), c10::DispatchKey::CPU, original).copy_(host);
   }
 
-  // The target has no 64-bit types (torch_neuronx/kernels/type_converter.py maps int64
-  // to int32 and float64 to float32; results are cast back to the 64-bit dtype).
-  static bool is_64bit(const at::Tensor& t) {
-    return t.scalar_type() == at::kLong || t.scalar_type() == at::kDouble;
-  }
-  static at::ScalarType narrow_type(at::ScalarType type) {
-    return type == at::kLong ? at::kInt : at::kFloat;
-  }
-  static void round_to_target(const at::Tensor& t) {
-    if (t.defined() && is_64bit(t) && t.numel() > 0) t.copy_(t.to(narrow_type(t.scalar_type())));
-  }
 
   // Device placement as PyTorch's device check defines it for accelerators.
   void check_placement(const at::Tensor& t, bool writes, bool in_index_list) {
@@ -199,45 +190,6 @@ class HostCall {
                 foreign_argument_, " in method ", info_.name, "). Move it to the device first, e.g. ",
                 foreign_argument_, ".to(\"", *neuron_device_, "\"): TorchNeuron, like every "
                 "accelerator, does not compute across devices.");
-  }
-
-  // Signature words as TorchNeuron's eager kernel cache keys them
-  // (torch_neuronx/kernels/base.py get_cache_key): tensors by shape and dtype, scalars
-  // by type only; the arguments that shape the program (ints, int lists, bools,
-  // strings, dtypes) by value.
-  void mix(uint64_t word) { signature_ = (signature_ ^ word) * 1099511628211ULL; }
-  void hash_tensor(const at::Tensor& t) {
-    if (!t.defined()) return mix(0x75);
-    mix(static_cast<uint64_t>(t.scalar_type()) + 0x100);
-    mix(static_cast<uint64_t>(t.dim()));
-    for (int64_t size : t.sizes()) mix(static_cast<uint64_t>(size));
-  }
-  void hash_argument(const c10::IValue& iv, const c10::Argument& arg) {
-    if (iv.isTensor()) {
-      hash_tensor(iv.toTensor());
-    } else if (iv.isTensorList()) {
-      for (const at::Tensor& t : iv.toTensorList()) hash_tensor(t);
-    } else if (iv.isList()) {
-      for (const c10::IValue& e : iv.toListRef()) {
-        if (e.isTensor()) hash_tensor(e.toTensor());
-        else if (e.isInt()) mix(static_cast<uint64_t>(e.toInt()));
-        else mix(0x6e);
-      }
-    } else if (iv.isInt() && arg.type()->kind() != c10::TypeKind::NumberType) {
-      mix(static_cast<uint64_t>(iv.toInt()));
-    } else if (iv.isBool()) {
-      mix(iv.toBool() ? 0x74 : 0x66);
-    } else if (iv.isString()) {
-      for (char c : iv.toStringRef()) mix(static_cast<unsigned char>(c));
-    } else if (iv.isDouble()) {  // a scalar: its type only
-      mix(0x64);
-    } else if (iv.isInt()) {
-      mix(0x69);
-    } else if (iv.isComplexDouble()) {
-      mix(0x63);
-    } else {
-      mix(0x6f);
-    }
   }
 
   const c10::Storage* find_alias(c10::StorageImpl* device_storage) const {
@@ -368,6 +320,7 @@ class HostCall {
       make_tensor(host_alias(out.storage()), c10::DispatchKey::CPU, t).copy_(t);
       return out;
     }
+    if (adopt_in_place(t, device())) return t;  // a fresh result no one else holds
     return make_tensor(to_device_storage(t.storage()), c10::DispatchKey::PrivateUse1, t);
   }
 
@@ -376,7 +329,7 @@ class HostCall {
   const c10::Argument* arg_ = nullptr;  // the argument being converted
   std::optional<c10::Device> neuron_device_;
   std::string foreign_device_, foreign_argument_;
-  uint64_t signature_ = 1469598103934665603ULL ^ 0x9e3779b97f4a7c15ULL;
+  Signature signature_;
   bool index_mask_ = false;
   c10::DeviceIndex device_ = -1;
   c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 4> aliases_;  // host alias, device
@@ -407,7 +360,16 @@ at::Tensor host_view_of(const at::Tensor& t) {
   return is_neuron(t) ? make_tensor(host_alias(t.storage()), c10::DispatchKey::CPU, t) : t;
 }
 
+void round_to_target(const at::Tensor& t) {
+  if (t.defined() && is_64bit(t) && t.numel() > 0) t.copy_(t.to(narrow_type(t.scalar_type())));
+}
+
+at::Tensor device_view(const c10::Storage& device_storage, const at::Tensor& like) {
+  return make_tensor(device_storage, c10::DispatchKey::PrivateUse1, like);
+}
+
 at::Tensor adopt_host_result(const at::Tensor& host, c10::DeviceIndex index) {
+  if (adopt_in_place(host, index)) return host;
   return make_tensor(adopt_host_storage(host.storage(), index), c10::DispatchKey::PrivateUse1, host);
 }
 
@@ -451,10 +413,36 @@ bool is_masked_fill(const OpInfo& info, const c10::FunctionSchema& schema, const
 
 }  // namespace
 
+void Signature::add(const c10::IValue& iv, const c10::Argument& arg) {
+  if (iv.isTensor()) return add(iv.toTensor());
+  if (iv.isTensorList()) {
+    for (const at::Tensor& t : iv.toTensorList()) add(t);
+  } else if (iv.isList()) {
+    for (const c10::IValue& e : iv.toListRef()) {
+      if (e.isTensor()) add(e.toTensor());
+      else if (e.isInt()) add(e.toInt());
+      else mix(0x6e);
+    }
+  } else if (iv.isInt() && arg.type()->kind() != c10::TypeKind::NumberType) {
+    add(iv.toInt());  // an int, int list element or dtype: by value
+  } else if (iv.isBool()) {
+    add(iv.toBool());
+  } else if (iv.isString()) {
+    for (char c : iv.toStringRef()) mix(static_cast<unsigned char>(c));
+  } else if (iv.isDouble() || iv.isInt() || iv.isComplexDouble()) {
+    add(iv.toScalar());  // a number: its type only
+  } else {
+    none();
+  }
+}
+
 void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/,
                              torch::jit::Stack* stack) {
   settle_device_threading();
-  const OpInfo& info = account(op);
+  run_on_host_kernels(op, account(op), stack);
+}
+
+void run_on_host_kernels(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   HostCall call(info);
   call.convert_arguments(schema, stack);

@@ -72,6 +72,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                profile, target_numerics);
   });
   m.def("_register_cpu_kernels", &register_cpu_kernels);
+  m.def("_unboxed_ops", &unboxed_op_names);
   // Called at interpreter exit (atexit). The autograd engine's worker thread for
   // each device keeps its last graph task, and with it Python objects from the
   // thread-local state of the `backward()` call, until the thread ends. The thread

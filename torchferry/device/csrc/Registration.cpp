@@ -45,6 +45,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("convolution_overrideable", TORCH_FN(convolution_overrideable));
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward_overrideable));
   m.impl("record_stream", TORCH_FN(record_stream));
+  register_unboxed_kernels(m);
 }
 
 // CompositeExplicitAutograd kernels that call a CPU DispatchStub on their arguments

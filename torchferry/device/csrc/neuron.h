@@ -8,6 +8,7 @@
 //   Generator.cpp   per-device RNG generators
 //   Execution.cpp   zero-copy execution of ATen ops on the CPU kernels, device placement
 //                   checks, target numerics, the explicit host-fallback path
+//   Unboxed.cpp     unboxed kernels for the hottest ops, on the same rules
 //   Target.cpp      what the target does with each op (from the profile) and its
 //                   accounting: executed/fallback ops, host syncs, eager compilations
 //   Profiler.cpp    device activity in torch.profiler (Kineto PrivateUse1 profiler)
@@ -21,6 +22,7 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Storage.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
 
 #include <cstdint>
 #include <string>
@@ -48,6 +50,12 @@ c10::Storage host_alias(const c10::Storage& device_storage);
 // A device storage over the bytes of a CPU storage (no copy); it keeps the CPU storage
 // alive and charges its size to the device (raising OutOfMemoryError past capacity).
 c10::Storage adopt_host_storage(const c10::Storage& host_storage, c10::DeviceIndex index);
+// Relabels a CPU kernel's fresh result as device memory: its TensorImpl and StorageImpl
+// become the device tensor's (dispatch keys, device, allocator) and its bytes are charged
+// to device `index`, with nothing allocated. False, and nothing changed, when anyone else
+// holds the tensor or its storage (views among a kernel's results, a kernel's own cache):
+// the caller then wraps it with `adopt_host_storage`.
+bool adopt_in_place(const at::Tensor& host, c10::DeviceIndex index);
 // Gives `device_storage` the bytes of `host_storage` (after an in-kernel resize).
 void rebind_device_storage(c10::StorageImpl* device_storage, const c10::Storage& host_storage,
                            c10::DeviceIndex index);
@@ -93,10 +101,57 @@ void register_cpu_kernels(const std::vector<std::string>& op_names);
 std::string nested_tensors_unsupported();
 
 // ---- Execution.cpp -------------------------------------------------------
+struct OpInfo;
+// The eager signature of a call, as TorchNeuron's eager kernel cache keys it
+// (torch_neuronx/kernels/base.py get_cache_key): tensors by shape and dtype, scalars by
+// type only, the arguments that shape the program (ints, int lists, bools, strings,
+// dtypes) by value. The boxed path adds IValues, the unboxed kernels their C++ arguments;
+// both come down to the same words, so an op's signature does not depend on the path.
+class Signature {
+ public:
+  uint64_t value() const { return value_; }
+  void add(const at::Tensor& t) {
+    if (!t.defined()) return mix(0x75);
+    mix(static_cast<uint64_t>(t.scalar_type()) + 0x100);
+    mix(static_cast<uint64_t>(t.dim()));
+    for (int64_t size : t.sizes()) mix(static_cast<uint64_t>(size));
+  }
+  void add(const std::optional<at::Tensor>& t) { t.has_value() ? add(*t) : none(); }
+  void add(const at::ITensorListRef& list) {
+    for (const at::Tensor& t : list) add(t);
+  }
+  void add(const c10::Scalar& s) {  // a number argument: its type only
+    if (s.isBoolean()) return add(s.toBool());
+    mix(s.isFloatingPoint() ? 0x64 : s.isComplex() ? 0x63 : s.isIntegral(false) ? 0x69 : 0x6f);
+  }
+  void add(double) { mix(0x64); }
+  void add(bool b) { mix(b ? 0x74 : 0x66); }
+  void add(int64_t v) { mix(static_cast<uint64_t>(v)); }
+  void add(at::ScalarType t) { add(static_cast<int64_t>(t)); }
+  void add(c10::IntArrayRef values) {
+    for (int64_t v : values) add(v);
+  }
+  template <class T>
+  void add(const std::optional<T>& v) { v.has_value() ? add(*v) : none(); }
+  void add(at::OptionalIntArrayRef v) { v.has_value() ? add(*v) : none(); }
+  void add(const c10::IValue& iv, const c10::Argument& arg);
+
+ private:
+  void none() { mix(0x6f); }
+  void mix(uint64_t word) { value_ = (value_ ^ word) * 1099511628211ULL; }
+  uint64_t value_ = 1469598103934665603ULL ^ 0x9e3779b97f4a7c15ULL;
+};
 // A CPU view of a device tensor over the same bytes (the tensor itself if not on the device).
 at::Tensor host_view_of(const at::Tensor& t);
 // A CPU kernel's result taken over as device memory without a copy.
 at::Tensor adopt_host_result(const at::Tensor& host, c10::DeviceIndex index);
+// A device tensor over `device_storage` with `like`'s dtype, sizes, strides and offset.
+at::Tensor device_view(const c10::Storage& device_storage, const at::Tensor& like);
+// The target has no 64-bit types (torch_neuronx/kernels/type_converter.py maps int64 to
+// int32 and float64 to float32; results are cast back to the 64-bit dtype).
+inline bool is_64bit(const at::Tensor& t) { return t.scalar_type() == at::kLong || t.scalar_type() == at::kDouble; }
+// Under target numerics: gives a 64-bit tensor the target's 32-bit range and precision.
+void round_to_target(const at::Tensor& t);
 // Fresh CPU results of a compiled graph as device memory, one device storage per host
 // storage (results sharing a buffer stay views of one another). Not an op: not accounted.
 std::vector<at::Tensor> adopt_host_results(const std::vector<at::Tensor>& hosts, c10::DeviceIndex index);
@@ -105,6 +160,9 @@ std::vector<at::Tensor> adopt_host_results(const std::vector<at::Tensor>& hosts,
 c10::OperatorHandle op_handle(const char* name, const char* overload);
 void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
                              torch::jit::Stack* stack);
+// The same for a call already accounted (`account(op)` returned `info`): the unboxed
+// kernels hand over here the calls they do not take.
+void run_on_host_kernels(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack);
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory,
@@ -122,6 +180,13 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                    const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
                    std::optional<double> scale, bool enable_gqa);
+// ---- Unboxed.cpp ---------------------------------------------------------
+// Unboxed `neuron` kernels for the ops a training step calls most (registered by
+// Registration.cpp); each takes the common case and hands the rest to the boxed path.
+void register_unboxed_kernels(torch::Library& library);
+// Their names ("aten::mul.Tensor"), for the tests of the rule that picks them.
+std::vector<std::string> unboxed_op_names();
+
 // ---- CpuGaps.cpp ---------------------------------------------------------
 // Results accelerators give that the CPU kernels refuse.
 at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, const at::Scalar& max);

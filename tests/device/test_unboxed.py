@@ -1,0 +1,126 @@
+"""The unboxed kernels of the hottest ops (csrc/Unboxed.cpp): the CPU's numbers, the boxed
+path's rules (accounting, signatures, placement, target numerics, host fallbacks), and a
+fresh result relabelled as device memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torchferry.device
+from tests.device.test_profile import _profile_with
+from torchferry.device import _C
+
+UNBOXED = _C._unboxed_ops()
+
+
+def test_the_hot_ops_have_unboxed_kernels_and_nothing_autograd_needs_is_displaced(neuron):
+    # The rule for the list: a CPU kernel to run, and no CompositeImplicitAutograd kernel, whose
+    # autograd a backend kernel would cut off. The list must cover the step's hottest ops.
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    assert {"aten::mul.Tensor", "aten::add.Tensor", "aten::mm", "aten::add_.Tensor", "aten::cat"} <= set(UNBOXED)
+    for name in UNBOXED:
+        assert has(name, "CPU"), name
+        assert has(name, "PrivateUse1"), name
+        assert not has(name, "CompositeImplicitAutograd"), name
+
+
+def _samples(device: str) -> dict[str, object]:
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(8, 16, generator=g).to(device) for _ in range(2))
+    m = torch.randn(16, 4, generator=g).to(device)
+    pos = a.abs().add(0.5)
+    return {
+        "mul": lambda: a * b, "mul by a number": lambda: a * 3.0, "add": lambda: a + b, "sub": lambda: a - b,
+        "div": lambda: a / pos, "mm": lambda: a @ m, "bmm": lambda: torch.bmm(a[None], m[None]),
+        "addmm": lambda: torch.addmm(a[:, :4], a, m), "cat": lambda: torch.cat([a, b], dim=1),
+        "neg": lambda: -a, "rsqrt": lambda: pos.rsqrt(), "sqrt": lambda: pos.sqrt(), "pow": lambda: a.pow(2),
+        "silu": lambda: torch.nn.functional.silu(a), "mean": lambda: a.mean(-1, keepdim=True),
+        "sum": lambda: a.sum(0), "exp": lambda: a.exp(), "tanh": lambda: a.tanh(), "sigmoid": lambda: a.sigmoid(),
+        "sin": lambda: a.sin(), "cos": lambda: a.cos(),
+        "add_": lambda: a.clone().add_(b, alpha=2), "sub_": lambda: a.clone().sub_(b), "mul_": lambda: a.clone().mul_(b),
+        "div_": lambda: a.clone().div_(pos), "addcdiv_": lambda: a.clone().addcdiv_(b, pos, value=-0.5),
+        "addcmul_": lambda: a.clone().addcmul_(b, b, value=0.1), "lerp_": lambda: a.clone().lerp_(b, 0.1),
+        "zero_": lambda: a.clone().zero_(), "fill_": lambda: a.clone().fill_(7.0),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_samples("cpu")))
+def test_unboxed_ops_compute_the_cpus_numbers_bitwise(neuron, case):
+    expected = _samples("cpu")[case]()
+    got = _samples("neuron")[case]()
+    assert got.device.type == "neuron" and got.untyped_storage().device.type == "neuron"
+    assert torch.equal(got.cpu(), expected), case
+
+
+def test_each_unboxed_call_is_counted_once_on_either_path(neuron):
+    x, y = torch.ones(4, device="neuron"), torch.ones(4, device="neuron")
+    neuron.clear_op_tracking()
+    x * y  # the unboxed path
+    x * torch.tensor(2.0)  # a 0-dim CPU number: still unboxed
+    x.add_(x)  # self is also an input: handed to the boxed path
+    x.add_(y)
+    executed = neuron.get_executed_ops()
+    assert executed["aten::mul.Tensor"] == 2 and executed["aten::add_.Tensor"] == 2
+    assert neuron.get_fallback_ops() == {}
+    assert x.cpu().tolist() == [3.0] * 4
+
+
+def test_a_signature_is_the_same_on_the_boxed_and_the_unboxed_path(neuron):
+    # x.add_(x) takes the boxed path, x.add_(y) the unboxed one: same op, dtypes and shapes,
+    # so one signature, as TorchNeuron's cache would key them.
+    # A shape no other test uses, so the first call's signature is new to this process.
+    x, y = torch.ones(3, 17, device="neuron"), torch.ones(3, 17, device="neuron")
+    transposed = torch.ones(17, 3, device="neuron").t()
+    mark = torchferry.device.eager_compiles()
+    x.add_(x)
+    x.add_(y)
+    x.add_(y, alpha=2)  # a scalar is keyed by its type only
+    x.add_(transposed)  # and a tensor by its shape and dtype, not its strides
+    delta = torchferry.device.eager_compiles().since(mark)
+    assert delta.calls == 4 and delta.signatures == 1
+
+
+def test_a_tensor_on_another_device_still_raises_the_placement_error(neuron):
+    x = torch.ones(4, 4, device="neuron")
+    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device.*neuron:0 and cpu"):
+        x * torch.ones(4, 4)
+    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device"):
+        torch.cat([x, torch.ones(4, 4)])
+
+
+def test_64_bit_values_take_the_target_numerics_of_the_boxed_path(neuron, numerics):
+    big = torch.tensor([2**31 + 5], dtype=torch.int64)
+    numerics("target")
+    assert (big.to("neuron") * 1).cpu().tolist() == [(big * 1).to(torch.int32).tolist()[0]]
+    numerics("host")
+    assert (big.to("neuron") * 1).cpu().tolist() == [2**31 + 5]
+
+
+def test_a_fresh_result_is_relabelled_as_device_memory_and_charged(neuron):
+    x = torch.ones(256, 256, device="neuron")
+    before = neuron.memory_allocated()
+    z = x * 2
+    assert neuron.memory_allocated() - before == z.untyped_storage().nbytes()
+    assert z.untyped_storage().device == z.device == x.device and not z.is_cpu
+    z.add_(1)  # a relabelled tensor is an ordinary device tensor from here on
+    assert z[0, 0].item() == 3.0
+    del z
+    assert neuron.memory_allocated() == before
+
+
+def test_an_unboxed_op_the_profile_lists_as_a_host_fallback_takes_the_host_path(run_python, tmp_path):
+    profile = _profile_with(tmp_path, '[[host_fallback]]\nop = "aten::mul.Tensor"\nreason = "r"\nsources = ["src"]\n')
+    result = run_python(
+        """
+        import torch, torchferry.device
+        torchferry.device.enable()
+        x = torch.full((4,), 3.0, device="neuron")
+        torch.neuron.clear_op_tracking()
+        z = x * x
+        print(torch.neuron.get_fallback_ops(), "aten::mul.Tensor" in torch.neuron.get_executed_ops(),
+              z.cpu().tolist(), z.untyped_storage().data_ptr() != x.untyped_storage().data_ptr())
+        """,
+        env={"TORCHFERRY_PROFILE": str(profile), "TORCHFERRY_FALLBACK": "silent"},
+    )
+    assert result.stdout.split("\n")[0] == "{'aten::mul.Tensor': 1} False [9.0, 9.0, 9.0, 9.0] True", result.stderr
