@@ -124,3 +124,21 @@ def test_an_unboxed_op_the_profile_lists_as_a_host_fallback_takes_the_host_path(
         env={"TORCHFERRY_PROFILE": str(profile), "TORCHFERRY_FALLBACK": "silent"},
     )
     assert result.stdout.split("\n")[0] == "{'aten::mul.Tensor': 1} False [9.0, 9.0, 9.0, 9.0] True", result.stderr
+
+
+def test_pooled_host_views_keep_no_device_memory_alive(neuron):
+    # A thread reuses the host views of an op's arguments for the next op; a view waiting in
+    # the pool must not hold its last argument's memory, on either path.
+    x = torch.ones(512, 512, device="neuron")
+    y = torch.ones(512, 512, device="neuron")
+    z = x * y  # unboxed
+    w = torch.nn.functional.softplus(y)  # boxed
+    held = neuron.memory_allocated()
+    del x, y
+    assert neuron.memory_allocated() == held - 2 * 512 * 512 * 4
+    assert z.cpu().sum().item() == 512 * 512 and w.device.type == "neuron"
+    # Reused views take each new argument's dtype, shape, strides and offset.
+    a = torch.arange(6, dtype=torch.int32, device="neuron").reshape(2, 3)
+    b = torch.arange(12.0, device="neuron").reshape(3, 4).t()[1:]
+    assert (a * 2).cpu().tolist() == [[0, 2, 4], [6, 8, 10]]
+    assert (b + 0).cpu().tolist() == torch.arange(12.0).reshape(3, 4).t()[1:].tolist()

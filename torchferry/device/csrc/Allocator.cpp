@@ -437,14 +437,33 @@ c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes) {
                       device);
 }
 
-c10::Storage host_alias(const c10::Storage& device_storage) {
+namespace {
+c10::DataPtr alias_bytes(const c10::Storage& device_storage) {
   void* data = device_storage.mutable_data_ptr().get();
   c10::StorageImpl* owner = device_storage.unsafeGetStorageImpl();
   c10::raw::intrusive_ptr::incref(owner);
-  c10::DataPtr ptr(data, owner, &free_host_alias, c10::Device(c10::kCPU));
+  return c10::DataPtr(data, owner, &free_host_alias, c10::Device(c10::kCPU));
+}
+}  // namespace
+
+c10::Storage host_alias(const c10::Storage& device_storage) {
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), device_storage.sym_nbytes(), std::move(ptr),
+      c10::StorageImpl::use_byte_size_t(), device_storage.sym_nbytes(), alias_bytes(device_storage),
       c10::GetCPUAllocator(), /*resizable=*/true));
+}
+
+bool is_host_alias(const c10::Storage& storage) {
+  return storage.unsafeGetStorageImpl()->data_ptr().get_deleter() == &free_host_alias;
+}
+
+void rebind_host_alias(c10::StorageImpl* alias, const c10::Storage& device_storage) {
+  alias->set_data_ptr_noswap(alias_bytes(device_storage));
+  alias->set_nbytes(device_storage.sym_nbytes());
+}
+
+void clear_host_alias(c10::StorageImpl* alias) {
+  alias->set_data_ptr_noswap(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+  alias->set_nbytes(0);
 }
 
 c10::Storage adopt_host_storage(const c10::Storage& host_storage, c10::DeviceIndex index) {

@@ -65,10 +65,59 @@ at::Tensor make_tensor(c10::Storage storage, c10::DispatchKey key, const at::Ten
 
 at::ScalarType narrow_type(at::ScalarType type) { return type == at::kLong ? at::kInt : at::kFloat; }
 
+// Host views of op arguments are made and dropped once per argument per op. A thread keeps
+// up to kPooled of those no one kept (a TensorImpl, its version counter and its alias
+// StorageImpl: three allocations) and points them at its next arguments instead.
+class HostViewPool {
+ public:
+  at::Tensor take(const at::Tensor& t) {
+    if (free_.empty() || t._is_zerotensor()) return make_tensor(host_alias(t.storage()), c10::DispatchKey::CPU, t);
+    c10::intrusive_ptr<c10::TensorImpl> impl = std::move(free_.back());
+    free_.pop_back();
+    rebind_host_alias(impl->storage().unsafeGetStorageImpl(), t.storage());
+    impl->set_storage_and_dtype(impl->storage(), t.dtype());
+    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+    impl->_set_conj(t.is_conj());
+    impl->_set_neg(t.is_neg());
+    return at::Tensor(std::move(impl));
+  }
+
+  // Keeps `view` if it is a plain host view that nothing else holds (the kernel may have
+  // kept it, resized its storage or pointed it elsewhere: then it is simply let go).
+  void give(at::Tensor& view) {
+    if (free_.size() >= kPooled || !view.defined() || view.use_count() != 1 || view.weak_use_count() != 1) return;
+    c10::TensorImpl* impl = view.unsafeGetTensorImpl();
+    const c10::Storage& storage = impl->storage();
+    if (!storage || storage.use_count() != 1 || !is_host_alias(storage) || impl->autograd_meta() != nullptr ||
+        !impl->allow_tensor_metadata_change() || view._is_zerotensor() ||
+        impl->key_set().has(c10::DispatchKey::Python)) {
+      return;
+    }
+    clear_host_alias(storage.unsafeGetStorageImpl());  // holds no device memory while pooled
+    free_.push_back(view.getIntrusivePtr());
+    view.reset();
+  }
+
+ private:
+  static constexpr size_t kPooled = 16;
+  c10::SmallVector<c10::intrusive_ptr<c10::TensorImpl>, kPooled> free_;
+};
+
+thread_local HostViewPool t_host_views;
+
 // One op call on the CPU kernels: the bookkeeping between device and host tensors.
 class HostCall {
  public:
   explicit HostCall(const OpInfo& info) : info_(info), copy_inputs_(info.kind == OpKind::HostCopy) {}
+  HostCall(const HostCall&) = delete;
+  HostCall& operator=(const HostCall&) = delete;
+  // The pool takes back the host views the kernel did not keep (views_ holds the last copies).
+  ~HostCall() {
+    mutated_.clear();
+    rounded_writes_.clear();
+    aliases_.clear();
+    for (auto& view : views_) recycle_host_view(view.first);
+  }
 
   c10::DeviceIndex device() const { return device_ < 0 ? current_device() : device_; }
 
@@ -238,7 +287,13 @@ class HostCall {
       }
       return host;
     }
-    at::Tensor host = make_tensor(alias_of(t.storage()), c10::DispatchKey::CPU, t);
+    at::Tensor host;
+    if (const c10::Storage* alias = find_alias(t.storage().unsafeGetStorageImpl())) {
+      host = make_tensor(*alias, c10::DispatchKey::CPU, t);  // a second view of one storage
+    } else {
+      host = take_host_view(t);
+      aliases_.emplace_back(host.storage(), t.storage());
+    }
     if (info_.target_numerics && is_64bit(host)) {
       at::Tensor rounded = host.to(narrow_type(host.scalar_type())).to(host.scalar_type());
       rounded_.push_back(rounded);
@@ -355,6 +410,10 @@ auto on_device(c10::DeviceIndex index, Fn&& fn) {
 }
 
 }  // namespace
+
+at::Tensor take_host_view(const at::Tensor& t) { return t_host_views.take(t); }
+
+void recycle_host_view(at::Tensor& view) { t_host_views.give(view); }
 
 at::Tensor host_view_of(const at::Tensor& t) {
   return is_neuron(t) ? make_tensor(host_alias(t.storage()), c10::DispatchKey::CPU, t) : t;

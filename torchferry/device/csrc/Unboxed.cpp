@@ -103,7 +103,7 @@ class UnboxedCall {
 
   at::Tensor host(const at::Tensor& t) {
     if (!t.defined() || t.device().type() != kNeuron) return t;
-    at::Tensor view = host_view_of(t);
+    at::Tensor view = take_host_view(t);
     views_.emplace_back(view.storage().unsafeGetStorageImpl(), t.storage());
     return view;
   }
@@ -121,6 +121,17 @@ class UnboxedCall {
   T&& host(T&& v) {
     return std::forward<T>(v);
   }
+
+  // After the kernel: the host views go back to the thread's pool.
+  void recycle(at::Tensor& view) { recycle_host_view(view); }
+  void recycle(std::optional<at::Tensor>& view) {
+    if (view.has_value()) recycle_host_view(*view);
+  }
+  void recycle(HostTensorList& list) {
+    for (at::Tensor& view : list.tensors) recycle_host_view(view);
+  }
+  template <class T>
+  void recycle(T& /*not a tensor*/) {}
 
   // A functional op's result as a device tensor: a view of an input stays a view of that
   // input's device storage; a fresh result becomes device memory without a copy.
@@ -193,12 +204,16 @@ struct Unboxed<Op, R(A...)> {
     ProfiledOp profiled(op, /*on_host=*/false, call.device());
     std::tuple<HostArg<A>...> hosts{call.host(args)...};
     const c10::DispatchKeySet cpu(c10::DispatchKey::CPU);
+    auto recycle = [&] { std::apply([&](auto&... host) { (call.recycle(host), ...); }, hosts); };
     KernelMemoryScope kernel_memory(call.device());
     if constexpr (kInPlace) {
       std::apply([&](auto&... host) { Op::redispatch(cpu, host...); }, hosts);
+      recycle();
       return first_of(args...);  // its host view wrote the device bytes
     } else {
-      return call.to_device(std::apply([&](auto&... host) { return Op::redispatch(cpu, host...); }, hosts));
+      at::Tensor result = call.to_device(std::apply([&](auto&... host) { return Op::redispatch(cpu, host...); }, hosts));
+      recycle();
+      return result;
     }
   }
 };

@@ -47,6 +47,11 @@ c10::DataPtr allocate_on(c10::DeviceIndex index, size_t nbytes);
 // storage alive. It is resizable with the CPU allocator, so a CPU kernel may grow an
 // `out=` tensor; the caller then moves the new bytes back with `adopt_host_storage`.
 c10::Storage host_alias(const c10::Storage& device_storage);
+// Whether `storage` is such an alias (its bytes are a device storage's).
+bool is_host_alias(const c10::Storage& storage);
+// Points an alias at another device storage's bytes (reusing its StorageImpl), or at none.
+void rebind_host_alias(c10::StorageImpl* alias, const c10::Storage& device_storage);
+void clear_host_alias(c10::StorageImpl* alias);
 // A device storage over the bytes of a CPU storage (no copy); it keeps the CPU storage
 // alive and charges its size to the device (raising OutOfMemoryError past capacity).
 c10::Storage adopt_host_storage(const c10::Storage& host_storage, c10::DeviceIndex index);
@@ -143,6 +148,11 @@ class Signature {
 };
 // A CPU view of a device tensor over the same bytes (the tensor itself if not on the device).
 at::Tensor host_view_of(const at::Tensor& t);
+// The same for an op's argument, from this thread's pool of host views that no one kept
+// (their TensorImpl and alias StorageImpl, pointed at `t`); `recycle_host_view` returns a
+// view to the pool after the op if nothing else holds it, and lets it go otherwise.
+at::Tensor take_host_view(const at::Tensor& t);
+void recycle_host_view(at::Tensor& view);
 // A CPU kernel's result taken over as device memory without a copy.
 at::Tensor adopt_host_result(const at::Tensor& host, c10::DeviceIndex index);
 // A device tensor over `device_storage` with `like`'s dtype, sizes, strides and offset.
