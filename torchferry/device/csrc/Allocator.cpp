@@ -493,8 +493,9 @@ bool adopt_in_place(const at::Tensor& host, c10::DeviceIndex index) {
   }
   c10::TensorImpl* impl = host.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->storage();
-  if (storage.use_count() != 1 || storage.getWeakStorageImpl().weak_use_count() != 2 /* this one */ || storage.device_type() != c10::kCPU ||
-      impl->key_set().has(c10::DispatchKey::Python)) {
+  // (The weak pointer made to ask counts itself: 2 means no other weak reference.)
+  if (storage.use_count() != 1 || storage.getWeakStorageImpl().weak_use_count() != 2 ||
+      storage.device_type() != c10::kCPU || impl->key_set().has(c10::DispatchKey::Python)) {
     return false;
   }
   c10::StorageImpl* s = storage.unsafeGetStorageImpl();
@@ -508,7 +509,8 @@ bool adopt_in_place(const at::Tensor& host, c10::DeviceIndex index) {
   } else {
     charge(index, nbytes);  // may raise OutOfMemoryError: nothing is changed yet
     void* data = bytes.get();
-    device_bytes = c10::DataPtr(data, new AdoptedBlock{{}, std::move(bytes), nbytes, index}, &free_adopted, device);
+    device_bytes =
+        c10::DataPtr(data, new AdoptedBlock{{}, std::move(bytes), nbytes, index}, &free_adopted, device);
   }
   s->set_data_ptr_noswap(std::move(device_bytes));
   s->set_allocator(&g_allocator);

@@ -224,7 +224,6 @@ class HostCall {
     make_tensor(host_alias(original.storage()), c10::DispatchKey::CPU, original).copy_(host);
   }
 
-
   // Device placement as PyTorch's device check defines it for accelerators.
   void check_placement(const at::Tensor& t, bool writes, bool in_index_list) {
     if (!foreign_device_.empty() || info_.placement == Placement::Any) return;
@@ -483,7 +482,7 @@ void Signature::add(const c10::IValue& iv, const c10::Argument& arg) {
       else mix(0x6e);
     }
   } else if (iv.isInt() && arg.type()->kind() != c10::TypeKind::NumberType) {
-    add(iv.toInt());  // an int, int list element or dtype: by value
+    add(iv.toInt());  // an int or a dtype: by value
   } else if (iv.isBool()) {
     add(iv.toBool());
   } else if (iv.isString()) {

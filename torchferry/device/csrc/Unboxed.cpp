@@ -3,7 +3,7 @@
 // Every other op reaches the boxed fallback (Execution.cpp), which pays for generality:
 // the dispatcher boxes the arguments into a stack, the fallback walks them by schema, the
 // CPU kernel unboxes them again and boxes its result. For a small op that is about as
-// much as the kernel itself (a 32x64 `mul` took 1.4-2.1 us over the CPU's boxed, 0.8-1.1 us
+// much as the kernel itself (a 32x64 `mul` cost 1.4-2.1 us over the CPU boxed, 0.8-1.1 us
 // unboxed), and a transformer's step is mostly small ops. So the ops below get kernels
 // of their own, generated from ATen's operator structs (`at::_ops::mul_Tensor`): their
 // arguments go straight to the CPU kernel as host views, and a fresh result is relabelled
