@@ -15,6 +15,10 @@ object with these attributes, or a ``(model, batch[, loss])`` tuple):
 Specs: a built-in name (``llama``), ``path/to/file.py:build`` or ``package.module:build``.
 A relative file path is resolved against the caller's working directory once, in the
 parent (``resolve_source``); workers load the resolved source and never re-resolve the spec.
+Imports in the workload resolve as they would for ``python path/to/file.py`` run from the
+caller's folder: the source records the file's own folder and the caller's working folder
+(``paths``), and every process that builds the workload puts them first on ``sys.path``, so
+``from train import Net`` beside the adapter works in workers that run elsewhere.
 
 ``mode`` keeps the protocol's names (``training``, ``inference``, ``generation``): user
 ``build()`` functions compare against them. The harness's own names (torchferry.harness.modes)
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchferry.errors import MissingDependencyError, UsageError, WorkloadError
+from torchferry.errors import FerryError, MissingDependencyError, UsageError, WorkloadError
 from torchferry.workloads import BUILTIN
 
 OPTION_NAMES = ("size", "batch_size", "seq_len", "mode")
@@ -80,6 +84,7 @@ def resolve_source(spec: str, cwd: Path | None = None) -> dict:
     """Where ``spec``'s build function lives, without importing it; a relative path is taken from ``cwd``."""
     if spec in BUILTIN:
         return {"kind": "module", "module": f"torchferry.workloads.{spec}", "attr": "build"}
+    cwd = (cwd or Path.cwd()).resolve()
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise UsageError(
@@ -88,15 +93,53 @@ def resolve_source(spec: str, cwd: Path | None = None) -> dict:
         )
     if target.endswith(".py"):
         path = Path(target).expanduser()
-        path = (path if path.is_absolute() else (cwd or Path.cwd()) / path).resolve()
+        path = (path if path.is_absolute() else cwd / path).resolve()
         if not path.is_file():
             raise UsageError(f"workload file {target!r} does not exist (from {spec!r}); check the path.")
-        return {"kind": "file", "path": str(path), "attr": attr}
-    return {"kind": "module", "module": target, "attr": attr}
+        return {"kind": "file", "path": str(path), "attr": attr, "paths": _unique([str(path.parent), str(cwd)])}
+    return {"kind": "module", "module": target, "attr": attr, "paths": [str(cwd)]}
+
+
+def _unique(paths: list[str]) -> list[str]:
+    return list(dict.fromkeys(paths))
+
+
+def _on_import_path(paths: list[str]) -> None:
+    """Put the workload's folders first on ``sys.path``, as Python puts a script's folder (kept once)."""
+    for folder in reversed(paths):
+        if folder in sys.path:
+            sys.path.remove(folder)
+        sys.path.insert(0, folder)
+
+
+def _local_module(name: str, paths: list[str]) -> Path | None:
+    """The file or package named ``name`` (its top-level part) in one of the workload's folders, if there is one."""
+    top = name.split(".")[0]
+    for folder in paths:
+        for candidate in (Path(folder) / f"{top}.py", Path(folder) / top / "__init__.py", Path(folder) / top):
+            if candidate.exists():
+                return candidate
+    return None
+
+
+def missing_module_error(spec: str, name: str | None, paths: list[str]) -> FerryError:
+    """A workload import that failed on ``name``: "install it" only when no such module is beside the workload."""
+    local = _local_module(name, paths) if name else None
+    if local is not None:
+        return UsageError(
+            f"workload {spec!r} imports {name!r}, which is {local} beside it, but that import failed: {name!r} "
+            "is not a module there (check the spelling of the name it imports)."
+        )
+    return MissingDependencyError(
+        f"workload {spec!r} needs the module {name!r}, which is not installed and is no file beside the workload "
+        f"(looked in {', '.join(paths) or 'the import path'}). Install it (pip install {name}) or choose another "
+        "workload."
+    )
 
 
 def import_build(source: dict) -> Callable[..., Any]:
     """Import the build function named by ``source`` (a user import error is reported as theirs)."""
+    _on_import_path(source.get("paths", []))
     try:
         if source["kind"] == "file":
             name = f"_ferry_workload_{abs(hash(source['path']))}"
@@ -110,10 +153,7 @@ def import_build(source: dict) -> Callable[..., Any]:
         where = source.get("path") or source.get("module")
         if exc.name and where and exc.name == source.get("module"):
             raise UsageError(f"workload module {where!r} cannot be imported: no module named {exc.name!r}.") from exc
-        raise MissingDependencyError(
-            f"workload {where!r} needs the module {exc.name!r}, which is not installed. "
-            f"Install it (pip install {exc.name}) or choose another workload."
-        ) from exc
+        raise missing_module_error(str(where), exc.name, source.get("paths", [])) from exc
     except Exception as exc:
         raise WorkloadError(
             f"importing workload {source.get('path') or source.get('module')!r} raised {type(exc).__name__}: {exc}",
@@ -140,10 +180,7 @@ def load_workload(spec: str, options: dict, source: dict | None = None) -> Workl
     try:
         built = build(**kwargs)
     except ModuleNotFoundError as exc:
-        raise MissingDependencyError(
-            f"workload {spec!r} needs the module {exc.name!r}, which is not installed. "
-            f"Install it (pip install {exc.name}) or choose another workload."
-        ) from exc
+        raise missing_module_error(spec, exc.name, source.get("paths", [])) from exc
     except (UsageError, MissingDependencyError):
         raise
     except Exception as exc:
