@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 from torchferry.errors import UsageError
@@ -100,6 +100,19 @@ class DeviceProfile:
 
     def _native(self, op: str) -> bool:
         return self.native_ops is not None and any(name in self.native_ops.native for name in expand(op))
+
+    def host_reason(self, op: str) -> str | None:
+        """Why the device runs ``op`` (a full ATen name) on the host, or None when the target runs it itself: the
+        classification the C++ core is given (``op_codes``), so a scan and the device never disagree."""
+        codes, reasons, default, default_reason = self._codes
+        code = codes.get(op, default)
+        if code & 3 not in (HOST_COPY, HOST_PREDICTED):
+            return None
+        return reasons.get(op, default_reason) or f"a host fallback in the {self.name} profile"
+
+    @cached_property
+    def _codes(self) -> tuple[dict[str, int], dict[str, str], int, str]:
+        return self.op_codes()
 
     def op_codes(self) -> tuple[dict[str, int], dict[str, str], int, str]:
         """(op -> code, op -> host reason, default code, default reason) for the C++ core."""
