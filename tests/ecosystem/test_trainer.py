@@ -52,7 +52,7 @@ def test_unchanged_trainer_script_under_torchrun_puts_each_rank_on_its_local_cor
     # The script has no set_device line and no accelerate workaround: init_process_group("neuron") selects
     # neuron:LOCAL_RANK, as TorchNeuron's backend does (torch_neuronx/distributed/backend.py).
     monkeypatch.delenv("ACCELERATE_BYPASS_DEVICE_MAP", raising=False)
-    assert "set_device" not in TORCHRUN_SCRIPT.read_text()
+    assert "set_device(" not in TORCHRUN_SCRIPT.read_text()
     env = {"TORCHFERRY_DEVICE": "neuron"}
     # The one-process reference runs beside torchrun: separate processes and folders, and the cores torchrun's
     # launcher leaves idle while it starts its ranks do the reference's work.
