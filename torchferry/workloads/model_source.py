@@ -109,7 +109,7 @@ def resolve(spec: str, cwd: Path, *, builtins: Iterable[str] = (), known_types: 
         return from_config_file(path / CONFIG_FILE, spec, name=path.resolve().name, known_types=types)
     if spec.endswith(".json") or path.is_file():
         if not path.is_file():
-            raise UsageError(f"config file {spec!r} does not exist. Pass the path of a transformers config.json.")
+            raise UsageError(f"config file {spec!r} cannot be read: no such file. Pass the path of a transformers config.json.")
         return from_config_file(path, spec, known_types=types)
     if spec in types:
         return ModelSource(spec=spec, kind="model-type", name=spec, model_type=spec)
@@ -142,7 +142,7 @@ def from_config_file(file: Path, spec: str, *, name: str | None = None, model_id
     if data["model_type"] not in types and not auto_map:
         raise UsageError(f"config {spec!r} has model_type {data['model_type']!r}, which this transformers does not know "
                          "and for which the config names no remote code (auto_map). Upgrade transformers, or pass a "
-                         "config of a known model type.")
+                         "config of a model type it has (e.g. llama, mistral, qwen2, gemma: transformers' CONFIG_MAPPING).")
     return ModelSource(spec=spec, kind="config", name=name or Path(file).stem, model_type=data["model_type"],
                        config_path=str(Path(file).resolve()), hub_id=model_id, auto_map=tuple(sorted(auto_map)),
                        native=data["model_type"] in types)
