@@ -95,7 +95,7 @@ class Case:
         self.start_row(self.mode)
 
     def start_row(self, mode: str) -> None:
-        built = {k: self.row[k] for k in ("model_class", "variant", "params") if k in self.row}
+        built = {k: self.row[k] for k in ("model_class", "variant", "params", "dtype") if k in self.row}
         self.mode = mode
         self.row = {"arch": self.job["arch"], "model_id": self.job.get("model_id"), "suite": self.suite.name, "mode": mode,
                     "device": self.job["target"],
