@@ -121,7 +121,8 @@ class CheckConfig:
         if args.batch_size is not None and args.batch_size % world:
             raise UsageError(f"the batch size {args.batch_size} does not split into {world} equal shards (--nproc "
                              f"{args.nproc} x --nnodes {args.nnodes}). Pass a --batch-size that is a multiple of {world}.")
-        source = resolve_source(args.workload, cwd)
+        source = resolve_source(args.workload, cwd, trust_remote_code=getattr(args, "trust_remote_code", False),
+                                weights=getattr(args, "weights", False))
         target, reason = (args.target, "chosen with --target") if args.target else devices.default_target()
         for name in (args.ref, target):
             devices.check_usable(name)

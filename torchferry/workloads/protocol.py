@@ -12,7 +12,9 @@ object with these attributes, or a ``(model, batch[, loss])`` tuple):
   for a dict, ``model(*batch)`` for a tuple, ``model(batch)`` for a tensor;
 - ``generates`` (optional, default: the model has ``generate``): whether generation mode applies.
 
-Specs: a built-in name (``llama``), ``path/to/file.py:build`` or ``package.module:build``.
+Specs: a built-in name (``llama``), ``path/to/file.py:build`` or ``package.module:build``, or a
+model named as torchferry.workloads.model_source names one (a transformers model type, a config.json
+or a folder holding one, a Hub id ``org/name[@revision]``), built by torchferry.workloads.hub.
 A relative file path is resolved against the caller's working directory once, in the
 parent (``resolve_source``); workers load the resolved source and never re-resolve the spec.
 Imports in the workload resolve as they would for ``python path/to/file.py`` run from the
@@ -27,6 +29,7 @@ are translated here.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -80,17 +83,20 @@ class Workload:
         return loss
 
 
-def resolve_source(spec: str, cwd: Path | None = None) -> dict:
-    """Where ``spec``'s build function lives, without importing it; a relative path is taken from ``cwd``."""
+def resolve_source(spec: str, cwd: Path | None = None, trust_remote_code: bool = False, weights: bool = False) -> dict:
+    """Where ``spec``'s build function lives, without importing it; a relative path is taken from ``cwd``.
+
+    A named model's config is read (a Hub id's fetched) here, once; its remote code is refused unless trusted, and
+    ``weights`` without a checkpoint to load them from is refused."""
+    if weights and (spec in BUILTIN or ":" in spec):
+        raise UsageError(f"--weights loads a checkpoint's weights; workload {spec!r} builds its own model. Pass a Hub id "
+                         "or a checkpoint folder with --weights, or leave --weights off.")
     if spec in BUILTIN:
         return {"kind": "module", "module": f"torchferry.workloads.{spec}", "attr": "build"}
     cwd = (cwd or Path.cwd()).resolve()
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
-        raise UsageError(
-            f"unknown workload {spec!r}. Valid: a built-in ({', '.join(BUILTIN)}), 'path/to/file.py:build' "
-            "or 'package.module:build'."
-        )
+        return _model_source(spec, cwd or Path.cwd(), trust_remote_code, weights)
     if target.endswith(".py"):
         path = Path(target).expanduser()
         path = (path if path.is_absolute() else cwd / path).resolve()
@@ -137,6 +143,25 @@ def missing_module_error(spec: str, name: str | None, paths: list[str]) -> Ferry
     )
 
 
+def _model_source(spec: str, cwd: Path, trust_remote_code: bool, weights: bool) -> dict:
+    """A named model's build: torchferry.workloads.hub with the resolved source bound to it."""
+    from torchferry.workloads import model_source
+
+    try:
+        source = model_source.resolve(spec, cwd, builtins=BUILTIN)
+    except UsageError as exc:
+        if "none of the forms" not in str(exc):
+            raise
+        raise UsageError(f"unknown workload {spec!r}. Valid: a built-in ({', '.join(BUILTIN)}), 'path/to/file.py:build', "
+                         f"'package.module:build', or a model: {model_source.FORMS}.") from None
+    source.refuse_untrusted(trust_remote_code)
+    if weights and source.kind != "hub" and not (source.kind == "config" and Path(source.config_path).name == "config.json"):
+        raise UsageError(f"--weights: {spec!r} names no weights (a model type or a bare config file). Pass a Hub id or a "
+                         "checkpoint folder with --weights, or leave --weights off for random weights.")
+    return {"kind": "module", "module": "torchferry.workloads.hub", "attr": "build", "model": source.name,
+            "bind": {"model_source": source.to_dict(), "trust_remote_code": trust_remote_code, "weights": weights}}
+
+
 def import_build(source: dict) -> Callable[..., Any]:
     """Import the build function named by ``source`` (a user import error is reported as theirs)."""
     _on_import_path(source.get("paths", []))
@@ -165,7 +190,7 @@ def import_build(source: dict) -> Callable[..., Any]:
             f"workload {source.get('path') or source.get('module')!r} has no callable {source['attr']!r}; "
             "define `def build(**options)` returning model, batch and optional loss."
         )
-    return build
+    return functools.partial(build, **source["bind"]) if source.get("bind") else build
 
 
 def load_workload(spec: str, options: dict, source: dict | None = None) -> Workload:
