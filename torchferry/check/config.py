@@ -93,19 +93,20 @@ class CheckConfig:
     @classmethod
     def build(cls, args: argparse.Namespace, cwd: Path) -> CheckConfig:
         """Validate the command line and resolve every derived value; raises a typed error before any worker."""
-        from torchferry.harness import devices
+        from torchferry.harness import bounds, devices
         from torchferry.harness.prices import instance_for, load_prices
         from torchferry.report.core import ensure_writable
         from torchferry.workloads.protocol import resolve_source
 
-        for name in ("steps", "rounds", "reps", "new_tokens", "nproc", "nnodes"):
-            if getattr(args, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
-        for name in ("batch_size", "seq_len"):
-            if getattr(args, name) is not None and getattr(args, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
-        if args.timeout <= 0:
-            raise UsageError(f"--timeout must be a positive number of seconds (got {args.timeout:g}).")
+        bounds.check_all({
+            **{f"--{name.replace('_', '-')}": (getattr(args, name), bounds.COUNT)
+               for name in ("steps", "rounds", "reps", "new_tokens", "nproc", "nnodes", "batch_size", "seq_len")},
+            "--seed": (args.seed, bounds.SEED), "--lr": (args.lr, bounds.POSITIVE), "--tol": (args.tol, bounds.POSITIVE),
+            "--timeout": (args.timeout, bounds.SECONDS),
+            "--steady-budget": (args.steady_budget, bounds.Bound(low=0, why="0 adds no rounds.")),
+            "--eng-hours": (args.eng_hours, bounds.NON_NEGATIVE), "--eng-rate": (args.eng_rate, bounds.NON_NEGATIVE),
+            "--volume": (args.volume, bounds.POSITIVE),
+        })
         warm_up = os.environ.get(WARMUP_ENV, "1")
         if warm_up not in ("0", "1"):
             raise UsageError(f"{WARMUP_ENV}={warm_up!r}: it must be 1 (warm up before the timed workers, the default) or 0.")

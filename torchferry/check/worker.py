@@ -32,7 +32,7 @@ from typing import Any
 
 from torchferry.check.config import CheckConfig
 from torchferry.check.rehearsal import RECORD
-from torchferry.errors import NonFiniteError, UsageError
+from torchferry.errors import NonFiniteError, OutputError, UsageError, disk_full
 from torchferry.harness.modes import Mode
 from torchferry.harness.worker import Channel, run_case
 
@@ -231,7 +231,8 @@ class Session:
             )
         self.pristine = self.workload.model  # CPU, initial weights: every run starts from a copy
         first = self.workload.batch("cpu", self.cfg.seed)
-        self.batch_rows = self.rows_of(first)  # the runner checks the split over --nproc before starting the target
+        self.batch_rows = self.rows_of(first)  # the runner checks the split over --nproc before the first step
+        self.channel.send("batch", rows=self.batch_rows)
         if self.world > 1:
             self.shard(first)  # an indivisible batch fails here, on every rank
         self.model = self.fresh()
@@ -500,6 +501,8 @@ class Session:
                 save(model, path)
                 saved[name] = {"path": str(path)}
             except Exception as exc:  # a format that cannot be saved from this device is a finding
+                if disk_full(exc, path.parent):
+                    raise  # not a finding: the run cannot go on (reported as the output error it is)
                 saved[name] = {"path": str(path), "error": f"{type(exc).__name__}: {exc}", "fix": self.save_fix(name, save, path)}
 
         attempt("torch.save state dict", exit_dir / "state_dict.pt", lambda m, p: self.torch.save(m.state_dict(), p))
@@ -682,6 +685,12 @@ def main(argv: list[str]) -> int:
     outcome = run_case(serve)
     if not outcome.ok:  # report the failure to the runner, then exit non-zero
         event = outcome.error_event()
+        if outcome.kind != OutputError.slug and disk_full(outcome.exception, session.outdir):
+            event.update(kind=OutputError.slug, traceback="")  # torch.save says "unexpected pos" for a full disk
+        if event["kind"] == OutputError.slug:
+            event["message"] = (f"the disk holding {session.outdir} is full: the {job['role']} worker could not write "
+                                f"its files ({event['type']}: {event['message']}). Free space there, or pass an "
+                                "--output DIR on a disk with room")
         placement = session.rehearsal.failed(outcome.exception) if session.rehearsal else None
         if placement is not None:  # the user's code mixes devices: a portability failure, not a crash
             event["message"] = (f"portability failure: {placement['op']} at {placement['file']}:{placement['line']} "

@@ -64,6 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", default="ferry-coverage",
                         help="folder of the store (rows.jsonl) and reports (default: ./ferry-coverage)")
     parser.add_argument("--restart", action="store_true", help="discard the stored rows instead of resuming")
+    parser.add_argument("--repair", action="store_true",
+                        help="drop the store's corrupt lines (named when a run refuses it) and keep its good rows")
     parser.add_argument("--rerun", metavar="CATEGORIES", default="",
                         help="comma-separated categories whose stored rows run again (e.g. error,timeout)")
     parser.add_argument("--baseline", nargs="?", const="auto", metavar="FILE",
@@ -123,6 +125,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.coverage.store import Store
     from torchferry.coverage.sweep import Sweep, suite_of
     from torchferry.errors import FerryError, InterruptedRun
+    from torchferry.harness.signals import stopped_by
     from torchferry.report.coverage import FORMAT, FORMAT_VERSION
     from torchferry.report.meta import Failure, new_meta
 
@@ -131,7 +134,10 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     part = sharding.parse(args.shard) if args.shard else None
     cfg = CoverageConfig.build(args, Path.cwd())  # every usage, device and output error is raised here, before any case
     out = Path(cfg.output)
-    store = Store(out / "rows.jsonl", {**cfg.settings, "environment": environment()}, restart=cfg.restart)
+    store = Store(out / "rows.jsonl", {**cfg.settings, "environment": environment()}, restart=cfg.restart,
+                  repair=args.repair)
+    if store.repaired:
+        env.err(f"ferry coverage: {store.repaired}")
     store.forget(set(cfg.rerun))
     selected = cfg.jobs_list()
     jobs = selected
@@ -165,7 +171,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         sweep.stop()
         error = exc
         if isinstance(exc, KeyboardInterrupt):
-            failure = Failure(kind=InterruptedRun.slug, message="stopped with Ctrl-C; finished rows kept",
+            failure = Failure(kind=InterruptedRun.slug, message=f"stopped by {stopped_by(exc)}; finished rows kept",
                               exit_status=int(ExitStatus.INTERRUPTED), phase="sweep")
         elif isinstance(exc, FerryError):
             failure = Failure(kind=exc.slug, message=str(exc), exit_status=int(exc.exit_status), phase="sweep")
@@ -250,6 +256,10 @@ def merge(args: argparse.Namespace, env: Environment) -> ExitStatus:
     ensure_writable(out)
     stores = [(p, read(p)) for p in paths]
     for p, found in stores:
+        if found.corrupt:
+            n, why = found.corrupt[0]
+            raise UsageError(f"{str(p)!r} has {len(found.corrupt)} corrupt line(s) (line {n}: {why}). Repair that shard's "
+                             "store with its own command line plus --repair (its good rows are kept), then merge again.")
         if found.settings is None or not found.runs:
             raise UsageError(f"{str(p)!r} has no settings or run line (a store from an older "
                              "torchferry, or not a store). Rerun that shard with this torchferry.")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from torchferry.errors import UsageError
+from torchferry.harness import bounds
 from torchferry.harness.modes import Mode, parse_mode
 from torchferry.report.coverage import Category
 
@@ -96,9 +97,9 @@ class CoverageConfig:
             raise UsageError(f"--method {method.name} applies to the {', '.join(method.suites)} suite only (it is the "
                              f"vendor's own sweep); got --suite {','.join(names)}.")
         modes = _modes(args.modes, [suites.get(n) for n in names], method)
-        if args.jobs < 1 or args.timeout <= 0 or args.memory_gb <= 0:
-            raise UsageError(f"--jobs must be at least 1, --timeout and --memory-gb positive "
-                             f"(got {args.jobs}, {args.timeout:g}, {args.memory_gb:g}).")
+        bounds.check_all({"--jobs": (args.jobs, bounds.COUNT), "--timeout": (args.timeout, bounds.SECONDS),
+                          "--memory-gb": (args.memory_gb, bounds.POSITIVE), "--tol": (args.tol, bounds.POSITIVE),
+                          "--seed": (args.seed, bounds.SEED)})
         target = args.target or devices.default_target()[0]
         for name in (args.ref, target):
             devices.check_usable(name)

@@ -56,7 +56,8 @@ def start(profile_name: str | Path | None) -> None:
 
     from torchferry.device import _C as native
 
-    native._init(count, capacity, caching, backward_on_caller)
+    source = _settings.device_memory_source(environ, chosen.name, chosen.sources.get("hbm", chosen.description))
+    native._init(count, capacity, source, caching, backward_on_caller)
     atexit.register(native._release_autograd_workers)
     native._register_cpu_kernels(cpu_kernel_ops(torch))
     target.configure(native, chosen, mode, numerics)

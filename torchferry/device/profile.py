@@ -223,7 +223,8 @@ def load_native_ops(path: Path) -> NativeOps:
     return native_ops
 
 
-def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> DeviceProfile:
+def profile_path(name_or_path: str | Path = DEFAULT_PROFILE) -> Path:
+    """The TOML file of a shipped profile's name or of a path; a UsageError naming the shipped ones when absent."""
     path = Path(name_or_path)
     if path.suffix != ".toml":
         path = PROFILE_DIR / f"{name_or_path}.toml"
@@ -233,6 +234,11 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> DeviceProfile:
             f"{', '.join(shipped_profiles())}; or pass the path of a .toml file (see "
             f"{PROFILE_DIR / 'trn2.toml'} for the format)."
         )
+    return path
+
+
+def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> DeviceProfile:
+    path = profile_path(name_or_path)
     text = path.read_text()
     try:
         data = tomllib.loads(text)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from torchferry.env import Environment
 from torchferry.errors import FerryError, UsageError
+from torchferry.harness import bounds
 from torchferry.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -66,6 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
 
+# The trace cuts every parameter into one FSDP shard per rank on a fake process group, so its time grows with the
+# world (docs/plan.md gives the measured times); 1024 ranks are 16 trn2.48xlarge of 64 logical cores.
+MAX_WORLD = 1024
+WORLD = bounds.Bound(low=1, high=MAX_WORLD, whole=True,
+                     why=f"ferry plan traces one rank of the layout, with one shard per rank of every parameter; past "
+                         f"{MAX_WORLD} ranks that takes many minutes.")
+
+
 def _capacity(args: argparse.Namespace) -> dict:
     if args.capacity is not None:
         from torchferry.device._settings import parse_bytes
@@ -92,7 +101,9 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     if instance not in table["instances"]:
         raise UsageError(f"--instance {instance!r} is not in the price table. Valid: {', '.join(sorted(table['instances']))}; "
                          "add it with --prices FILE.")
-    world = args.world or table["instances"][instance].get("accelerators", 1)
+    bounds.check_all({"--world": (args.world, WORLD), **{f"--{n.replace('_', '-')}": (getattr(args, n), bounds.COUNT)
+                                                         for n in ("fsdp", "tp", "micro_batch", "batch", "seq_len")}})
+    world = args.world if args.world is not None else table["instances"][instance].get("accelerators", 1)
     layout = make_layout(world, args.fsdp, args.tp, args.checkpointing, args.micro_batch, args.batch, args.seq_len,
                          args.precision, args.optimizer)
     check_model_fits_tp(layout, model.shape())

@@ -45,8 +45,9 @@ py::dict memory_stats(c10::DeviceIndex index) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace torchferry;
   m.doc() = "C++ core of torchferry's built-in neuron device (PrivateUse1).";
-  m.def("_init", [](int count, int64_t capacity, bool caching, bool backward_on_calling_thread) {
-    init_devices(static_cast<c10::DeviceIndex>(count), capacity, caching);
+  m.def("_init", [](int count, int64_t capacity, const std::string& capacity_source, bool caching,
+                    bool backward_on_calling_thread) {
+    init_devices(static_cast<c10::DeviceIndex>(count), capacity, capacity_source, caching);
     set_backward_thread(backward_on_calling_thread);
     register_hooks();
   });

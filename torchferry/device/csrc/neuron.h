@@ -35,7 +35,8 @@ constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 // ---- Allocator.cpp -------------------------------------------------------
 // Set once by `_C._init` before any tensor exists. With `caching`, freed device blocks
 // are kept for reuse and the process's CPU allocator is wrapped (see KernelMemoryScope).
-void init_devices(c10::DeviceIndex count, int64_t capacity_bytes, bool caching);
+// `capacity_source` says where the capacity came from; out-of-memory errors quote it.
+void init_devices(c10::DeviceIndex count, int64_t capacity_bytes, const std::string& capacity_source, bool caching);
 c10::DeviceIndex device_count() noexcept;
 int64_t device_capacity(c10::DeviceIndex index);
 void check_device_index(c10::DeviceIndex index);
