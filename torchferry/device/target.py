@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from types import ModuleType
 
 from torchferry.device import _settings
-from torchferry.device.profile import COMPILES, DeviceProfile
+from torchferry.device.profile import COMPILES, HOST_COPY, HOST_PREDICTED, DeviceProfile
 
 _cache: SignatureCache | None = None
 _fallback_mode = "warn"  # as last configured (tests and the decision test change it)
@@ -98,7 +98,7 @@ def configure(core: ModuleType, profile: DeviceProfile, fallback: str, numerics:
     codes, reasons, default, default_reason = profile.op_codes()
     numerics = numerics or _numerics
     core._set_target(codes, reasons, default, default_reason, _settings.fallback_code(fallback), profile.name,
-                     numerics == "target")
+                     numerics == "target", profile.rules_mask())
     _fallback_mode, _numerics = fallback, numerics
     _op_codes, _default_code = codes, default
 
@@ -121,6 +121,12 @@ def narrows_64bit(op: str) -> bool:
     if op not in _op_codes and op.endswith(".Scalar"):
         op = op.removesuffix("Scalar") + "Tensor"
     return bool(_op_codes.get(op, _default_code) & COMPILES)
+
+
+def runs_on_host(op: str) -> bool:
+    """Whether the target runs `op` (a full ATen name) on the host: a predicted or explicit
+    host fallback of the profile, as the eager device counts it (views never are)."""
+    return _op_codes.get(op, _default_code) & 3 in (HOST_COPY, HOST_PREDICTED)
 
 
 def start(core: ModuleType, profile: DeviceProfile, environ: Mapping[str, str]) -> None:
