@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchferry.device import _runtime
-from torchferry.device.neuron.devices import _index
+from torchferry.device.neuron._devices import _index
 
 
 def memory_stats(device: Any = None) -> dict[str, Any]:
@@ -55,13 +55,6 @@ def empty_cache() -> None:
     _runtime.core()._empty_cache()
 
 
-def mem_get_info(device: Any = None) -> tuple[int, int]:
-    """(free, total) bytes of the device's capacity."""
-    stats = memory_stats(device)
-    total = stats["capacity_bytes"]
-    return total - stats["allocated_bytes.all.current"], total
-
-
 def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     stats = memory_stats(device)
     mib = 2**20
@@ -77,17 +70,4 @@ def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
     ]
     return "\n".join(lines)
 
-
-__all__ = [
-    "empty_cache",
-    "max_memory_allocated",
-    "max_memory_reserved",
-    "mem_get_info",
-    "memory_allocated",
-    "memory_reserved",
-    "memory_stats",
-    "memory_summary",
-    "reset_accumulated_memory_stats",
-    "reset_peak_memory_stats",
-]
 
