@@ -240,6 +240,7 @@ class KnownIssues:
     issues: dict[str, dict[str, str]] = field(default_factory=dict)  # aten op -> reason, kind, scope, source
     test_only: dict[str, str] = field(default_factory=dict)         # aten op -> why it is not warned about
     unobservable: dict[str, str] = field(default_factory=dict)      # aten op -> why the device never sees it
+    reproduced: dict[str, str] = field(default_factory=dict)        # aten op -> why the host fails it the same way
     unmapped: dict[str, str] = field(default_factory=dict)          # vendor entry -> why no op is named
 
 
@@ -303,14 +304,33 @@ def spec_skips(snapshot: Snapshot) -> list[tuple[str, str, str, str]]:
     return rows
 
 
+def bounds_checked_views(snapshot: Snapshot) -> dict[str, str]:
+    """op -> kernel of TorchNeuron's C++ view kernels that run PyTorch's own storage bounds check
+    (`at::native::checkInBoundsForStorage`, which the CPU's view kernels run too)."""
+    bodies = cpp_function_bodies(snapshot)
+    found = {}
+    for name, function in cpp_registrations(strip_cpp_comments(snapshot.read(BINDINGS_FILE))):
+        body, path = bodies.get(function, ("", ""))
+        if "checkInBoundsForStorage" in body:
+            found[qualified(name)] = f"{path} ({function})"
+    return found
+
+
 def known_issues(snapshot: Snapshot, aten_ops: set[str]) -> KnownIssues:
     """The ops TorchNeuron's own CI skips or expects to fail, with the reason and the source file."""
     found = KnownIssues()
+    checked_views = bounds_checked_views(snapshot)
 
     def add(op: str, reason: str, scope: str, source: str) -> None:
         kind = reason_kind(reason)
         if kind == "test_only":
             found.test_only[op] = f"{reason} ({scope}; {source}): about the test, not the op"
+        elif re.search(r"out of bounds", reason, flags=re.I) and op in checked_views:
+            # PyTorch itself calls such views (autograd, copies) on every device: warning on each use
+            # would name an op the user never called, for an error the host raises as well.
+            found.reproduced[op] = (f"{reason} ({scope}; {source}): TorchNeuron's kernel {checked_views[op]} runs "
+                                    "PyTorch's own bounds check (at::native::checkInBoundsForStorage), as the "
+                                    "host's does: an out-of-bounds view fails here as there")
         elif not observable(op, aten_ops):
             found.unobservable[op] = (f"{reason} ({scope}; {source}): every overload is a composite that PyTorch "
                                       "decomposes before the device sees it")
@@ -371,7 +391,7 @@ torch_version = "{torch_version}"
         lines.append(f'[known_issues."{op}"]')
         lines += [f"{key} = {toml_string(entry[key])}" for key in ("kind", "reason", "scope", "source")]
         lines.append("")
-    for name in ("test_only", "unobservable", "unmapped"):
+    for name in ("test_only", "unobservable", "reproduced", "unmapped"):
         entries = getattr(found, name)
         lines.append(f"[{name}]")
         lines += [f"{toml_string(key)} = {toml_string(entries[key])}" for key in sorted(entries)]
@@ -398,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     found = known_issues(snapshot, set(torch._C._dispatch_get_all_op_names()))
     args.known_issues_output.write_text(render_known_issues(snapshot, found, torch.__version__.split("+")[0]))
     print(f"{args.known_issues_output}: {len(found.issues)} known-issue ops, {len(found.test_only)} test-only, "
-          f"{len(found.unobservable)} unobservable, {len(found.unmapped)} unmapped vendor entries")
+          f"{len(found.unobservable)} unobservable, {len(found.reproduced)} reproduced by the host, "
+          f"{len(found.unmapped)} unmapped vendor entries")
     return 0
 
 
