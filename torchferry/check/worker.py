@@ -167,12 +167,13 @@ class Rehearsal:
                device: Any) -> None:
         """The run's totals, once the timed run is over (before any other run adds to the counts).
 
-        ``counters``: the device's ``Counters``; ``metrics``: the compile backend's ``get_dynamo_metrics``
+        ``counters``: the device's ``Counters``; ``metrics``: ``torchferry.device.compile_metrics``
         under ``--compile``; ``profiled_step``: one step of a fresh model, profiled when there are host
         fallbacks (for their share of device-op time; the timed run is never profiled); ``device``: the target."""
         ops = counters.ops()
         self.record.update(fallback_ops=ops.get("fallback", {}), executed_calls=ops.get("executed_total", 0),
-                           fallback_reasons=self.target.fallback_reasons(), peak_bytes=counters.peak_memory().get("bytes"))
+                           fallback_reasons=self.target.fallback_reasons(), known_issues=self.target.known_issues(),
+                           peak_bytes=counters.peak_memory().get("bytes"))
         if metrics is not None:
             m = metrics()
             self.record["compile"] = {"graph_breaks": m["graph_breaks"], "graphs": [
@@ -583,9 +584,9 @@ class Session:
         self.timing.update(steps=primary["times"], peak_memory=self.counters.peak_memory(), ops=self.counters.ops(),
                            compile=self.counters.compile(self.cfg.compile if compiling else None))
         if self.rehearsal is not None:
-            metrics = getattr(self.devices.device_module(self.device), "get_dynamo_metrics", None)
-            self.rehearsal.finish(self.counters, metrics if compiling and callable(metrics) else None, self.fresh_step,
-                                  self.device)
+            from torchferry.device import compile_metrics
+
+            self.rehearsal.finish(self.counters, compile_metrics if compiling else None, self.fresh_step, self.device)
         self.timing["units_per_step"], self.timing["unit"] = self.units_per_step()
         self.live = (model, primary.pop("opt"))
         summary: dict[str, Any] = {"timing": self.timing, "device": str(self.device), "batch_rows": self.batch_rows}

@@ -10,6 +10,9 @@ TorchNeuron, and the built-in device predicts it from its device profile
 - the host syncs (the host waiting for a device value: ``item()``, data-dependent output sizes,
   boolean masks, ...), by cause; device-to-host copies are left out, because the harness itself
   copies every result it compares to the host;
+- the known issues: ops of the mode that TorchNeuron's own CI skips, with the vendor's reason and
+  file (``torchferry.device.known_issues()``), a kind of prediction of their own that leaves the
+  row's category alone (the vendor's skip is evidence about the op, not a failure of this row);
 - with ``--compile``: the graphs Dynamo captured, the graph breaks with the reasons and places
   Dynamo's ``explain`` gives (``torch._dynamo.utils.graph_break_reasons``, the records explain
   reads, plus the break counter for breaks that leave no record), and whether the mode compiled
@@ -61,10 +64,12 @@ class Watch:
             calls = int(ops["executed_total"])
             out.update(op_calls=calls, fallback_share=round(sum(ops["fallback"].values()) / calls, 6) if calls else 0.0)
         if self.profile:
-            from torchferry.device.target import eager_compiles, host_syncs
+            from torchferry.device.target import eager_compiles, host_syncs, known_issues
 
             out.update(eager_signatures=eager_compiles().since(self.compiles).signatures,
-                       host_syncs={k: n for k, n in host_syncs().items() if not k.endswith(HOST_COPY)})
+                       host_syncs={k: n for k, n in host_syncs().items() if not k.endswith(HOST_COPY)},
+                       known_issues=[{k: issue[k] for k in ("op", "kind", "calls", "reason", "source")}
+                                     for issue in known_issues()])
         if self.backend:
             out.update(self._compiled())
         return out

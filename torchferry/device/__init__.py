@@ -16,8 +16,9 @@ import sys
 import threading
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-from torchferry.device.target import EagerCompiles, eager_compiles, fallback_summary, host_syncs
+from torchferry.device.target import EagerCompiles, eager_compiles, fallback_summary, host_syncs, known_issues
 from torchferry.errors import DeviceConflictError, UsageError
 
 DEVICE_NAME = "neuron"
@@ -85,6 +86,21 @@ def enable(profile: str | Path | None = None) -> None:
             standin.install()  # `import torch_neuronx` now finds the stand-in (HF libraries' test)
 
 
+def compile_metrics() -> dict[str, Any]:
+    """This rank's `torch.compile(backend="neuron")` compilations on the built-in device since the
+    last `torch.neuron.reset_dynamo_metrics()`: ``{"rank", "graphs", "graph_breaks", "recompiles"}``.
+
+    The torchferry view the harness and the rehearsal read. `torch.neuron.get_dynamo_metrics()`
+    keeps TorchNeuron's contract (a list of `NeuronCompilationMetrics`); this adds, per graph, the
+    cache outcome (``cache``: hit, miss, bypass, disabled), ``cache_key``, ``input_signature``,
+    ``kind`` (forward, backward, inference) and Dynamo's ``compile_id`` (``"<frame>/<n>"``), plus
+    Dynamo's graph-break reasons with counts and the recompilations of a frame after its first.
+    See docs/device/compile.md. Works only once the device is enabled."""
+    from torchferry.device.compile.metrics import compile_metrics as metrics
+
+    return metrics()
+
+
 def _register_with_torch(torch: ModuleType) -> None:
     """The wiring, once the core is started: name PrivateUse1 `neuron`, create `torch.neuron`
     and the tensor/module methods, register the compile and process-group backends."""
@@ -125,6 +141,6 @@ def _autoload() -> None:
 
 
 __all__ = [
-    "DEVICE_NAME", "EagerCompiles", "eager_compiles", "enable", "fallback_summary", "host_syncs", "is_enabled",
-    "real_neuron_installed",
+    "DEVICE_NAME", "EagerCompiles", "compile_metrics", "eager_compiles", "enable", "fallback_summary", "host_syncs", "is_enabled",
+    "known_issues", "real_neuron_installed",
 ]

@@ -209,6 +209,15 @@ def op_tracking(device: Any) -> Any | None:
     return module if all(hasattr(module, n) for n in ("get_fallback_ops", "get_executed_ops", "clear_op_tracking")) else None
 
 
+def compile_metrics(device: Any) -> dict | None:
+    """torchferry's compile metrics (``torchferry.device.compile_metrics()``: per graph the cache outcome,
+    input signature, kind and compile id; graph breaks; recompiles) when ``device`` is torchferry's built-in
+    device (it emulates another and the built-in device is enabled here), else None."""
+    from torchferry import device as builtin
+
+    return builtin.compile_metrics() if emulates(device) and builtin.is_enabled() else None
+
+
 class Counters:
     """Op and compile counters of one device, read the same way by every command's worker.
 
@@ -250,9 +259,8 @@ class Counters:
             "recompilations": int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0,
             "graph_breaks": int(sum(counters["graph_break"].values())),
         }
-        metrics = getattr(self.module, "get_dynamo_metrics", None)
-        if callable(metrics):  # the device's backend reports per compiled graph
-            m = metrics()
+        m = compile_metrics(self.device)
+        if m is not None:  # the built-in device's backend reports per compiled graph
             graphs = m["graphs"]
             found.update(
                 compiled_graphs=len(graphs),

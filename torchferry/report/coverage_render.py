@@ -165,7 +165,7 @@ def render_html(doc: CoverageReport) -> str:
              svg.bar_chart("categories", "Rows per category", [(c, float(counts[c])) for c in CATEGORIES if counts.get(c)],
                            "rows")]
     header = ["architecture", "mode", "category", "reason", "class", "wall s", "fallback share", "eager signatures",
-              "host syncs", "graphs", "graph breaks", "fullgraph"] + (["baseline"] if doc.baseline else [])
+              "host syncs", "known issues", "graphs", "graph breaks", "fullgraph"] + (["baseline"] if doc.baseline else [])
     bodies: dict[str, list[str]] = {}
     for r in doc.rows:
         cls = "pass" if r.category == Category.PASS else "skipped" if r.category == Category.SKIPPED else "fail"
@@ -173,7 +173,7 @@ def render_html(doc: CoverageReport) -> str:
         breaks = "; ".join(f"{b['reason']} @ {b['where']}" for b in r.break_reasons or [])
         cells = [r.arch, r.mode, r.category, r.reason, r.model_class or "", f"{r.wall_s:.1f}",
                  f"{100 * r.fallback_share:.2f}%" if r.fallback_share is not None else "", _blank(r.eager_signatures),
-                 _blank(syncs), _blank(r.graphs), f"{r.graph_breaks}: {breaks}" if r.graph_breaks else _blank(r.graph_breaks),
+                 _blank(syncs), ", ".join(f"{k['op']} ({k['kind']})" for k in r.known_issues or []), _blank(r.graphs), f"{r.graph_breaks}: {breaks}" if r.graph_breaks else _blank(r.graph_breaks),
                  _blank(r.fullgraph)]
         if doc.baseline:
             cells.append(r.baseline or "")
