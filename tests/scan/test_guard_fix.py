@@ -44,6 +44,7 @@ def test_a_guard_whose_block_is_fixed_too_is_rewritten_with_it(fixed):
     'import torch\ndevice = "cuda:0" if torch.cuda.is_available() else "cpu"\n',  # a stored device string
     "import torch\nif not torch.cuda.is_available():\n    pass\nelse:\n    torch.cuda.reset_peak_memory_stats()\n",
     "import torch\nwhile torch.cuda.is_available() and n:\n    print(torch.cuda.memory_summary())\n",
+    "import torch\nuse_cuda = torch.cuda.is_available()\nif use_cuda:\n    torch.cuda.empty_cache()\n",  # via a name
 ])
 def test_every_guard_form_keeps_its_unfixable_block_unchanged(code, fixed):
     assert "torch.cuda.is_available()" in fixed(code)
