@@ -115,6 +115,13 @@ def state(event: dict) -> str:
     return "finished"
 
 
+# docs/check/parity.md, "Random numbers": what a generator that differs from the reference's means for parity
+RNG_DIFFERS = ("the target's generator draws other numbers than the reference's for the same seed (as a real "
+               "Trainium's does): a model with dropout or other random ops cannot match the reference step by step, "
+               "and a training mismatch may be the draws, not the device. Judge such a model with --mode forward "
+               "(eval mode, no draws) or with its dropout set to 0")
+
+
 class Runner:
     """Fills ``report`` phase by phase; raises a FerryError (report kept) when a phase cannot go on."""
 
@@ -218,6 +225,8 @@ class Runner:
         ref_tensors = self.load_tensors("ref")
         target_tensors = self.load_tensors("target")
         self.report.parity = parity.judge(cfg.mode, cfg.tolerance, ref_tensors, target_tensors, ref_summary.get("determinism"))
+        if ref_summary.get("rng_draws") != target_summary.get("rng_draws"):
+            self.report.parity.notes.append(RNG_DIFFERS)
         self.note(f"parity: {self.report.parity.status}")
         self.phase = "rehearsal"
         self.report.rehearsal = rehearsal.result(self.workdir, cfg, self.report.parity, ref_tensors, target_tensors,

@@ -592,6 +592,7 @@ class Session:
         summary: dict[str, Any] = {"timing": self.timing, "device": str(self.device), "batch_rows": self.batch_rows}
         if self.rank > 0:  # rank 0 speaks for the group; the others only time their share
             return summary
+        summary["rng_draws"] = self.rng_draws()
         tensors: dict[str, Any] = {"run": primary, "probe": self.probe()}
         if role == "ref":
             self.channel.progress("second reference run (determinism check)")
@@ -609,6 +610,12 @@ class Session:
             tensors["eval_outputs"] = self.eval_outputs(self.model if self.world > 1 else self.live[0])
         torch.save(tensors, self.job["tensors"])
         return summary
+
+    def rng_draws(self) -> list[float]:
+        """Four uniform draws on this device right after seeding with --seed: the runner compares them across the
+        devices, to say when the two generators give other numbers for the same seed (docs/check/parity.md)."""
+        self.torch.manual_seed(self.cfg.seed)
+        return self.torch.rand(4, device=self.device).cpu().tolist()
 
     def fresh_step(self) -> Any:
         """Step 1 of a fresh model, untimed (the rehearsal profiles it)."""

@@ -80,9 +80,11 @@ def check(node: cst.Call, ctx) -> Iterator[Hit]:
     if found is None:
         return
     op, reason = found
+    profile = _profile()
+    table = profile.native_ops.path.name if profile.native_ops else "no native-op table"
     yield Hit(node.func, message=(
         f"`{named[1]}` in a {region} runs {op}, which the target runs on the host: {reason}. Each call copies its "
-        f"inputs to the host and the result back, every step [{_profile().name} device profile, {_profile().native_ops.path.name}]."))
+        f"inputs to the host and the result back, every step [{profile.name} device profile, {table}]."))
 
 
 RULE = Rule(
