@@ -122,7 +122,8 @@ th{cursor:pointer;background:#f4f4f4} .pass{color:#1a7f37} .skipped{color:#777} 
 
 BODY = """<ul id="headline">{headline}</ul>
 <p>{method}.</p>
-{stopped}<p>Wall time {wall:.0f} s with {jobs} job(s). Exclusions (skipped rows) are out of the denominator: {excluded}. Host-limited rows (this host's memory or time; no verdict on the device) are out of it too: {host_limited}.</p>
+{stopped}<p>Wall time {wall:.0f} s with {jobs} job(s). Exclusions (skipped rows) are out of the denominator: {excluded}.
+Host-limited rows (this host's memory or time; no verdict on the device) are out of it too: {host_limited}.</p>
 <div class="plots">{plots}</div>
 <h2>Suites</h2>
 <table id="suites"><thead><tr><th>suite</th><th>mode</th><th>pass</th><th>predicted-fallback-free</th><th>fullgraph</th></tr></thead>
