@@ -29,8 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     w = parser.add_argument_group("workload")
     w.add_argument("-w", "--workload", default="llama",
-                   help="built-in (llama, gpt2, bert, mlp), path/to/file.py:build (relative to the current folder) or "
-                        "package.module:build (default: llama)")
+                   help="built-in (llama, gpt2, bert, mlp), path/to/file.py:build (relative to the current folder), "
+                        "package.module:build, or a Hugging Face model: a model type (mistral), a config.json or a "
+                        "folder holding one, a Hub id org/name[@revision] (config only; random weights) (default: llama)")
+    w.add_argument("--weights", action="store_true",
+                   help="a Hub id or checkpoint folder given to -w: load its weights (default: random weights)")
+    w.add_argument("--trust-remote-code", action="store_true",
+                   help="let the model's repository code run (configs with an auto_map), as transformers' "
+                        "trust_remote_code; refused without it")
     w.add_argument("--mode", choices=NAMES, default="train", metavar="MODE",
                    help="train, forward or generate (also: training, inference, generation) (default: train)")
     w.add_argument("--size", choices=("tiny", "small", "base"), default="tiny", help="built-in model size (default: tiny)")

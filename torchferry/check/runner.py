@@ -360,6 +360,10 @@ class Runner:
         if cfg.mode != Mode.TRAIN:
             self.report.resume.notes.append(f"resume applies to train; mode is {cfg.mode}")
             return
+        if not cfg.resume_step:
+            self.report.resume.notes.append(f"resume needs --steps 2 or more (a checkpoint after step k, then the steps "
+                                            f"after it); --steps {cfg.steps} leaves no step to resume")
+            return
         self.note(f"resume: fresh {cfg.target} process from the step-{cfg.resume_step} checkpoint")
         worker = self.spawn("resume", cfg.target)
         try:

@@ -29,15 +29,23 @@ from torchferry.status import ExitStatus
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("archs", nargs="*", metavar="ARCH",
-                        help="model types (llama, gpt2, ...) or config.json files (default: every causal-LM "
-                             "architecture of the installed transformers)")
+    parser.add_argument("archs", nargs="*", metavar="MODEL",
+                        help="model types (llama, gpt2, ...), config.json files or folders holding one, or Hub ids "
+                             "(org/name[@revision]: only the config is fetched) (default: every causal-LM architecture "
+                             "of the installed transformers)")
+    parser.add_argument("--configs", metavar="DIR",
+                        help="a folder of config files, one row each, named by the file (<org>_<name>_config.json also "
+                             "gives the model id), e.g. the vendor's tests/huggingface/configs/huggingface/CausalLM")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let a config's repository code run (configs with an auto_map), as transformers' "
+                             "trust_remote_code; without it such a config is refused (skipped in a sweep)")
     parser.add_argument("--suite", default="causal-lm", metavar="NAME[,NAME...]|all",
                         help="model families: causal-lm, seq2seq, encoder, vision, diffusers; several comma-separated, "
                              "or all (default: causal-lm)")
     parser.add_argument("--method", default="torchferry", choices=("torchferry", "torchneuron"),
-                        help="torchferry: tiny widths, every mode (default); torchneuron: AWS torch-neuronx's own sweep "
-                             "(2 layers at the config's widths, eager attention, one forward+backward at 1x1024 tokens)")
+                        help="torchferry: tiny widths, every mode (default); torchneuron: what AWS torch-neuronx's own "
+                             "sweep does (2 layers at the config's widths, its dtype and dropout, default attention, one "
+                             "forward+backward at 1x1024 tokens)")
     parser.add_argument("--modes",
                         help="comma-separated: forward, generate (greedy, static cache where supported), train; "
                              "ferry check's names (inference, generation, training) also work (default: every mode "

@@ -33,7 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     m = parser.add_argument_group("model (one of)")
     m.add_argument("--size", help=f"built-in Llama shape at full size: {', '.join(LLAMA_SIZES)} (default: 8b)")
-    m.add_argument("--config", metavar="FILE.json", help="a transformers config.json (random weights, nothing downloaded)")
+    m.add_argument("--config", metavar="MODEL",
+                   help="a transformers model: a config.json or a folder holding one, a model type (llama), or a Hub id "
+                        "org/name[@revision] (only its config is fetched; random weights on the meta device)")
+    m.add_argument("--trust-remote-code", action="store_true",
+                   help="let the config's repository code build the model (configs with an auto_map), as transformers' "
+                        "trust_remote_code; refused without it")
     m.add_argument("--workload", metavar="SPEC", help="a workload spec: path/to/file.py:build or package.module:build")
     lay = parser.add_argument_group("layout")
     lay.add_argument("--world", type=int, help="ranks, one per logical core (default: the instance's accelerators)")
@@ -90,7 +95,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.report.core import ensure_writable
 
     started = time.monotonic()
-    model = resolve(args.size, args.config, args.workload)
+    model = resolve(args.size, args.config, args.workload, args.trust_remote_code)
     table = load_prices(args.prices)
     instance = args.instance or table.get("devices", {}).get("neuron")
     if instance not in table["instances"]:

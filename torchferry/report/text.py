@@ -173,6 +173,8 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
         f"{cfg['ref']} -> {cfg['target']}")
     if cfg.get("target_reason"):
         add(f"  target: {cfg['target_reason']}")
+    if cfg.get("execution"):
+        add(f"  runs: {cfg['execution']}; every step reseeded from --seed {cfg['seed']} + step")
     if report.verdict == STOPPED:
         add(f"stopped: {report.failure.kind} during {report.failure.phase or 'the run'}; everything measured before "
             "is below and in the report")

@@ -68,11 +68,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_set_target", [](const std::unordered_map<std::string, int>& codes,
                           const std::unordered_map<std::string, std::string>& reasons,
                           int default_code, const std::string& default_reason, int mode,
-                          const std::string& profile, bool target_numerics) {
+                          const std::string& profile, bool target_numerics, int rules) {
     set_target(codes, reasons, default_code, default_reason, static_cast<FallbackMode>(mode),
-               profile, target_numerics);
+               profile, target_numerics, rules);
   });
   m.def("_register_cpu_kernels", &register_cpu_kernels);
+  m.def("_register_native_composites", &register_native_composites);
+  m.def("_account_ops", &account_ops);
   m.def("_unboxed_ops", &unboxed_op_names);
   // Called at interpreter exit (atexit). The autograd engine's worker thread for
   // each device keeps its last graph task, and with it Python objects from the
