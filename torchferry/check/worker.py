@@ -692,6 +692,9 @@ def main(argv: list[str]) -> int:
 
     outcome = run_case(serve)
     if not outcome.ok:  # report the failure to the runner, then exit non-zero
+        with contextlib.suppress(OSError):  # a full disk holds the log too: the event below matters more
+            sys.stderr.write(outcome.traceback)  # the whole traceback, torchferry's frames too, in this worker's log
+            sys.stderr.flush()
         event = outcome.error_event()
         if outcome.kind != OutputError.slug and disk_full(outcome.exception, session.outdir):
             event.update(kind=OutputError.slug, traceback="")  # torch.save says "unexpected pos" for a full disk
