@@ -34,4 +34,5 @@ RULE = Rule(
     safe_fix="renamed to the `torch.accelerator` function (same arguments)",
     node_types=(cst.Name, cst.Attribute),
     check=check,
+    prefilter=r"cuda",
 )
