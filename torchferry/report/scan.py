@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any
 
 FORMAT = "torchferry.scan"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
 class Severity(str, Enum):
