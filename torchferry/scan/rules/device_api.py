@@ -118,4 +118,5 @@ RULE = Rule(
     "only when every CUDA-only call in the blocks it decides is fixed too",
     node_types=(cst.Name, cst.Attribute),
     check=check,
+    prefilter=r"cuda",
 )

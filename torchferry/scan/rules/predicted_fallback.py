@@ -18,6 +18,7 @@ from functools import cache
 
 import libcst as cst
 
+from torchferry.scan.regions import REGION_WORDS
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.host_ops import SPELLINGS
 from torchferry.scan.tensors import is_dotted_name
@@ -97,4 +98,5 @@ RULE = Rule(
     "move the call out of the step, or measure its share with `ferry check`",
     node_types=(cst.Call,),
     check=check,
+    prefilter=REGION_WORDS,
 )
