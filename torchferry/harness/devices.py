@@ -7,10 +7,12 @@ registers a PrivateUse1 name when ``torch.device(name)`` does not know it yet.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import resource
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from torchferry.errors import DeviceUnavailableError
@@ -180,16 +182,24 @@ def reset_peak_memory(device: Any) -> None:
         module.reset_peak_memory_stats()
 
 
-def peak_memory(device: Any) -> dict:
+@dataclass(frozen=True)
+class Memory:
+    """Peak memory in bytes, and where it was read (``torch.<type>.max_memory_allocated`` or ``host RSS``)."""
+
+    bytes: int
+    source: str
+
+
+def peak_memory(device: Any) -> Memory:
     """Peak memory: the device allocator's when it reports one, else the host process RSS peak."""
     module = device_module(device)
     if hasattr(module, "max_memory_allocated"):
         try:
-            return {"bytes": int(module.max_memory_allocated()), "source": f"torch.{device.type}.max_memory_allocated"}
+            return Memory(int(module.max_memory_allocated()), f"torch.{device.type}.max_memory_allocated")
         except Exception:  # a device module that declares but cannot answer: fall through to RSS
             pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"bytes": int(rss if sys.platform == "darwin" else rss * 1024), "source": "host RSS"}
+    return Memory(int(rss if sys.platform == "darwin" else rss * 1024), "host RSS")
 
 
 def emulates(device: Any) -> str | None:
@@ -236,7 +246,7 @@ class Counters:
         return {"fallback": self.fallback_ops(), "executed_total": sum(dict(self.tracker.get_executed_ops()).values())}
 
     def peak_memory(self) -> dict:
-        return peak_memory(self.device)
+        return dataclasses.asdict(peak_memory(self.device))
 
     def compile(self, backend: str | None) -> dict:
         """Dynamo's graph counts, plus the device backend's per-graph metrics where it reports them."""
