@@ -192,7 +192,7 @@ class Window:
         if compile_backend:
             from torch._dynamo.utils import counters, graph_break_reasons
 
-            self._graphs0 = _dynamo_graphs()
+            self._graphs0 = dynamo_graphs()
             self._recompiles0 = _dynamo_recompiles()
             self._counted0 = dict(counters["graph_break"])
             self._breaks0 = list(graph_break_reasons)  # kept alive, so that their ids stay theirs
@@ -261,7 +261,7 @@ class Window:
         breaks = tuple(GraphBreak(reason, where, n)
                        for (reason, where), n in sorted(places.items(), key=lambda kv: (-kv[1], kv[0])))
         records = compile_records(self.module)
-        return Compiled(self.backend, _dynamo_graphs() - self._graphs0, _dynamo_recompiles() - self._recompiles0,
+        return Compiled(self.backend, dynamo_graphs() - self._graphs0, _dynamo_recompiles() - self._recompiles0,
                         breaks, counted, tuple(records[self._records0:]) if records is not None else None)
 
 
@@ -294,7 +294,7 @@ def _as_dict(record: Any) -> Mapping[str, Any]:
     return dict(vars(record))
 
 
-def _dynamo_graphs() -> int:
+def dynamo_graphs() -> int:
     from torch._dynamo.utils import counters
 
     return int(counters["stats"].get("unique_graphs", 0))
