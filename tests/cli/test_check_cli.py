@@ -91,6 +91,7 @@ def test_a_target_crash_is_reported_as_no_go_not_fatal(check):
     assert result.exit_status == ExitStatus.NEGATIVE_RESULT, result.stderr
     report = result.report
     assert report["parity"]["status"] == "fail_to_run"
+    assert report["failure"]["kind"] == "workload" and report["failure"]["finding"] is True  # an error slug, always
     assert "died" in report["failure"]["message"] and "signal 6" in report["failure"]["message"]
     assert report["timing"]["ref"]["time_to_n_s"] is not None  # the reference's measurements are kept
 

@@ -291,7 +291,7 @@ class Runner:
                                               timing.device_timing(self.cfg.target, {}, []), self.cfg.warm_up)
         self.report.timing.status = TimingStatus.PARTIAL
         self.report.rehearsal = rehearsal.result(self.workdir, self.cfg, self.report.parity)
-        self.report.failure = Failure(kind=str(kind), message=str(error), exit_status=3, phase=self.phase, finding=True,
+        self.report.failure = Failure(kind=error.slug, message=str(error), exit_status=3, phase=self.phase, finding=True,
                                       traceback=getattr(error, "user_traceback", None), log=str(self.workdir / "target.log"))
         self.note(f"target failed: {error}")
 

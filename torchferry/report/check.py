@@ -20,6 +20,9 @@ in docs/check/report-format.md) on every incompatible change.
   timing, ``timing.warnings`` (unstable figures); cost: ``projection`` (the target at 10/25/40/60%
   of its peak: roofline step, cost per unit, break-even utilisation), ``accelerators_used`` per
   device row; an emulated target's row has no ``cost_per_unit`` or ``utilisation``.
+- 5: ``failure.kind`` is always an error slug (docs/check/errors.md): a target that fails where the
+  reference ran gives the slug of its error (``workload``, ``non-finite``, ...), no longer the parity
+  status (``fail_to_run``/``non_finite``, which stays in ``parity.status``).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 from torchferry.report.comparison import Comparison
 from torchferry.report.meta import Failure, Meta
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 FORMAT = "torchferry.check"
 
 
