@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m = parser.add_argument_group("model (one of)")
     m.add_argument("--size", help=f"built-in Llama shape at full size: {', '.join(LLAMA_SIZES)} (default: 8b)")
     m.add_argument("--config", metavar="FILE.json", help="a transformers config.json (random weights, nothing downloaded)")
-    m.add_argument("--workload", metavar="SPEC", help="a workload spec: path/to/file.py:build or package.module:build")
+    m.add_argument("-w", "--workload", metavar="SPEC", help="a workload spec: path/to/file.py:build or package.module:build")
     lay = parser.add_argument_group("layout")
     lay.add_argument("--world", type=int, help="ranks, one per logical core (default: the instance's accelerators)")
     lay.add_argument("--fsdp", type=int, help="FSDP2 sharding degree (default: world / tp)")

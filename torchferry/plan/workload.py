@@ -58,7 +58,7 @@ def resolve(size: str | None, config: str | None, workload: str | None) -> Model
     """The one model the user named, checked without building anything."""
     given = [flag for flag, value in (("--size", size), ("--config", config), ("--workload", workload)) if value]
     if len(given) > 1:
-        raise UsageError(f"ferry plan: {' and '.join(given)} both name the model; give one of --size, --config, --workload.")
+        raise UsageError(f"{' and '.join(given)} both name the model; give one of --size, --config, --workload.")
     if config:
         return _from_config_file(config)
     if workload:
@@ -68,7 +68,7 @@ def resolve(size: str | None, config: str | None, workload: str | None) -> Model
         return ModelSpec(kind="workload", name=workload, source=workload, spec=workload)
     size = size or "8b"
     if size not in LLAMA_SIZES:
-        raise UsageError(f"ferry plan: unknown --size {size!r}. Valid: {', '.join(LLAMA_SIZES)}; or pass a transformers "
+        raise UsageError(f"unknown --size {size!r}. Valid: {', '.join(LLAMA_SIZES)}; or pass a transformers "
                          "config with --config FILE.json, or a workload with --workload path/to/file.py:build.")
     entry = LLAMA_SIZES[size]
     return ModelSpec(kind="builtin", name=entry["name"], source=entry["source"], config=dict(entry["config"]))
@@ -79,17 +79,17 @@ def _from_config_file(path: str) -> ModelSpec:
     try:
         data = json.loads(file.read_text())
     except OSError as exc:
-        raise UsageError(f"ferry plan: --config {path!r} cannot be read ({exc.strerror or exc}); pass the path of a "
+        raise UsageError(f"--config {path!r} cannot be read ({exc.strerror or exc}); pass the path of a "
                          "transformers config.json.") from exc
     except json.JSONDecodeError as exc:
-        raise UsageError(f"ferry plan: --config {path!r} is not JSON ({exc}); pass a transformers config.json.") from exc
+        raise UsageError(f"--config {path!r} is not JSON ({exc}); pass a transformers config.json.") from exc
     if not isinstance(data, dict):
-        raise UsageError(f"ferry plan: --config {path!r} holds a JSON {type(data).__name__}, not a config object.")
+        raise UsageError(f"--config {path!r} holds a JSON {type(data).__name__}, not a config object.")
     from transformers import CONFIG_MAPPING
 
     model_type = data.get("model_type")
     if model_type not in CONFIG_MAPPING:
-        raise UsageError(f"ferry plan: --config {path!r} has model_type {model_type!r}, which this transformers does not "
+        raise UsageError(f"--config {path!r} has model_type {model_type!r}, which this transformers does not "
                          "know. Valid: a causal-LM model_type such as llama, mistral, qwen2, gemma (see transformers' "
                          "CONFIG_MAPPING).")
     return ModelSpec(kind="config", name=data.get("_name_or_path") or f"{model_type} ({file.name})", source=str(file),
