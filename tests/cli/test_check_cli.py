@@ -8,6 +8,8 @@ from checkrun import FAST, FIXTURES, MLP_FORWARD_WITH_PROGRESS, run_check
 from torchferry.report.check import FORMAT_VERSION
 from torchferry.status import ExitStatus
 
+pytestmark = pytest.mark.slow  # whole ferry check runs: worker processes each import torch and build the workload
+
 
 @pytest.mark.slow  # ~25 s on 2 cores: four processes with transformers
 def test_cpu_to_cpu_training_run_writes_a_go_report_with_every_result(check):

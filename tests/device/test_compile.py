@@ -13,6 +13,8 @@ import pytest
 
 import torchferry.device
 
+pytestmark = pytest.mark.slow  # torch.compile through Inductor on the built-in device
+
 
 def _tiny_llama():
     import torch
