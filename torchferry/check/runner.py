@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from torchferry.check import cost, exit as exit_mod, rehearsal, resume, timing
+from torchferry.check import cost, exit as exit_mod, parity, rehearsal, resume, timing
 from torchferry.check.config import CheckConfig
 from torchferry.errors import (
     DeviceOutOfMemoryError,
@@ -31,7 +31,7 @@ from torchferry.errors import (
     WorkloadError,
     from_kind,
 )
-from torchferry.harness import launch, parity
+from torchferry.harness import launch
 from torchferry.harness.modes import Mode
 from torchferry.harness.prices import load_prices
 from torchferry.harness.protocol import WorkerProcess, python_module, run_to_end, worker_env

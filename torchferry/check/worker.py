@@ -467,13 +467,13 @@ class Session:
     def host_numerics_run(self) -> dict:
         """The target's run and probe once more, in a process started with host numerics (64-bit values kept at
         64 bits), so that the runner can tell whether the target's 32-bit narrowing explains a parity failure."""
-        from torchferry.device import target
+        from torchferry.device import numerics
 
         model = self.torch.compile(self.model, backend=self.cfg.compile) if self.cfg.compile else self.model
         run = self.run(model)
         run.pop("opt")
         self.torch.save({"run": run, "probe": self.probe()}, self.job["tensors"])
-        return {"numerics": target.numerics()}
+        return {"numerics": numerics()}
 
     def eval_outputs(self, model: Any) -> dict:
         batch = self.workload.batch(self.device, self.cfg.eval_seed)

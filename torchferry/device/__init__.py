@@ -25,6 +25,7 @@ from torchferry.device.target import (
     host_syncs,
     numerics,
 )
+from torchferry.device._settings import parse_bytes
 from torchferry.errors import DeviceConflictError
 
 DEVICE_NAME = "neuron"
@@ -132,5 +133,5 @@ def _autoload() -> None:
 
 __all__ = [
     "DEVICE_NAME", "EagerCompiles", "eager_compiles", "enable", "fallback_reasons", "fallback_summary", "host_syncs",
-    "is_enabled", "numerics", "real_neuron_installed",
+    "is_enabled", "numerics", "parse_bytes", "real_neuron_installed",
 ]

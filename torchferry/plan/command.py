@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _capacity(args: argparse.Namespace) -> dict:
     if args.capacity is not None:
-        from torchferry.device._settings import parse_bytes
+        from torchferry.device import parse_bytes
 
         return {"bytes": parse_bytes(args.capacity, "--capacity"), "source": f"--capacity {args.capacity}"}
     from torchferry.device.profile import load_profile
