@@ -83,6 +83,19 @@ def test_user_traceback_is_shown_apart_from_the_message(shared_check):
     assert "ValueError: the user's forward is broken" in result.stderr
 
 
+def test_the_users_traceback_has_none_of_torchferrys_frames(shared_check):
+    result = shared_check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:raises", *FAST)  # the run above
+    frames = [line for line in result.stderr.splitlines() if line.strip().startswith('File "')]
+    assert any("failing.py" in f for f in frames), result.stderr  # the user's forward is shown
+    assert not [f for f in frames if "/torchferry/" in f], frames  # torchferry's own frames are not
+
+
+def test_nan_on_the_reference_shows_no_traceback_as_if_it_were_the_users(shared_check):
+    result = shared_check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:nan", *FAST)  # the run above
+    assert "Traceback" not in result.stderr and not result.report["failure"]["traceback"]
+    assert result.report["failure"]["kind"] == "non-finite"
+
+
 def test_nan_names_the_first_module_with_a_non_finite_output(shared_check):
     result = shared_check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:nan", *FAST)  # the run above
     assert "first module with a non-finite output" in result.report["failure"]["message"]

@@ -99,7 +99,7 @@ def search_layouts(base: Layout, shape: dict) -> tuple[list[Layout], list[str]]:
             try:
                 check_model_fits_tp(candidate, shape)
             except UsageError as exc:
-                skipped.append(f"{candidate.label}: {str(exc).removeprefix('ferry plan: ')}")
+                skipped.append(f"{candidate.label}: {exc}")
                 break
             layouts.append(candidate)
     return layouts, skipped
