@@ -49,7 +49,7 @@ t = time.perf_counter()
 compiled = torch.compile(model, backend="neuron")
 compiled(input_ids=ids, labels=ids).loss.backward()
 first = time.perf_counter() - t
-m = torch.neuron.get_dynamo_metrics()
+m = torchferry.device.compile_metrics()
 print(json.dumps({{"first_step_s": first, "graphs": m["graphs"]}}))
 """
 

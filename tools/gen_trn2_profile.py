@@ -23,6 +23,10 @@ writes `torchferry/device/profiles/trn2_ops.toml`:
   torch (no such overload, or a backend whose registration is never called), with
   the reason, so that every decision is visible.
 
+It also writes `torchferry/device/profiles/trn2_known_issues.toml`: the ops TorchNeuron's own
+CI skips, with the vendor's reason, from `tests/vertical/skip_xfail_ops.py` and the
+`skip_tests` of `tests/pytorch_tests/specs/*.json` (`known_issues()` below).
+
 Every entry names the source file. Run it again when the snapshot moves:
 
     python tools/gen_trn2_profile.py --source /work/.mirror/parmoham-aws+test-repo-parmoham/repo
@@ -35,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import re
 import subprocess
 import sys
@@ -43,6 +48,7 @@ from pathlib import Path
 
 REPOSITORY = "github.com/parmoham-aws/test-repo-parmoham"
 OUTPUT = Path(__file__).resolve().parents[1] / "torchferry" / "device" / "profiles" / "trn2_ops.toml"
+KNOWN_ISSUES_OUTPUT = OUTPUT.with_name("trn2_known_issues.toml")
 
 PYTHON_OPS = "torch_neuronx/python_ops/"
 DECORATORS = {"neuron_op", "neuron_unary_op", "neuron_binary_op", "neuron_reduction_op", "neuron_comparison_op",
@@ -207,11 +213,198 @@ torch_version = "{torch_version}"
     return header + "\n" + body + "\n"
 
 
+# --- the vendor's known issues (tests/vertical/skip_xfail_ops.py and the spec skips) ------------
+
+SKIP_XFAIL_FILE = "tests/vertical/skip_xfail_ops.py"
+SPECS_DIR = "tests/pytorch_tests/specs/"
+# The failing_test_methods/*.json lists are TorchNeuron's failures without a reason; they are
+# the held-out evidence the device's fidelity is measured against, so nothing here reads them.
+
+# Reason text -> kind, first match wins. `fails`: the op does not run (a compiler error, a crash);
+# `slow`: it runs, but compiling or running it takes long enough that TorchNeuron's CI skips it;
+# `accuracy`: it runs with results that differ from the CPU's; `test_only`: the skip is about the
+# test harness, not the op, so it says nothing about a user's model (not warned about).
+REASON_KINDS = (
+    ("test_only", r"sample\.input is|uninitiali[sz]ed memory|random output"),
+    ("fails", r"compilation error|broadcast_dimensions|out of bounds|segfault|segmentation fault|nan in output"
+              r"|not on neuron device"),
+    ("slow", r"long compilation|timeout"),
+    ("accuracy", r"mismatch"),
+)
+# Spec files whose test names describe a scenario, not an op: their skips are listed, never mapped.
+SCENARIO_SPEC_FOLDERS = ("dynamo/", "distributed/")
+
+
+@dataclass
+class KnownIssues:
+    issues: dict[str, dict[str, str]] = field(default_factory=dict)  # aten op -> reason, kind, scope, source
+    test_only: dict[str, str] = field(default_factory=dict)         # aten op -> why it is not warned about
+    unobservable: dict[str, str] = field(default_factory=dict)      # aten op -> why the device never sees it
+    reproduced: dict[str, str] = field(default_factory=dict)        # aten op -> why the host fails it the same way
+    unmapped: dict[str, str] = field(default_factory=dict)          # vendor entry -> why no op is named
+
+
+def reason_kind(reason: str) -> str:
+    """The kind of a vendor skip reason; an unknown wording stops the generator (a decision to make)."""
+    for kind, pattern in REASON_KINDS:
+        if re.search(pattern, reason, flags=re.I):
+            return kind
+    raise SystemExit(f"unclassified skip reason {reason!r}: add it to REASON_KINDS in {Path(__file__).name}")
+
+
+def literal_dicts(source: str, names: tuple[str, ...]) -> dict[str, dict]:
+    """The literal values of top-level `NAME: dict = {...}` assignments (read, never executed)."""
+    found = {}
+    for node in ast.parse(source).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else (
+            node.targets[0] if isinstance(node, ast.Assign) else None)
+        if isinstance(target, ast.Name) and target.id in names and node.value is not None:
+            found[target.id] = ast.literal_eval(node.value)
+    return found
+
+
+def observable(op: str, aten_ops: set[str]) -> bool:
+    """Whether some overload of `op` reaches the device's dispatch: it has a CPU kernel of its own
+    (the device runs that) or no composite kernel (a backend must implement it)."""
+    import torch
+
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    overloads = [n for n in aten_ops if n == op or n.startswith(op + ".")]
+    composite = ("CompositeImplicitAutograd", "CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+    return any(has(n, "CPU") or not any(has(n, k) for k in composite) for n in overloads)
+
+
+def op_of_test(test: str, aten_ops: set[str]) -> str | None:
+    """The ATen op a device-generic test names: an nn module in CamelCase (test_ReplicationPad2d_large ->
+    aten::replication_pad2d) or its leading words (test_index_add_... -> aten::index_add), longest first."""
+    words = re.sub(r"_neuron(_\w+)?$", "", test.removeprefix("test_")).split("_")
+    candidates = [re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", w).lower() for w in words if re.match(r"[A-Z][a-z]", w)]
+    candidates += ["_".join(words[:n]) for n in range(len(words), 0, -1)]
+    for name in candidates:
+        if any(o == f"aten::{name}" or o.startswith(f"aten::{name}.") for o in aten_ops):
+            return f"aten::{name}"
+    return None
+
+
+def spec_skips(snapshot: Snapshot) -> list[tuple[str, str, str, str]]:
+    """(spec file, class or test file, test name or pattern, reason) of every `skip_tests` entry."""
+    rows = []
+    for path in snapshot.files(SPECS_DIR):
+        if not path.endswith(".json"):
+            continue
+        for config in json.loads(snapshot.read(path)).get("test_configurations", []):
+            where = config.get("class") or config.get("file") or config.get("folder", "")
+            scenario = str(config.get("file", config.get("folder", ""))).startswith(SCENARIO_SPEC_FOLDERS)
+            for entry in config.get("skip_tests") or []:
+                if "tests" in entry:  # {"reason": ..., "tests": [...]}
+                    pairs = [(t, entry["reason"]) for t in entry["tests"]]
+                else:  # {"test_name_or_pattern": {"reason": ...}, ...}
+                    pairs = [(t, v["reason"]) for t, v in entry.items()]
+                rows += [(path, f"{where} (scenario tests)" if scenario else where, t, r) for t, r in pairs]
+    return rows
+
+
+def bounds_checked_views(snapshot: Snapshot) -> dict[str, str]:
+    """op -> kernel of TorchNeuron's C++ view kernels that run PyTorch's own storage bounds check
+    (`at::native::checkInBoundsForStorage`, which the CPU's view kernels run too)."""
+    bodies = cpp_function_bodies(snapshot)
+    found = {}
+    for name, function in cpp_registrations(strip_cpp_comments(snapshot.read(BINDINGS_FILE))):
+        body, path = bodies.get(function, ("", ""))
+        if "checkInBoundsForStorage" in body:
+            found[qualified(name)] = f"{path} ({function})"
+    return found
+
+
+def known_issues(snapshot: Snapshot, aten_ops: set[str]) -> KnownIssues:
+    """The ops TorchNeuron's own CI skips or expects to fail, with the reason and the source file."""
+    found = KnownIssues()
+    checked_views = bounds_checked_views(snapshot)
+
+    def add(op: str, reason: str, scope: str, source: str) -> None:
+        kind = reason_kind(reason)
+        if kind == "test_only":
+            found.test_only[op] = f"{reason} ({scope}; {source}): about the test, not the op"
+        elif re.search(r"out of bounds", reason, flags=re.I) and op in checked_views:
+            # PyTorch itself calls such views (autograd, copies) on every device: warning on each use
+            # would name an op the user never called, for an error the host raises as well.
+            found.reproduced[op] = (f"{reason} ({scope}; {source}): TorchNeuron's kernel {checked_views[op]} runs "
+                                    "PyTorch's own bounds check (at::native::checkInBoundsForStorage), as the "
+                                    "host's does: an out-of-bounds view fails here as there")
+        elif not observable(op, aten_ops):
+            found.unobservable[op] = (f"{reason} ({scope}; {source}): every overload is a composite that PyTorch "
+                                      "decomposes before the device sees it")
+        else:
+            previous = found.issues.get(op)
+            if previous is None:
+                found.issues[op] = {"reason": reason, "kind": kind, "scope": scope, "source": source}
+            else:  # one op skipped twice: keep each distinct reason, scope and file, the harder kind first
+                for key, value in (("reason", reason), ("scope", scope), ("source", source)):
+                    if value not in previous[key].split("; "):
+                        previous[key] += f"; {value}"
+                previous["kind"] = min(previous["kind"], kind, key=("fails", "slow", "accuracy").index)
+
+    tables = literal_dicts(snapshot.read(SKIP_XFAIL_FILE), ("NEURON_SKIP_OPS", "NEURON_XFAIL_OPS"))
+    for table, entries in sorted(tables.items()):
+        verb = "skip" if table == "NEURON_SKIP_OPS" else "expected failure"
+        for name, config in sorted(entries.items()):
+            op = qualified(name)
+            tests = config.get("tests")
+            scope = f"{verb} in {', '.join(tests) if tests else 'every op test class'}"
+            source = f"{SKIP_XFAIL_FILE} ({table})"
+            if any(o == op or o.startswith(op + ".") for o in aten_ops):
+                add(op, config.get("reason") or verb, scope, source)
+            else:
+                found.unmapped[f"{SKIP_XFAIL_FILE}: {name}"] = "names no ATen op of this torch"
+    for path, where, test, reason in spec_skips(snapshot):
+        key = f"{path}: {where}: {test}"
+        if "(scenario tests)" in where:
+            found.unmapped[key] = f"{reason}: a scenario test of {where.split(' ')[0]}, not an op test"
+        elif not test.startswith("test_"):
+            found.unmapped[key] = f"{reason}: a pattern over test names (a dtype or a family), not one op"
+        elif (op := op_of_test(test, aten_ops)) is None:
+            found.unmapped[key] = f"{reason}: the test name names no ATen op"
+        else:
+            add(op, reason, f"skip of {where}.{test}", path)
+    return found
+
+
+def toml_string(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a valid TOML basic string
+
+
+def render_known_issues(snapshot: Snapshot, found: KnownIssues, torch_version: str) -> str:
+    lines = [
+        f"""# GENERATED by tools/gen_trn2_profile.py; do not edit by hand. Regenerate with
+#   python tools/gen_trn2_profile.py --source <git dir of {REPOSITORY}>
+# The ops TorchNeuron's own CI skips or expects to fail ({SKIP_XFAIL_FILE} and the skip_tests of
+# {SPECS_DIR}*.json), with the vendor's reason and the file it comes from. A workload that runs one
+# gets one warning per op and the rehearsal lists it (docs/device/fidelity.md, "Known issues").
+# kind: fails (the op does not run there), slow (compiling or running it is slow enough to be
+# skipped), accuracy (results differ from the CPU's).
+source_repository = "{REPOSITORY}"
+source_commit = "{snapshot.commit}"
+torch_version = "{torch_version}"
+"""]
+    for op in sorted(found.issues):
+        entry = found.issues[op]
+        lines.append(f'[known_issues."{op}"]')
+        lines += [f"{key} = {toml_string(entry[key])}" for key in ("kind", "reason", "scope", "source")]
+        lines.append("")
+    for name in ("test_only", "unobservable", "reproduced", "unmapped"):
+        entries = getattr(found, name)
+        lines.append(f"[{name}]")
+        lines += [f"{toml_string(key)} = {toml_string(entries[key])}" for key in sorted(entries)]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", type=Path, required=True, help="git dir of the torch-neuronx snapshot")
     parser.add_argument("--commit", default="98154b8", help="commit to read (default: %(default)s)")
     parser.add_argument("--output", type=Path, default=OUTPUT)
+    parser.add_argument("--known-issues-output", type=Path, default=KNOWN_ISSUES_OUTPUT)
     args = parser.parse_args(argv)
 
     import torch
@@ -222,6 +415,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.output}: {len(tables.native)} native, {len(tables.cpu_fallback)} CPU fallback, "
           f"{len(tables.metadata)} metadata, {len(tables.not_registered)} not registered "
           f"(snapshot {snapshot.commit[:7]})")
+    found = known_issues(snapshot, set(torch._C._dispatch_get_all_op_names()))
+    args.known_issues_output.write_text(render_known_issues(snapshot, found, torch.__version__.split("+")[0]))
+    print(f"{args.known_issues_output}: {len(found.issues)} known-issue ops, {len(found.test_only)} test-only, "
+          f"{len(found.unobservable)} unobservable, {len(found.reproduced)} reproduced by the host, "
+          f"{len(found.unmapped)} unmapped vendor entries")
     return 0
 
 

@@ -108,8 +108,11 @@ def disk_full(exc: BaseException, folder: str | os.PathLike | None = None) -> bo
         if isinstance(seen, OSError) and seen.errno in FULL_DISK_ERRNOS:
             return True
         seen = seen.__cause__ or seen.__context__
-    if folder is None:
-        return False
+    return folder is not None and low_on_space(folder)
+
+
+def low_on_space(folder: str | os.PathLike) -> bool:
+    """Whether the filesystem holding ``folder`` has less than 1 MiB left: a write that failed there failed for space."""
     try:
         stat = os.statvfs(folder)
     except OSError:

@@ -211,6 +211,24 @@ def test_peak_memory_near_one_devices_capacity_is_a_condition():
     assert rehearsal.judge({**record, "peak_bytes": 50}).conditions == []
 
 
+def test_a_known_issue_that_fails_on_the_target_is_a_condition_and_an_accuracy_one_is_listed_only():
+    """Known issues are their own kind: ``fails``/``slow`` make a condition (go-with-conditions), ``accuracy``
+    (the vendor's bf16 op-test mismatches, on ops nearly every model runs) is listed with no condition."""
+    fails = {"op": "aten::remainder", "kind": "fails", "calls": 3, "reason": "neuronx-cc compilation error",
+             "scope": "skip in every op test class", "source": "tests/vertical/skip_xfail_ops.py (NEURON_SKIP_OPS)"}
+    accuracy = {**fails, "op": "aten::mm", "kind": "accuracy", "reason": "dtype mismatch bfloat16 vs float32"}
+    record = {"emulates": "trn2", "numerics": "target", "steps": [], "executed_calls": 10, "fallback_ops": {},
+              "known_issues": [fails, accuracy]}
+    judged = rehearsal.judge(record)
+    assert judged.status == "conditions" and [k.op for k in judged.known_issues] == ["aten::remainder", "aten::mm"]
+    [condition] = judged.conditions
+    assert condition.startswith("known issues: 1 op(s) that TorchNeuron's own CI skips as failing or slow")
+    assert "aten::remainder x3 (neuronx-cc compilation error)" in condition
+    assert any("aten::mm" in note for note in judged.notes)
+    only_accuracy = rehearsal.judge({**record, "known_issues": [accuracy]})
+    assert only_accuracy.status == "clean" and only_accuracy.conditions == [] and only_accuracy.known_issues
+
+
 def test_a_graph_signature_splits_into_its_inputs():
     assert rehearsal.split_signature("neuron:float32[2, 8], neuron:int64[3], int") == [
         "neuron:float32[2, 8]", "neuron:int64[3]", "int"]
@@ -234,6 +252,8 @@ def test_compiled_frames_and_placement_render_in_the_terminal_and_html():
     record = {"emulates": "trn2", "numerics": "target", "capacity_bytes": 2**30, "executed_calls": 10, "peak_bytes": 1,
               "fallback_ops": {}, "steps": [{"signatures": 4, "compilations": 4, "cache_hits": 0, "host_syncs": {},
                                              "inputs": {"ids": [3, 5]}}],
+              "known_issues": [{"op": "aten::remainder", "kind": "fails", "calls": 2, "reason": "neuronx-cc compilation error",
+                                "scope": "skip in every op test class", "source": "tests/vertical/skip_xfail_ops.py"}],
               "compile": {"graph_breaks": [], "graphs": [
                   {"kind": "forward", "compile_id": "0/0", "input_signature": "neuron:int64[3, 5], neuron:float32[31, 12]"},
                   {"kind": "backward", "compile_id": "0/0", "input_signature": "neuron:int64[3, 5], neuron:float32[31, 12]"},
@@ -251,5 +271,8 @@ def test_compiled_frames_and_placement_render_in_the_terminal_and_html():
     out = text.render(report)
     assert "frame 0: 2 graphs, 1 recompiles" in out and "aten::add.Tensor mixes neuron:0, cpu at m.py:3: x + y" in out
     assert "host-numerics rerun: pass; first module narrowing changes: embed" in out
+    assert ("known issue (fails): aten::remainder x2: neuronx-cc compilation error (skip in every op test class; "
+            "tests/vertical/skip_xfail_ops.py)") in out
     html = htmlreport.render(report)
     assert "graph input 0: neuron:int64[3, 5] -&gt; neuron:int64[3, 9]" in html
+    assert "<h3>Known issues (the vendor's own CI skips these ops)</h3>" in html and "<td>aten::remainder</td>" in html

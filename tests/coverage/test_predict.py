@@ -25,6 +25,19 @@ def test_a_predicted_fallback_is_named_with_its_share_of_calls(planted_sweep):
     assert planted_sweep["rows"]["ferry-planted"]["op_calls"] is None  # an error row predicts nothing
 
 
+def test_known_issues_are_listed_per_row_without_changing_its_category(planted_sweep):
+    """Rows carry the vendor's known issues among their ops (a prediction of its own kind); the category
+    stays what the measurement says."""
+    from torchferry.device.profile import load_profile
+
+    table = {issue.op for issue in load_profile("trn2").known_issues.issues}
+    llama = planted_sweep["rows"]["llama"]
+    assert isinstance(llama["known_issues"], list) and llama["category"] == Category.PASS
+    assert all(k["op"] in table and k["kind"] in ("fails", "slow", "accuracy") and k["source"] and k["calls"] > 0
+               for k in llama["known_issues"])
+    assert planted_sweep["rows"]["ferry-planted"]["known_issues"] is None  # an error row predicts nothing
+
+
 def test_the_summary_ranks_the_ops_blocking_the_most_architectures(planted_sweep):
     summary = planted_sweep["doc"]["summary"]
     bloom = planted_sweep["rows"]["bloom"]["fallback_ops"]

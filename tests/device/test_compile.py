@@ -12,6 +12,7 @@ import warnings
 import pytest
 
 import torchferry.device
+from torchferry.device import compile_metrics
 
 pytestmark = pytest.mark.slow  # torch.compile through Inductor on the built-in device
 
@@ -61,7 +62,7 @@ def test_compiled_llama_forward_and_backward_match_eager(compile_env):
     for name, param in model.named_parameters():
         assert param.grad is not None and param.grad.device.type == "neuron", name
         torch.testing.assert_close(param.grad.cpu(), eager_grads[name], rtol=1e-4, atol=1e-5, msg=name)
-    kinds = {g["kind"] for g in compile_env.get_dynamo_metrics()["graphs"]}
+    kinds = {g["kind"] for g in compile_metrics()["graphs"]}
     assert {"forward", "backward"} <= kinds
 
 
@@ -130,7 +131,7 @@ def test_three_sequence_lengths_compile_three_forward_graphs(compile_env):
     with torch.no_grad():
         for length in (8, 12, 16, 8, 12):
             compiled(input_ids=torch.randint(0, 96, (1, length)).to("neuron"))
-    graphs = _forward_graphs(compile_env.get_dynamo_metrics())
+    graphs = _forward_graphs(compile_metrics())
     assert len(graphs) == 3, graphs
     assert len({g["input_signature"] for g in graphs}) == 3
     assert all(g["graph_node_count"] > 0 and g["torch_neuronx_compile_us"] > 0 for g in graphs)
@@ -143,11 +144,11 @@ def test_recompiles_are_counted_per_new_shape_of_a_frame(compile_env):
     with torch.no_grad():
         for rows in (2, 3, 5, 3, 2):  # three shapes: one compilation and two recompilations
             f(torch.randn(rows, 4, device="neuron"))
-    metrics = compile_env.get_dynamo_metrics()
+    metrics = compile_metrics()
     assert metrics["recompiles"] == 2
     assert sorted(g["compile_id"] for g in metrics["graphs"]) == ["0/0", "0/1", "0/2"]
     compile_env.reset_dynamo_metrics()
-    assert compile_env.get_dynamo_metrics()["recompiles"] == 0
+    assert compile_metrics()["recompiles"] == 0
 
 
 def test_a_backward_graph_carries_its_forwards_compile_id(compile_env):
@@ -155,7 +156,7 @@ def test_a_backward_graph_carries_its_forwards_compile_id(compile_env):
 
     model = torch.nn.Linear(4, 3).to("neuron")
     torch.compile(model, backend="neuron")(torch.randn(2, 4, device="neuron")).sum().backward()
-    graphs = compile_env.get_dynamo_metrics()["graphs"]
+    graphs = compile_metrics()["graphs"]
     assert sorted(g["kind"] for g in graphs) == ["backward", "forward"]
     assert len({g["compile_id"] for g in graphs}) == 1
 
@@ -216,7 +217,7 @@ def test_graph_break_compiles_each_subgraph_and_reports_the_reason(compile_env):
     x = torch.randn(3, device="neuron")
     out = torch.compile(breaks, backend="neuron")(x)
     torch.testing.assert_close(out.cpu(), (x.cpu() + 1) * 2)
-    metrics = compile_env.get_dynamo_metrics()
+    metrics = compile_metrics()
     assert len(_forward_graphs(metrics)) == 2
     assert metrics["graph_breaks"] and all(b["reason"] and b["count"] >= 1 for b in metrics["graph_breaks"])
 
@@ -240,7 +241,7 @@ def test_cache_disabled_records_disabled(compile_env, monkeypatch):
 
     monkeypatch.setenv("TORCHFERRY_DISABLE_COMPILE_CACHE", "1")
     torch.compile(lambda t: t.exp(), backend="neuron")(torch.randn(3, device="neuron"))
-    assert [g["cache"] for g in compile_env.get_dynamo_metrics()["graphs"]] == ["disabled"]
+    assert [g["cache"] for g in compile_metrics()["graphs"]] == ["disabled"]
 
 
 _SECOND_PROCESS = """
@@ -250,7 +251,7 @@ torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to("neuron")
 compiled = torch.compile(model, backend="neuron")
 compiled(torch.randn(8, 16, device="neuron")).sum().backward()
-print(json.dumps(torch.neuron.get_dynamo_metrics()))
+print(json.dumps(torchferry.device.compile_metrics()))
 """
 
 

@@ -11,6 +11,8 @@ import inspect
 
 import pytest
 
+from torchferry.device import compile_metrics
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # torch.compile through Inductor on the built-in device
 
 
@@ -65,7 +67,7 @@ def test_compile_without_a_backend_trains_a_device_model_like_eager(compile_env)
 
     for got, expected in zip(compiled_losses + compiled_params, eager_losses + eager_params):
         torch.testing.assert_close(got, expected)
-    graphs = compile_env.get_dynamo_metrics()["graphs"]
+    graphs = compile_metrics()["graphs"]
     kinds = sorted(g["kind"] for g in graphs)
     assert kinds == ["backward", "forward"], graphs  # one graph pair, compiled once, run 3 times
     assert all(g["graph_name"].startswith("neuron_graph_") for g in graphs)
@@ -81,7 +83,7 @@ def test_cpu_models_still_compile_with_inductor_in_the_same_process(compile_env)
     got = torch.compile(model)(x)
     torch.testing.assert_close(got, model(x))
     assert sum(counters["inductor"].values()) > before  # Inductor compiled it
-    assert compile_env.get_dynamo_metrics()["graphs"] == []  # not the neuron backend
+    assert compile_metrics()["graphs"] == []  # not the neuron backend
 
 
 def test_default_compile_keeps_the_neuron_contract_for_modes(compile_env):
@@ -90,7 +92,7 @@ def test_default_compile_keeps_the_neuron_contract_for_modes(compile_env):
     model = _mlp().to("neuron")
     with pytest.warns(UserWarning, match="mode='max-autotune'.*TorchNeuron supports mode='default' only"):
         torch.compile(model, mode="max-autotune")(torch.randn(2, 8).to("neuron"))
-    assert [g["kind"] for g in compile_env.get_dynamo_metrics()["graphs"]] == ["forward"]
+    assert [g["kind"] for g in compile_metrics()["graphs"]] == ["forward"]
 
 
 def test_explicit_inductor_on_the_device_names_the_neuron_backend(compile_env):
@@ -119,7 +121,7 @@ def test_enabling_imports_no_dynamo_and_respects_a_default_of_the_users_own(run_
         assert "torch._dynamo" not in sys.modules, "enable() imported Dynamo"
         model = torch.nn.Linear(3, 2).to("neuron")
         torch.compile(model)(torch.ones(1, 3).to("neuron"))
-        print("graphs", len(torch.neuron.get_dynamo_metrics()["graphs"]))
+        print("graphs", len(torchferry.device.compile_metrics()["graphs"]))
         """
     )
     assert result.returncode == 0, result.stderr[-3000:]

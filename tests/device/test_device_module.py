@@ -44,7 +44,7 @@ def test_events_measure_elapsed_time(neuron):
 
 def test_unrecorded_event_elapsed_time_raises(neuron):
     with pytest.raises(ValueError, match="recorded"):
-        neuron.Event().elapsed_time(neuron.Event())
+        neuron.Event(enable_timing=True).elapsed_time(neuron.Event(enable_timing=True))
 
 
 def test_streams_can_be_created_set_and_synchronised(neuron):

@@ -62,11 +62,8 @@ def test_standin_offers_the_real_public_api_as_the_devices_own(neuron):
     import torch_neuronx
 
     assert sorted(torch_neuronx.__all__) == sorted(REAL_PUBLIC_API)
-    for name in REAL_PUBLIC_API:
-        value = getattr(torch_neuronx, name)
-        if name not in ("NeuronProfiler", "neuron"):
-            assert value is getattr(torch.neuron, name), name
     assert torch_neuronx.neuron is torch.neuron
+    # the same device underneath (each name's parameters and returns: test_neuron_contract.py)
     assert torch_neuronx.device_count() == torch.neuron.device_count()
     x = torch.ones(4, device="neuron")
     torch_neuronx.synchronize()
@@ -147,12 +144,12 @@ def test_bad_standin_setting_is_a_clear_error_before_anything_registers(run_pyth
 
 
 def test_torch_neuron_namespace_exports_only_its_api(neuron):
+    """No helper module of ours shows on torch.neuron (the contract test checks each name)."""
     import torchferry.device.neuron as module
 
-    submodules = {"accounting", "devices", "memory", "random", "streams"}
     public = {name for name in vars(module) if not name.startswith("_")}
-    assert public - submodules == set(module.__all__)
-    for name in submodules & public:
-        assert getattr(module, name).__name__ == f"torchferry.device.neuron.{name}"
+    assert public == set(module.__all__)
+    assert not public & {"accounting", "devices", "random", "streams"}
+    assert torch.neuron.memory.__name__ == "torchferry.device.neuron.memory"  # TorchNeuron's own submodule name
     for name in module.__all__:
-        assert callable(getattr(torch.neuron, name)), name
+        assert callable(getattr(torch.neuron, name)) or name == "memory", name

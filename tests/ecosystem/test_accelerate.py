@@ -1,5 +1,7 @@
-"""accelerate's `Accelerator`, unchanged, on the built-in device: bf16 autocast, and
-`save_state`/`load_state` bringing back the RNG state of every neuron device."""
+"""accelerate's `Accelerator`, unchanged, on the built-in device: bf16 autocast, and `save_state`
+failing as it does on TorchNeuron 98154b8: accelerate's Neuron path (`checkpointing.py`) calls
+`torch.neuron.get_rng_state_all()`, which TorchNeuron's `torch.neuron` (`torch_neuronx/neuron.py`)
+does not define."""
 
 from __future__ import annotations
 import pytest
@@ -7,7 +9,7 @@ import pytest
 pytestmark = pytest.mark.slow  # Hugging Face libraries end to end on the built-in device
 
 
-def test_accelerator_bf16_and_state_round_trip_with_every_devices_rng(run_python, tmp_path):
+def test_accelerator_bf16_trains_and_save_state_fails_as_on_torchneuron(run_python, tmp_path):
     result = run_python(f"""
         import os, torch, torchferry.device
         torchferry.device.enable()
@@ -32,22 +34,12 @@ def test_accelerator_bf16_and_state_round_trip_with_every_devices_rng(run_python
         assert set(seen) == {{("neuron", torch.bfloat16)}}, seen
         assert all(p.device.type == "neuron" and p.dtype == torch.float32 for p in model.parameters())
 
-        for i in range(torch.neuron.device_count()):
-            torch.neuron.manual_seed_all(0)
-            torch.rand(i + 1, device=f"neuron:{{i}}")  # a different state on each device
-        acc.save_state({str(tmp_path / "state")!r})
-        saved = torch.load({str(tmp_path / "state" / "random_states_0.pkl")!r}, weights_only=False)
-        assert len(saved["torch_neuron_manual_seed"]) == torch.neuron.device_count() == 2
-        expected = [torch.rand(3, device=f"neuron:{{i}}").cpu() for i in range(2)]
-        params = [p.detach().cpu().clone() for p in model.parameters()]
-        with torch.no_grad():
-            for p in model.parameters():
-                p.zero_()
-        acc.load_state({str(tmp_path / "state")!r})
-        again = [torch.rand(3, device=f"neuron:{{i}}").cpu() for i in range(2)]
-        assert all(torch.equal(a, b) for a, b in zip(expected, again)), "RNG state not restored"
-        assert not torch.equal(expected[0], expected[1]), "the two devices' streams should differ"
-        assert all(torch.equal(a, b.detach().cpu()) for a, b in zip(params, model.parameters()))
+        try:
+            acc.save_state({str(tmp_path / "state")!r})
+        except AttributeError as exc:
+            assert "get_rng_state_all" in str(exc), exc
+        else:
+            raise AssertionError("save_state passed, but TorchNeuron's torch.neuron has no get_rng_state_all")
         print("ok")
     """, env={"NEURON_RT_NUM_CORES": "2"})
     assert result.returncode == 0, result.stderr[-3000:]

@@ -12,6 +12,8 @@ import pytest
 
 pytestmark = pytest.mark.slow  # Hugging Face libraries end to end on the built-in device
 
+from torchferry.device import compile_metrics
+
 MAX_CACHE = 32
 NEW_TOKENS = 6
 
@@ -35,7 +37,7 @@ def test_static_cache_generate_compiles_one_graph_per_prompt_length_plus_one_dec
         expected = reference.generate(prompt, max_new_tokens=NEW_TOKENS, do_sample=False, pad_token_id=0)
         assert out.device.type == "neuron"
         assert torch.equal(out.cpu(), expected), f"prompt length {length}: tokens differ from the CPU"
-    metrics = neuron.get_dynamo_metrics()
+    metrics = compile_metrics()
     assert metrics["graph_breaks"] == []
     # Two prefill graphs (lengths 5 and 7; the second 5 reuses its graph) and one decode graph.
     assert len(metrics["graphs"]) == len(set(lengths)) + 1, [g["input_signature"] for g in metrics["graphs"]]

@@ -38,6 +38,9 @@ def coverage_report() -> CoverageReport:
         Row(arch="mamba", mode="forward", category=Category.SKIPPED, reason="no shrunk config builds", device="neuron", ref="cpu"),
         Row(arch="planted", mode="forward", category=Category.ERROR, device="neuron", ref="cpu", wall_s=3.0,
             reason="NotImplementedError: planted_op has no kernel for device 'neuron'", log="work/planted.log"),
+        Row(arch="kyutai_helium-1-2b", model_id="kyutai/helium-1-2b", mode="forward", category=Category.HOST_LIMIT,
+            device="neuron", ref="cpu", dtype="bfloat16", wall_s=90.0,
+            reason="no result within 90 s: this host's time limit (--timeout; process group killed)"),
     ]
     modes = ["forward"]
     summary = results.summarise(rows, modes)

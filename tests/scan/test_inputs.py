@@ -26,7 +26,7 @@ def test_fifos_and_binary_files_are_skipped_and_the_source_beside_them_is_scanne
     assert code == ExitStatus.SUCCESS, err
     assert f"{tmp_path / 'pipe.py'}: a FIFO (named pipe), not a file; skipped" in err
     assert f"{tmp_path / 'blob.py'}: a binary file (NUL bytes), not Python source or a notebook; skipped" in err
-    assert "in 1 files" in out
+    assert "in 1 file;" in out and "train.py" in out
 
 
 def test_a_folder_without_sources_says_what_is_scanned(tmp_path):

@@ -103,15 +103,11 @@ def environment(cfg) -> dict:  # noqa: ANN001 - CheckConfig, imported lazily
 
 def failure_of(exc: BaseException, phase: str, log: Path):  # noqa: ANN201 - a report.check.Failure
     """What stopped the run, in the report's words: an error slug, ``interrupted``, or ``internal`` for a bug."""
-    from torchferry.errors import FerryError, InterruptedRun, OutputError, disk_full
+    from torchferry.errors import FerryError, InterruptedRun
     from torchferry.harness.signals import stopped_by
     from torchferry.report.meta import Failure
 
     if isinstance(exc, FerryError):
-        kind, status = exc.slug, exc.exit_status
-    elif disk_full(exc):  # this process could not write a job file or a log line
-        exc = OutputError(f"the disk holding {log.parent} is full ({exc}). Free space there, or pass an --output DIR on "
-                          "a disk with room")
         kind, status = exc.slug, exc.exit_status
     elif isinstance(exc, KeyboardInterrupt):
         kind, status = InterruptedRun.slug, ExitStatus.INTERRUPTED
@@ -140,7 +136,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
 def _run_locked(args: argparse.Namespace, env: Environment, cfg, meta, took_over: str | None) -> ExitStatus:  # noqa: ANN001
     from torchferry.check import verdict
     from torchferry.check.runner import Runner, log_path
-    from torchferry.errors import OutputError, disk_full
+    from torchferry.errors import FerryError, OutputError, disk_full
     from torchferry.report import text
     from torchferry.report.check import NO_GO, CheckReport
 
@@ -169,7 +165,11 @@ def _run_locked(args: argparse.Namespace, env: Environment, cfg, meta, took_over
         runner.run()
     except BaseException as exc:  # whatever stops the run, the report keeps what was measured and says why
         error = exc
-        report.failure = failure_of(exc, runner.phase, log)
+        if not isinstance(exc, FerryError) and disk_full(exc):  # this process could not write a job file
+            error = OutputError(f"the disk holding {cfg.workdir} is full ({exc}). Free space there, or pass an --output "
+                                "DIR on a disk with room.")
+            error.__cause__ = exc
+        report.failure = failure_of(error, runner.phase, log)
         if report.failure.kind == "internal":
             with contextlib.suppress(OSError), open(log, "a") as f:
                 f.write(traceback.format_exc())

@@ -8,6 +8,11 @@ and a placement error with its op and the user's line. The runner judges that re
 ``result``). Conditions (each names what to change):
 
 - predicted host fallbacks (each op with its calls, reason and source);
+- known issues: ops the target vendor's own CI skips as failing or slow (kind ``fails`` or ``slow``,
+  with the vendor's reason and file). Those of kind ``accuracy`` (results that differ in the vendor's
+  op tests, mostly in bfloat16) are listed but are no condition: they name ops nearly every model
+  runs (mm, addmm, div, layer norm), the vendor's skip is not a failure of the user's model, and
+  parity on the real device is what measures them;
 - host syncs for data-dependent output sizes (scalar reads such as ``item()`` are shown, not judged);
 - shape churn: new eager signatures keep appearing after step 1 (each a NEFF compilation on the
   target), named with the batch shapes that changed;
@@ -40,6 +45,7 @@ from torchferry.report.check import (
     CompiledFrame,
     CompileRehearsal,
     HostFallbackOp,
+    KnownIssueOp,
     NumericsRehearsal,
     ParityResult,
     ParityStatus,
@@ -237,6 +243,7 @@ def judge(record: dict, numerics: NumericsRehearsal | None = None) -> RehearsalR
     r = RehearsalResult(emulates=record.get("emulates", ""))
     r.numerics = numerics or NumericsRehearsal(mode=record.get("numerics", ""))
     _fallbacks(r, record)
+    _known_issues(r, record)
     _eager(r, record.get("steps", []))
     if "compile" in record:
         _compiled(r, record["compile"])
@@ -281,6 +288,25 @@ def _fallbacks(r: RehearsalResult, record: dict) -> None:
         r.conditions.append(f"{len(r.fallbacks)} op(s) predicted to run on the host on {r.emulates} "
                             f"({r.fallback_calls} calls, {r.fallback_share_of_calls:.2%} of calls): {named}{more}; "
                             "each op's reason and source are in the rehearsal section")
+
+
+CONDITION_KINDS = ("fails", "slow")  # known-issue kinds that make a condition (see the module docstring)
+
+
+def _known_issues(r: RehearsalResult, record: dict) -> None:
+    r.known_issues = [KnownIssueOp(op=k["op"], calls=k["calls"], kind=k["kind"], reason=k["reason"], scope=k["scope"],
+                                   source=k["source"]) for k in record.get("known_issues", [])]
+    hard = [k for k in r.known_issues if k.kind in CONDITION_KINDS]
+    if hard:
+        named = ", ".join(f"{k.op} x{k.calls} ({k.reason})" for k in hard[:SHOWN])
+        more = f" and {len(hard) - SHOWN} more" if len(hard) > SHOWN else ""
+        r.conditions.append(f"known issues: {len(hard)} op(s) that TorchNeuron's own CI skips as failing or slow: "
+                            f"{named}{more}; test them on the real device or avoid them (sources in the rehearsal "
+                            "section)")
+    soft = [k.op for k in r.known_issues if k.kind not in CONDITION_KINDS]
+    if soft:
+        r.notes.append(f"known accuracy issues (TorchNeuron's op tests skip them for differing results; no condition): "
+                       f"{', '.join(soft)}")
 
 
 def _eager(r: RehearsalResult, steps: list[dict]) -> None:

@@ -31,6 +31,7 @@ from torchferry.errors import (
     UsageError,
     WorkloadError,
     from_kind,
+    low_on_space,
 )
 from torchferry.harness import launch
 from torchferry.harness.modes import Mode
@@ -44,8 +45,11 @@ WARM = "torchferry.check.warm"
 GRACE_S = 10.0  # after one rank fails, how long the others get to report (a dead peer breaks their collectives)
 
 
-def to_error(label: str, device: str, event: dict) -> FerryError:
-    """The typed error for a worker's failure event."""
+def to_error(label: str, device: str, event: dict, workdir: Path | None = None) -> FerryError:
+    """The typed error for a worker's failure event; a worker that died while ``workdir``'s disk is full died of it."""
+    if event["event"] == "crash" and workdir is not None and low_on_space(workdir):
+        return OutputError(f"the {label} process on {device!r} died (exit status {event.get('returncode')}) while the disk "
+                           f"holding {workdir} is full. Free space there, or pass an --output DIR on a disk with room.")
     if event["event"] == "crash":
         code = event.get("returncode")
         return WorkloadError(f"the {label} process on {device!r} died (exit status {code}) before reporting: "
@@ -70,7 +74,7 @@ class Group:
         if self.ranks == 1:
             event = self.proc.wait(*wanted, timeout=self.timeout, phase=phase)
             if event["event"] not in wanted:
-                raise to_error(self.label(0), self.device, event)
+                raise to_error(self.label(0), self.device, event, self.proc.log.parent)
             return [event]
         events: dict[int, dict] = {}
         first: int | None = None
@@ -101,7 +105,8 @@ class Group:
         cause = root if root in crashed else crashed[0] if crashed else first  # a dead rank fails its peers
         others = "; ".join(f"{self.label(r)}: {state(events[r])}" for r in range(self.ranks) if r != cause)
         raise to_error(self.label(cause), self.device, {**events[cause],
-                                                        "message": f"{events[cause]['message']} [other ranks: {others}]"})
+                                                        "message": f"{events[cause]['message']} [other ranks: {others}]"},
+                       self.proc.log.parent)
 
 
 def state(event: dict) -> str:
@@ -113,6 +118,13 @@ def state(event: dict) -> str:
     if event["event"] == "error":
         return f"{event['type']}: {event['message'].splitlines()[0] if event['message'] else ''}"
     return "finished"
+
+
+# docs/check/parity.md, "Random numbers": what a generator that differs from the reference's means for parity
+RNG_DIFFERS = ("the target's generator draws other numbers than the reference's for the same seed (as a real "
+               "Trainium's does): a model with dropout or other random ops cannot match the reference step by step, "
+               "and a training mismatch may be the draws, not the device. Judge such a model with --mode forward "
+               "(eval mode, no draws) or with its dropout set to 0")
 
 
 class Runner:
@@ -218,6 +230,8 @@ class Runner:
         ref_tensors = self.load_tensors("ref")
         target_tensors = self.load_tensors("target")
         self.report.parity = parity.judge(cfg.mode, cfg.tolerance, ref_tensors, target_tensors, ref_summary.get("determinism"))
+        if ref_summary.get("rng_draws") != target_summary.get("rng_draws"):
+            self.report.parity.notes.append(RNG_DIFFERS)
         self.note(f"parity: {self.report.parity.status}")
         self.phase = "rehearsal"
         self.report.rehearsal = rehearsal.result(self.workdir, cfg, self.report.parity, ref_tensors, target_tensors,

@@ -458,6 +458,7 @@ class Session:
         summary: dict[str, Any] = {"timing": self.timing, "device": str(self.device), "batch_rows": self.batch_rows}
         if self.rank > 0:  # rank 0 speaks for the group; the others only time their share
             return summary
+        summary["rng_draws"] = self.rng_draws()
         tensors: dict[str, Any] = {"run": primary, "probe": self.probe()}
         if role == "ref":
             self.channel.progress("second reference run (determinism check)")
@@ -475,6 +476,12 @@ class Session:
             tensors["eval_outputs"] = self.eval_outputs(self.model if self.world > 1 else self.live[0])
         torch.save(tensors, self.job["tensors"])
         return summary
+
+    def rng_draws(self) -> list[float]:
+        """Four uniform draws on this device right after seeding with --seed: the runner compares them across the
+        devices, to say when the two generators give other numbers for the same seed (docs/check/parity.md)."""
+        self.torch.manual_seed(self.cfg.seed)
+        return self.torch.rand(4, device=self.device).cpu().tolist()
 
     def fresh_step(self) -> Any:
         """Step 1 of a fresh model, untimed (the rehearsal profiles it)."""
@@ -551,6 +558,9 @@ def main(argv: list[str]) -> int:
 
     outcome = run_case(serve)
     if not outcome.ok:  # report the failure to the runner, then exit non-zero
+        with contextlib.suppress(OSError):  # a full disk holds the log too: the event below matters more
+            sys.stderr.write(outcome.traceback)  # the whole traceback, torchferry's frames too, in this worker's log
+            sys.stderr.flush()
         event = outcome.error_event()
         if outcome.kind != OutputError.slug and disk_full(outcome.exception, session.outdir):
             event.update(kind=OutputError.slug, traceback="")  # torch.save says "unexpected pos" for a full disk

@@ -240,6 +240,7 @@ def merge(args: argparse.Namespace, env: Environment) -> ExitStatus:
     selection (the cases of the whole sweep, from their last ``run`` line); a case may be
     assigned to one store only. Shards that are missing leave the report incomplete, named.
     """
+    from torchferry.coverage import methods
     from torchferry.coverage.config import load_baseline
     from torchferry.coverage.store import differences, read
     from torchferry.report.coverage import FORMAT, FORMAT_VERSION
@@ -293,8 +294,9 @@ def merge(args: argparse.Namespace, env: Environment) -> ExitStatus:
     modes = [m for m in ("forward", "generate", "train") if any(c.endswith(f"/{m}") for c in cases)]
     settings = {k: v for k, v in first.settings.items() if k != "environment"}
     suites = sorted({c.split("/", 1)[0] for c in cases})
+    method = methods.get(settings.get("method") or methods.TORCHFERRY.name, bool(settings.get("trust_remote_code")))
     config = {**settings, "modes": modes, "suites": suites, "architectures": len({c.rsplit("/", 1)[0] for c in cases}),
-              "jobs": first_run.get("jobs"), "output": str(out), "shard": None}
+              "jobs": first_run.get("jobs"), "output": str(out), "shard": None, "method_settings": method.settings()}
     baseline = (load_baseline(args.baseline, settings["target"], Path.cwd(), tuple(suites), settings.get("method", "torchferry"))
                 if args.baseline else None)
     write_baseline = str((Path.cwd() / args.write_baseline).resolve()) if args.write_baseline else None

@@ -127,7 +127,8 @@ class CoverageConfig:
         source = ("user list" + (f" and --configs {configs}" if configs else "") if args.archs
                   else f"--configs {configs}" if configs else "; ".join(f"{n}: {suites.get(n).source}" for n in names))
         return cls(suites=names, method=method.name, archs=archs, names=named,
-                   trust_remote_code=bool(getattr(args, "trust_remote_code", False)), source=source, modes=modes, ref=args.ref, target=target, compile=args.compile, plugins=plugins, tol=args.tol,
+                   trust_remote_code=bool(getattr(args, "trust_remote_code", False)), source=source, modes=modes,
+                   ref=args.ref, target=target, compile=args.compile, plugins=plugins, tol=args.tol,
                    seed=args.seed, jobs=args.jobs, threads=max(1, len(os.sched_getaffinity(0)) // args.jobs),
                    timeout=float(args.timeout), memory_gb=float(args.memory_gb), output=str(output), restart=args.restart,
                    rerun=frozenset(Category(c) for c in rerun),

@@ -10,6 +10,9 @@ the harness's measurement window (torchferry.harness.window) reads it around eac
 - the host syncs (the host waiting for a device value: ``item()``, data-dependent output sizes,
   boolean masks, ...), by cause; device-to-host copies are left out, because the harness itself
   copies every result it compares to the host;
+- the known issues: ops of the mode that TorchNeuron's own CI skips, with the vendor's reason and
+  file (``torchferry.device.known_issues()``), a kind of prediction of their own that leaves the
+  row's category alone (the vendor's skip is evidence about the op, not a failure of this row);
 - with ``--compile``: the graphs Dynamo captured, the graph breaks with the reasons and places
   Dynamo's ``explain`` gives (``torch._dynamo.utils.graph_break_reasons``, the records explain
   reads, plus the break counter for breaks that leave no record), and whether the mode compiled

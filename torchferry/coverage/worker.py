@@ -134,9 +134,10 @@ class Case:
                     meta = self.suite.build(spec, cfg, self.method)
                 params = sum(p.numel() for p in meta.parameters())
                 if params > limit and self.method.copies:
+                    need = params * self.method.copies * dtype.itemsize / 2**30
                     raise HostLimit(f"{params / 1e6:.0f}M parameters in {str(dtype).removeprefix('torch.')}: "
-                                    f"{self.method.copies} copies need {params * self.method.copies * dtype.itemsize / 2**30:.1f} GiB, "
-                                    f"over --memory-gb {self.job.get('memory_gib') or DEFAULT_MEMORY_GIB:g} (this host's limit)")
+                                    f"{self.method.copies} copies need {need:.1f} GiB, over --memory-gb "
+                                    f"{self.job.get('memory_gib') or DEFAULT_MEMORY_GIB:g} (this host's limit)")
                 if params > limit:
                     problems.append(f"{name}: {params / 1e6:.0f}M parameters after shrinking (limit {limit / 1e6:.0f}M)")
                     continue

@@ -16,6 +16,7 @@ import sys
 import threading
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from torchferry.device.target import (
     EagerCompiles,
@@ -23,6 +24,7 @@ from torchferry.device.target import (
     fallback_reasons,
     fallback_summary,
     host_syncs,
+    known_issues,
     numerics,
 )
 from torchferry.device._settings import parse_bytes
@@ -93,6 +95,21 @@ def enable(profile: str | Path | None = None) -> None:
             standin.install()  # `import torch_neuronx` now finds the stand-in (HF libraries' test)
 
 
+def compile_metrics() -> dict[str, Any]:
+    """This rank's `torch.compile(backend="neuron")` compilations on the built-in device since the
+    last `torch.neuron.reset_dynamo_metrics()`: ``{"rank", "graphs", "graph_breaks", "recompiles"}``.
+
+    The torchferry view the harness and the rehearsal read. `torch.neuron.get_dynamo_metrics()`
+    keeps TorchNeuron's contract (a list of `NeuronCompilationMetrics`); this adds, per graph, the
+    cache outcome (``cache``: hit, miss, bypass, disabled), ``cache_key``, ``input_signature``,
+    ``kind`` (forward, backward, inference) and Dynamo's ``compile_id`` (``"<frame>/<n>"``), plus
+    Dynamo's graph-break reasons with counts and the recompilations of a frame after its first.
+    See docs/device/compile.md. Works only once the device is enabled."""
+    from torchferry.device.compile.metrics import compile_metrics as metrics
+
+    return metrics()
+
+
 def _register_with_torch(torch: ModuleType) -> None:
     """The wiring, once the core is started: name PrivateUse1 `neuron`, create `torch.neuron`
     and the tensor/module methods, register the compile and process-group backends."""
@@ -133,6 +150,6 @@ def _autoload() -> None:
 
 
 __all__ = [
-    "DEVICE_NAME", "EagerCompiles", "eager_compiles", "enable", "fallback_reasons", "fallback_summary", "host_syncs",
-    "is_enabled", "numerics", "parse_bytes", "real_neuron_installed",
+    "DEVICE_NAME", "EagerCompiles", "compile_metrics", "eager_compiles", "enable", "fallback_reasons", "fallback_summary",
+    "host_syncs", "is_enabled", "known_issues", "numerics", "parse_bytes", "real_neuron_installed",
 ]

@@ -5,7 +5,9 @@ data-dependent ops the target runs on the host (`[[host_fallback]]`, each with a
 reason and sources), the default numerics, and optionally `native_ops`, a table
 generated from the target's source (profiles/trn2_ops.toml, written by
 tools/gen_trn2_profile.py). With that table, every op the device executes that the
-target does not implement is a *predicted host fallback*. Users pass their own
+target does not implement is a *predicted host fallback*. Optionally `known_issues`
+(profiles/trn2_known_issues.toml, written by the same script): the ops the target's
+vendor skips in its own CI, each warned about once when a workload runs it. Users pass their own
 profile with `torchferry.device.enable(profile="path.toml")` or
 `TORCHFERRY_PROFILE=path.toml`.
 """
@@ -80,6 +82,46 @@ class NativeOps:
     metadata: dict[str, str]
 
 
+KNOWN_ISSUE_KINDS = {
+    "fails": "the op does not run there",
+    "slow": "compiling or running it is slow enough that the vendor's CI skips it",
+    "accuracy": "its results differ from the CPU's",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnownIssue:
+    """An op the target vendor's own CI skips or expects to fail, with the vendor's reason."""
+
+    op: str  # as the vendor names it: "aten::remainder" means every overload
+    kind: str  # one of KNOWN_ISSUE_KINDS
+    reason: str
+    scope: str  # which of the vendor's tests skip it
+    source: str  # the vendor's file(s)
+
+    def warning(self, commit: str) -> str:
+        return (f"{self.op} is a known issue of TorchNeuron {commit[:7]}: {self.reason} ({self.kind}: "
+                f"{KNOWN_ISSUE_KINDS[self.kind]}; {self.scope}; source: {self.source}). Listed by "
+                "torchferry.device.known_issues() (one warning per op); test this op on the real device.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KnownIssues:
+    """The target's known issues, generated from its vendor's test evidence (profiles/*_known_issues.toml)."""
+
+    path: Path
+    source_commit: str
+    issues: tuple[KnownIssue, ...]
+
+    def by_op(self) -> dict[str, KnownIssue]:
+        """Every ATen overload name -> its known issue."""
+        return {name: issue for issue in self.issues for name in expand(issue.op)}
+
+    def warnings(self) -> dict[str, str]:
+        """Every ATen overload name -> the warning its first call gives (one text per vendor op)."""
+        return {name: issue.warning(self.source_commit) for name, issue in self.by_op().items()}
+
+
 @dataclass(frozen=True, kw_only=True)
 class DeviceProfile:
     name: str
@@ -89,6 +131,7 @@ class DeviceProfile:
     host_fallback: tuple[HostFallback, ...] = ()
     numerics: str = "host"
     native_ops: NativeOps | None = None
+    known_issues: KnownIssues | None = None
     rules: dict[str, bool] = field(default_factory=dict)
 
     def rules_mask(self) -> int:
@@ -198,7 +241,7 @@ def expand(op: str) -> list[str]:
 
 
 def shipped_profiles() -> list[str]:
-    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml") if not p.stem.endswith("_ops"))
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml") if not p.stem.endswith(("_ops", "_known_issues")))
 
 
 def _line_of(text: str, needle: str) -> int:
@@ -241,6 +284,30 @@ def load_native_ops(path: Path) -> NativeOps:
     return native_ops
 
 
+def load_known_issues(path: Path) -> KnownIssues:
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text)
+        issues = tuple(KnownIssue(op=op, kind=e["kind"], reason=e["reason"], scope=e["scope"], source=e["source"])
+                       for op, e in sorted(data["known_issues"].items()))
+        known = KnownIssues(path=path, source_commit=data["source_commit"], issues=issues)
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise UsageError(
+            f"known-issue table {path} is malformed ({type(exc).__name__}: {exc}). It needs source_commit and "
+            "[known_issues.\"aten::op\"] tables of kind, reason, scope and source; regenerate it with "
+            "tools/gen_trn2_profile.py."
+        ) from exc
+    for issue in known.issues:
+        line = _line_of(text, f'"{issue.op}"]')
+        if issue.kind not in KNOWN_ISSUE_KINDS:
+            raise UsageError(f"{path}:{line}: known issue {issue.op!r} has kind {issue.kind!r}; valid kinds: "
+                             f"{', '.join(KNOWN_ISSUE_KINDS)}.")
+        if not expand(issue.op):
+            raise UsageError(f"{path}:{line}: known issue {issue.op!r} names no ATen op of this torch. Fix the name "
+                             "or regenerate the table with tools/gen_trn2_profile.py for this torch version.")
+    return known
+
+
 def profile_path(name_or_path: str | Path = DEFAULT_PROFILE) -> Path:
     """The TOML file of a shipped profile's name or of a path; a UsageError naming the shipped ones when absent."""
     path = Path(name_or_path)
@@ -273,6 +340,8 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> DeviceProfile:
             numerics=data.get("numerics", "host"),
             native_ops=load_native_ops(path.with_name(data["native_ops"])) if "native_ops" in data else None,
             rules={name: bool(data.get("rules", {}).get(name, False)) for name in RULES},
+            known_issues=(load_known_issues(path.with_name(data["known_issues"])) if "known_issues" in data
+                          else None),
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(

@@ -10,6 +10,8 @@ TorchNeuron's own API (`torch.neuron.get_fallback_ops()`, ...) does not cover:
 - `exit_summary()`: that line with the host syncs and the eager compilations (in all, and new after
   the first optimizer step), printed at exit of any process that ran device ops: what decides the
   time on the target, for the one-line change (`TORCHFERRY_DEVICE=neuron python train.py`).
+- `known_issues()`: the ops run so far that the target's vendor skips in its own CI
+  (the profile's known issues; each also warns once, on its first call).
 
 These are torchferry functions (`torchferry.device.*`): TorchNeuron has no such names.
 """
@@ -136,6 +138,8 @@ def start(core: ModuleType, profile: DeviceProfile, environ: Mapping[str, str]) 
     _cache = SignatureCache(_settings.neff_cache_dir(environ), commit)
     core._load_persisted_signatures(_cache.load())
     _mark_first_optimizer_step()
+    if profile.known_issues is not None:
+        core._set_known_issues(profile.known_issues.warnings())
     atexit.register(_at_exit)
 
 
@@ -215,6 +219,34 @@ def exit_summary() -> str:
 def fallback_reasons() -> dict[str, str]:
     """op -> why it ran on the host, for the host-fallback ops seen so far."""
     return dict(sorted(_core()._fallback_reasons().items()))
+
+
+def known_issues() -> list[dict[str, object]]:
+    """The target's known issues among the ops run since the last `torch.neuron.clear_op_tracking()`,
+    one record per vendor op (``op``, ``kind``, ``reason``, ``scope``, ``source``, ``calls``,
+    ``overloads``), most calls first. Empty when the profile has no known-issue table.
+
+    The records are evidence from the vendor's own CI (its tests skip these ops), not a failure
+    measured here: the device runs them with the CPU's kernels. See docs/device/fidelity.md."""
+    from torchferry.device import _runtime
+
+    known = _runtime.profile().known_issues
+    if known is None:
+        return []
+    core, by_op = _core(), known.by_op()
+    calls: dict[str, int] = {}  # vendor op -> calls of its overloads
+    overloads: dict[str, list[str]] = {}
+    for counts in (core._executed_ops(), core._fallback_ops()):
+        for name, n in sorted(counts.items()):
+            if name in by_op:
+                op = by_op[name].op
+                calls[op] = calls.get(op, 0) + n
+                if name not in overloads.setdefault(op, []):
+                    overloads[op].append(name)
+    issues = {issue.op: issue for issue in known.issues}
+    return [{"op": op, "kind": issues[op].kind, "reason": issues[op].reason, "scope": issues[op].scope,
+             "source": issues[op].source, "calls": calls[op], "overloads": sorted(overloads[op])}
+            for op in sorted(calls, key=lambda op: (-calls[op], op))]
 
 
 def _at_exit() -> None:

@@ -28,11 +28,12 @@ class Bound:
 
     def describe(self) -> str:
         kind = "a whole number" if self.whole else "a finite number"
+        shown = (lambda x: str(int(x))) if self.whole else (lambda x: f"{x:g}")
         parts = []
         if self.low is not None:
-            parts.append(f"greater than {self.low:g}" if self.above else f"at least {self.low:g}")
+            parts.append(f"greater than {shown(self.low)}" if self.above else f"at least {shown(self.low)}")
         if self.high is not None:
-            parts.append(f"at most {self.high:g}")
+            parts.append(f"at most {shown(self.high)}")
         return kind + (" " + " and ".join(parts) if parts else "")
 
 

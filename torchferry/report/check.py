@@ -232,6 +232,18 @@ class Placement:
 
 
 @dataclass
+class KnownIssueOp:
+    """One op the run used that the target vendor's own CI skips (generated from its test evidence)."""
+
+    op: str
+    calls: int
+    kind: str  # fails, slow or accuracy (torchferry.device.profile.KNOWN_ISSUE_KINDS)
+    reason: str  # the vendor's words
+    scope: str  # which of the vendor's tests skip it
+    source: str  # the vendor's file(s)
+
+
+@dataclass
 class RehearsalResult:
     """What running on a device that emulates another one predicts about the real device."""
 
@@ -242,6 +254,7 @@ class RehearsalResult:
     fallback_share_of_calls: float | None = None
     fallback_share_of_time: float | None = None
     fallbacks: list[HostFallbackOp] = field(default_factory=list)
+    known_issues: list[KnownIssueOp] = field(default_factory=list)
     host_syncs_per_step: list[dict] = field(default_factory=list)  # per step: cause -> count
     signatures_step1: int | None = None  # eager op signatures (one NEFF compilation each, cold) in step 1
     new_signatures: list[int] = field(default_factory=list)  # new signatures in steps 2..N

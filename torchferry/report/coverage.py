@@ -20,6 +20,7 @@ in docs/coverage.md) on every incompatible change. Baseline files have their own
   denominator, counted in the headline) replaces ``timeout``; ``oom`` is the target's own
   memory; rows carry ``dtype``; per-mode summaries have ``host_limited``; ``config.method_settings``
   (the method's settings and the file they were taken from).
+  Added since, compatibly: a row's ``known_issues`` (null where not predicted).
 """
 
 from __future__ import annotations
@@ -92,6 +93,9 @@ class Row:
     fallback_share: float | None = None  # host-fallback calls / op_calls
     eager_signatures: int | None = None  # eager op signatures (NEFF compiles) this mode added to its process
     host_syncs: dict[str, int] | None = None  # host waits for a device value, by cause
+    # the target vendor's known issues among the mode's ops: {op, kind, calls, reason, source} each
+    # (torchferry.device.known_issues()); evidence from the vendor's CI, not a measured failure: no category
+    known_issues: list[dict] | None = None
     graphs: int | None = None  # --compile: graphs Dynamo captured in this mode
     signatures: int | None = None  # --compile: input signatures the mode ran
     graph_breaks: int | None = None  # --compile: distinct graph breaks (reason and place)

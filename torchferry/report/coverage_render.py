@@ -121,8 +121,9 @@ table{margin:0} td,th{padding:2px 6px;font-size:12px;vertical-align:top}
 th{cursor:pointer;background:#f4f4f4} .pass{color:#1a7f37} .skipped{color:#777} .fail{color:#cf222e}"""
 
 BODY = """<ul id="headline">{headline}</ul>
-<p>Method: {method}.</p>
-{stopped}<p>Wall time {wall:.0f} s with {jobs} job(s). Exclusions (skipped rows) are out of the denominator: {excluded}.</p>
+<p>{method}.</p>
+{stopped}<p>Wall time {wall:.0f} s with {jobs} job(s). Exclusions (skipped rows) are out of the denominator: {excluded}.
+Host-limited rows (this host's memory or time; no verdict on the device) are out of it too: {host_limited}.</p>
 <div class="plots">{plots}</div>
 <h2>Suites</h2>
 <table id="suites"><thead><tr><th>suite</th><th>mode</th><th>pass</th><th>predicted-fallback-free</th><th>fullgraph</th></tr></thead>
@@ -165,7 +166,7 @@ def render_html(doc: CoverageReport) -> str:
              svg.bar_chart("categories", "Rows per category", [(c, float(counts[c])) for c in CATEGORIES if counts.get(c)],
                            "rows")]
     header = ["architecture", "mode", "category", "reason", "class", "wall s", "fallback share", "eager signatures",
-              "host syncs", "graphs", "graph breaks", "fullgraph"] + (["baseline"] if doc.baseline else [])
+              "host syncs", "known issues", "graphs", "graph breaks", "fullgraph"] + (["baseline"] if doc.baseline else [])
     bodies: dict[str, list[str]] = {}
     for r in doc.rows:
         cls = "pass" if r.category == Category.PASS else "skipped" if r.category == Category.SKIPPED else "fail"
@@ -173,7 +174,7 @@ def render_html(doc: CoverageReport) -> str:
         breaks = "; ".join(f"{b['reason']} @ {b['where']}" for b in r.break_reasons or [])
         cells = [r.arch, r.mode, r.category, r.reason, r.model_class or "", f"{r.wall_s:.1f}",
                  f"{100 * r.fallback_share:.2f}%" if r.fallback_share is not None else "", _blank(r.eager_signatures),
-                 _blank(syncs), _blank(r.graphs), f"{r.graph_breaks}: {breaks}" if r.graph_breaks else _blank(r.graph_breaks),
+                 _blank(syncs), ", ".join(f"{k['op']} ({k['kind']})" for k in r.known_issues or []), _blank(r.graphs), f"{r.graph_breaks}: {breaks}" if r.graph_breaks else _blank(r.graph_breaks),
                  _blank(r.fullgraph)]
         if doc.baseline:
             cells.append(r.baseline or "")
@@ -196,14 +197,17 @@ def render_html(doc: CoverageReport) -> str:
                     + "</p>" + ("<p>Regressed: " + escape(", ".join(b["regressed"])) + "</p>" if b["regressed"] else ""))
     excluded = sorted({f"{suite}/{a}" if several else a for suite, ss in summary["suites"].items()
                        for m in ss["modes"].values() for a in m["excluded"]})
+    host_limited = sorted({f"{suite}/{a}" if several else a for suite, ss in summary["suites"].items()
+                           for m in ss["modes"].values() for a in m.get("host_limited", ())})
     stopped = (f'<p id="failure" class="fail">Stopped ({escape(doc.failure.kind)}): {escape(doc.failure.message)}; '
                f"{len(doc.rows)} finished rows below.</p>") if doc.failure else ""
     if doc.shards:
         stopped += f'<p id="shards" class="{"fail" if doc.shards["missing"] else ""}">{escape(shards_line(doc.shards))}.</p>'
     body = BODY.format(headline="".join(f"<li>{escape(h)}</li>" for h in doc.headline),
                        wall=doc.meta.wall_s or 0.0, jobs=doc.config["jobs"], excluded=escape(", ".join(excluded) or "none"),
+                       host_limited=escape(", ".join(host_limited) or "none"),
                        plots="\n".join(plots), baseline=baseline, tables=tables, stopped=stopped, suites=suites, rankings=rankings,
-                       note=escape(prediction_note(doc)), method=escape(str(doc.config.get("method") or "torchferry")))
+                       note=escape(prediction_note(doc)), method=escape(method_line({**doc.config, "method": doc.config.get("method") or "torchferry"})))
     return page("coverage", doc.config["target"], body, style=STYLE, script=SORT_SCRIPT)
 
 

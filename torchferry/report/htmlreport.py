@@ -176,6 +176,8 @@ def _rehearsal(r: CheckReport) -> str:
     fallbacks = table(["op", "calls", "share of calls", "share of device-op time here", "reason and source"],
                       [[f.op, str(f.calls), f"{f.share_of_calls:.2%}",
                         "-" if f.share_of_time is None else f"{f.share_of_time:.2%}", f.reason] for f in rh.fallbacks])
+    known = table(["op", "calls", "kind", "the vendor's reason", "where its CI skips it", "source"],
+                  [[k.op, str(k.calls), k.kind, k.reason, k.scope, k.source] for k in rh.known_issues])
     frames = table(["compiled frame", "graphs", "recompiles", "changing inputs"],
                    [[f.frame, str(f.graphs), str(f.recompiles), "; ".join(f.changing_inputs) or "-"]
                     for f in rh.compile.frames]) if rh.compile and rh.compile.frames else ""
@@ -186,7 +188,9 @@ def _rehearsal(r: CheckReport) -> str:
                    "<h3>Conditions</h3>" + (notes(rh.conditions) or "<p>The rehearsal predicts no condition of its own"
                                             + ("; the verdict's conditions come from other results (Next actions)"
                                                if r.verdict != "go" else "") + ".</p>"),
-                   "<h3>Predicted host fallbacks</h3>" + (fallbacks if rh.fallbacks else "<p>None predicted.</p>"), frames,
+                   "<h3>Predicted host fallbacks</h3>" + (fallbacks if rh.fallbacks else "<p>None predicted.</p>"),
+                   "<h3>Known issues (the vendor's own CI skips these ops)</h3>"
+                   + (known if rh.known_issues else "<p>None run.</p>"), frames,
                    plot, notes([rh.numerics.note, *rh.notes] if rh.numerics.note else rh.notes))
 
 

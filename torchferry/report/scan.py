@@ -19,7 +19,7 @@ from enum import Enum
 from typing import Any
 
 FORMAT = "torchferry.scan"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 
 
 class Severity(str, Enum):
@@ -60,6 +60,10 @@ class Rule:
     node_types: tuple[type, ...]
     check: Callable[[Any, Any], Iterator[Hit]]
     safe_fix: str = ""  # one line: what --fix rewrites, and when; "" = never rewritten
+    # A regular expression found in every source this rule can report in (None: any source can
+    # hold a finding). The scan runs the rule, and parses the source with libcst at all, only
+    # where it matches, so it must never miss: derive it from the names the check compares.
+    prefilter: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -112,9 +116,11 @@ class FileResult:
     diff: str = ""  # unified diff of the safe fixes; "" when there are none
     written: bool = False  # --fix wrote the rewritten file
     not_written: str | None = None  # why --fix left the file as it was (read-only, cannot write ...)
+    skipped: str | None = None  # why the file was not scanned (too large, generated) and the flag that scans it
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "error": self.error, "fixed": self.written, "not_written": self.not_written}
+        return {"path": self.path, "error": self.error, "fixed": self.written, "not_written": self.not_written,
+                "skipped": self.skipped}
 
 
 @dataclass
@@ -132,6 +138,11 @@ class ScanResult:
     @property
     def unparseable(self) -> list[FileResult]:
         return [r for r in self.files if r.error]
+
+    @property
+    def skipped(self) -> list[FileResult]:
+        """Files left unscanned by the size limit or as generated code."""
+        return [r for r in self.files if r.skipped]
 
     @property
     def not_written(self) -> list[FileResult]:

@@ -38,9 +38,11 @@ def render_text(result: ScanResult) -> str:
     """The whole report as text (no colour: it is read in logs as often as on a terminal)."""
     lines: list[str] = []
     for file in result.files:
-        if not file.findings and not file.error and not file.not_written:
+        if not file.findings and not file.error and not file.not_written and not file.skipped:
             continue
         lines.append(file.path)
+        if file.skipped:
+            lines.append(f"  {file.skipped}")
         if file.error:
             lines.append(f"  {file.error} (not scanned there, not changed)")
         if file.not_written:
@@ -61,6 +63,8 @@ def render_text(result: ScanResult) -> str:
         summary += f"; {fixable} fixable with --fix"
     if result.unparseable:
         summary += f"; {len(result.unparseable)} could not be parsed"
+    if result.skipped:
+        summary += f"; {len(result.skipped)} skipped"
     if result.not_written:
         summary += f"; fixes not written to {len(result.not_written)} file{'s' if len(result.not_written) != 1 else ''}"
     lines.append(summary + ".")
@@ -75,7 +79,8 @@ def to_json(result: ScanResult, argv: Sequence[str] = ()) -> dict[str, Any]:
         "files": [file.to_dict() for file in result.files],
         "findings": [finding.to_dict() for finding in result.findings],
         "summary": {"open": result.counts(), "fixes_applied": result.fixes_applied, "fixed": sum(f.fixed for f in result.findings),
-                    "unparseable": len(result.unparseable), "not_written": len(result.not_written)},
+                    "unparseable": len(result.unparseable), "not_written": len(result.not_written),
+                    "skipped": len(result.skipped)},
     }
 
 
@@ -104,7 +109,7 @@ def _result(finding: Finding, index: dict[str, int]) -> dict[str, Any]:
 
 
 def to_sarif(result: ScanResult) -> dict[str, Any]:
-    """One SARIF run: the rule table, a result per open finding, unparseable and unwritten files as notifications."""
+    """One SARIF run: the rule table, a result per open finding, unparseable, unwritten and skipped files as notifications."""
     rules = [{
         "id": rule.id,
         "name": rule.name,
@@ -121,7 +126,11 @@ def to_sarif(result: ScanResult) -> dict[str, Any]:
         "level": "warning",
         "message": {"text": f"fixes not written: {file.not_written}"},
         "locations": [{"physicalLocation": {"artifactLocation": _artifact(file.path)}}],
-    } for file in result.not_written]
+    } for file in result.not_written] + [{
+        "level": "note",
+        "message": {"text": file.skipped},
+        "locations": [{"physicalLocation": {"artifactLocation": _artifact(file.path)}}],
+    } for file in result.skipped]
     return {
         "$schema": SCHEMA,
         "version": "2.1.0",

@@ -250,6 +250,8 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
             add(f"  {label:<32}{value}")
         for f in rh.fallbacks[:5]:
             add(f"    {f.op} x{f.calls}: {f.reason}")
+        for k in rh.known_issues:
+            add(f"  known issue ({k.kind}): {k.op} x{k.calls}: {k.reason} ({k.scope}; {k.source})")
         if rh.numerics.note:
             add(f"  numerics: {rh.numerics.note}")
         for condition in rh.conditions:

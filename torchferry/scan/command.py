@@ -5,6 +5,7 @@
     ferry scan src/ --fix --diff              # show them, then write them
     ferry scan src/ --fix --backup            # keep each original as <name>.bak
     ferry scan src/ --format sarif -o scan.sarif --fail-on warning
+    ferry scan . --jobs 4 --max-file-size 5   # 4 files at a time; scan files up to 5 MB
 
 Exit status: OUTPUT_ERROR when --fix left a safe fix unwritten (a read-only file without
 --force, a file that cannot be written) or the report cannot be written; NEGATIVE_RESULT
@@ -42,9 +43,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default: text)")
     parser.add_argument("-o", "--output", default="-", metavar="FILE",
                         help="write the report to FILE, atomically ('-' = stdout, the default)")
+    parser.add_argument("-j", "--jobs", type=_jobs, default=None, metavar="N",
+                        help="files scanned in parallel (default: the CPUs this process may use); "
+                             "the report is the same for every N")
+    parser.add_argument("--max-file-size", type=_megabytes, default=None, metavar="MB",
+                        help="report files above MB megabytes as skipped instead of scanning them "
+                             "(default: 1; 0 = scan every size)")
+    parser.add_argument("--include-generated", action="store_true",
+                        help="scan generated files too (a leading comment says '@generated', 'DO NOT EDIT', "
+                             "'automatically generated' ...); by default they are reported as skipped")
     parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
                         help="exit with status 3 when open findings of this severity or worse remain "
                              "(default: error; 'never' = only usage errors fail)")
+
+
+def _jobs(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of jobs; give a whole number >= 1 (e.g. --jobs 2)")
+    return jobs
+
+
+def _megabytes(value: str) -> float:
+    try:
+        size = float(value)
+    except ValueError:
+        size = -1.0
+    if not size >= 0 or size == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a size in MB; give a number >= 0 "
+                                         "(e.g. --max-file-size 5, or 0 for no limit)")
+    return size
 
 
 def _render(result, fmt: str, argv: Sequence[str]) -> str:  # noqa: ANN001 - ScanResult, imported lazily
@@ -75,7 +106,8 @@ def _write(text: str, output: str, env: Environment) -> None:
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.report.scan import ScanResult, Severity
     from torchferry.scan.rules import RULES
-    from torchferry.scan.sources import SKIPPED_DIRS, WritePolicy, discover, scan_file
+    from torchferry.scan.sources import (DEFAULT_MAX_BYTES, SKIPPED_DIRS, Limits, WritePolicy, default_jobs, discover,
+                                         scan_files)
 
     if args.diff and args.format != "text" and args.output == "-":
         raise UsageError(f"--diff and --format {args.format} would both go to stdout; "
@@ -91,13 +123,21 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
                 + (f" ({len(skipped)} skipped, above)" if skipped else " (scanned: .py and .ipynb files; hidden folders, "
                    f"{', '.join(sorted(SKIPPED_DIRS))} are left out)") + ".")
     write = WritePolicy(force=args.force, backup=args.backup) if args.fix else None
-    results = [scan_file(path, RULES, fix=args.fix or args.diff, write=write) for path in files]
+    if args.max_file_size is None:
+        max_bytes: int | None = DEFAULT_MAX_BYTES
+    else:
+        max_bytes = round(args.max_file_size * 1e6) or None
+    limits = Limits(max_bytes=max_bytes, include_generated=args.include_generated)
+    results = scan_files(files, RULES, fix=args.fix or args.diff, write=write, limits=limits,
+                         jobs=args.jobs or default_jobs())
     result = ScanResult(results, rules=tuple(RULES), fixes_applied=args.fix)
     if args.diff:
         diff = "".join(r.diff for r in results)
         env.out(diff.rstrip("\n") if diff else "ferry scan: no safe rewrites.")
     for file in result.unparseable:
         env.err(f"ferry scan: {file.path}: {file.error}; not scanned there, not changed.")
+    for file in result.skipped:
+        env.err(f"ferry scan: {file.path}: {file.skipped}.")
     for file in result.not_written:
         env.err(f"ferry scan: {file.path}: fixes not written: {file.not_written}.")
     _write(_render(result, args.format, getattr(args, "_argv", ())), args.output, env)

@@ -1,16 +1,24 @@
-"""Walk one parsed source with every rule, then apply the safe fixes in a single rewrite.
+"""Walk one parsed source with the rules that can fire there, then apply the safe fixes in one rewrite.
+
+Cheap first: a rule's `prefilter` (a pattern every source it can report in contains) picks
+the rules worth running on a source; a source none of them can fire in is never given to
+libcst, whose parse and metadata cost a hundred times more than the text search.
 
 Rules see nodes through `Context`, which answers the questions they ask: what a name
 means (`qualname`, following imports and aliases), what encloses a node (`parent`), whether
 an attribute chain is complete (`is_outermost`), where code runs (`regions`: forward,
-training step) and what holds a tensor (`tensors`); the last two are built on first use.
+training step) and what holds a tensor (`tensors`). Each is computed on first use, so a
+source where no rule asks about names never pays for libcst's scope analysis.
 """
 
 from __future__ import annotations
 
+import ast
+import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
 import libcst as cst
 from libcst.codemod import CodemodContext
@@ -28,9 +36,20 @@ class Context:
 
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.module = wrapper.module
-        self._qualnames = wrapper.resolve(QualifiedNameProvider)
-        self._parents = wrapper.resolve(ParentNodeProvider)
-        self.positions = wrapper.resolve(PositionProvider)
+        self._wrapper = wrapper
+
+    @cached_property
+    def _qualnames(self):  # noqa: ANN202 - libcst's metadata mapping
+        return self._wrapper.resolve(QualifiedNameProvider)
+
+    @cached_property
+    def _parents(self):  # noqa: ANN202 - libcst's metadata mapping
+        return self._wrapper.resolve(ParentNodeProvider)
+
+    @cached_property
+    def positions(self):  # noqa: ANN201 - libcst's metadata mapping
+        """Where each node starts and ends (1-based lines, 0-based columns)."""
+        return self._wrapper.resolve(PositionProvider)
 
     def qualname(self, node: cst.CSTNode) -> str | None:
         """The dotted name `node` refers to (`th.cuda.x` -> `torch.cuda.x` after `import torch as th`).
@@ -105,15 +124,31 @@ class _Fixer(cst.CSTTransformer):
         return hit.fix(updated_node) if hit is not None else updated_node
 
 
+@cache
+def _pattern(prefilter: str) -> re.Pattern[str]:
+    return re.compile(prefilter)
+
+
+def candidate_rules(code: str, rules: Sequence[Rule]) -> list[Rule]:
+    """The rules that can report something in `code`: those without a prefilter, and those whose prefilter matches."""
+    return [rule for rule in rules if rule.prefilter is None or _pattern(rule.prefilter).search(code)]
+
+
 def analyse(code: str, rules: Sequence[Rule], fix: bool, add_import: bool = True) -> tuple[list[RuleHit], str | None]:
     """Hits in `code`, sorted by position, and the fixed code (None unless `fix` and something changed).
 
     Fixes write `torch.` names, so `import torch` is added where missing, unless `add_import`
     is False (a notebook cell after one that imports torch).
 
-    Raises `libcst.ParserSyntaxError` when `code` is not valid Python.
+    Raises `libcst.ParserSyntaxError` when libcst cannot parse `code`, and `SyntaxError` when
+    no rule can fire in it and Python's own parser rejects it.
     """
-    wrapper = MetadataWrapper(cst.parse_module(code))
+    rules = candidate_rules(code, rules)
+    if not rules:
+        _check_syntax(code)
+        return [], None
+    # The module is parsed here and never shared, so libcst's defensive deep copy is not needed.
+    wrapper = MetadataWrapper(cst.parse_module(code), unsafe_skip_copy=True)
     collector = _Collector(Context(wrapper), rules)
     wrapper.module.visit(collector)
     hits = sorted(collector.hits, key=lambda h: (h.line, h.column, h.rule.id))
@@ -131,3 +166,19 @@ def analyse(code: str, rules: Sequence[Rule], fix: bool, add_import: bool = True
     AddImportsVisitor.add_needed_import(context, "torch")  # every fix expression starts with `torch.`
     fixed = AddImportsVisitor(context).transform_module(fixed)
     return hits, fixed.code
+
+
+def _check_syntax(code: str) -> None:
+    """Raise libcst's error when `code` does not parse, at the cost of Python's own parser when it does.
+
+    libcst is asked only when Python rejects the code (or nests too deep for it), so a source
+    without candidates fails with the same message as any other; where libcst accepts what
+    Python rejects, the scan accepts it too, as it always has. (A source that Python accepts
+    and libcst would not is now reported clean rather than unparseable.)
+    """
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning (invalid escapes ...) is the user's business
+            ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        cst.parse_module(code)

@@ -30,6 +30,10 @@ BACKWARD_METHODS = {"backward", "manual_backward"}
 STEP_METHODS = {"training_step", "train_step"}
 TRAINER_STEP_METHODS = {"compute_loss"}
 FORWARD_HOOKS = {"register_forward_hook", "register_forward_pre_hook"}
+# Text found in every source that has a region: each way to make one above names one of these
+# words ("forward" in hooks and `m.forward = f`, "step" in train_step/training_step and `.step()`,
+# "backward" in manual_backward). A rule that reports only inside regions uses it as its prefilter.
+REGION_WORDS = r"forward|backward|step|compute_loss"
 
 _LOOPS = (cst.For, cst.While)
 
@@ -108,6 +112,16 @@ class Regions:
         index = _Index()
         module.visit(index)
         self._index = index
+        # Each class's methods, and the calls inside each function (nested ones included), found once:
+        # the call graph below asks for them per function.
+        self._methods_of: dict[cst.ClassDef, list[cst.FunctionDef]] = {}
+        for function, owner in index.owner.items():
+            if owner is not None:
+                self._methods_of.setdefault(owner, []).append(function)
+        self._calls_in: dict[cst.FunctionDef, list[cst.Call]] = {}
+        for call, stack in index.calls:
+            for enclosing in dict.fromkeys(n for n in stack if isinstance(n, cst.FunctionDef)):
+                self._calls_in.setdefault(enclosing, []).append(call)
         self.module_classes = self._find_module_classes()
         self.forward_roots = self._forward_roots()  # forward methods and functions set as forward or hook
         self.forward_functions = self._reach(self.forward_roots)
@@ -139,8 +153,8 @@ class Regions:
                     changed = True
         return known
 
-    def _methods(self, cls: cst.ClassDef) -> Iterator[cst.FunctionDef]:
-        return (f for f, owner in self._index.owner.items() if owner is cls)
+    def _methods(self, cls: cst.ClassDef) -> list[cst.FunctionDef]:
+        return self._methods_of.get(cls, [])
 
     def _forward_roots(self) -> set[cst.FunctionDef]:
         roots = {f for name in self.module_classes for f in self._methods(self._index.classes[name])
@@ -152,9 +166,7 @@ class Regions:
     def _callees(self, function: cst.FunctionDef) -> Iterator[cst.FunctionDef]:
         """Functions of this source that `function` calls as `self.m(...)` or `f(...)`."""
         cls = self._index.owner.get(function)
-        for call, stack in self._index.calls:
-            if function not in stack:
-                continue
+        for call in self._calls_in.get(function, ()):
             func = call.func
             if isinstance(func, cst.Name) and func.value in self._index.module_functions:
                 yield self._index.module_functions[func.value]

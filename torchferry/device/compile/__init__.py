@@ -7,18 +7,26 @@ One module per job:
 - `contract`: TorchNeuron's rules (static shapes only, mode `default` only);
 - `host_graph`: device graphs lowered as host graphs, and Inductor's CPU code run on
   zero-copy host views of device tensors;
-- `metrics`: `torch.neuron.get_dynamo_metrics()`;
+- `metrics`: `torch.neuron.get_dynamo_metrics()` (TorchNeuron's records) and
+  `compile_metrics()` (torchferry's fuller view: cache, signatures, breaks, recompiles);
 - `cache`: the persistent cache of compiled graphs.
 """
 
 from torchferry.device.compile.backend import BACKEND_NAME, neuron_backend, register
 from torchferry.device.compile.contract import DynamicShapesError, UnsupportedGraphError
-from torchferry.device.compile.metrics import get_dynamo_metrics, reset_dynamo_metrics
+from torchferry.device.compile.metrics import (
+    NeuronCompilationMetrics,
+    compile_metrics,
+    get_dynamo_metrics,
+    reset_dynamo_metrics,
+)
 
 __all__ = [
     "BACKEND_NAME",
     "DynamicShapesError",
+    "NeuronCompilationMetrics",
     "UnsupportedGraphError",
+    "compile_metrics",
     "get_dynamo_metrics",
     "neuron_backend",
     "register",

@@ -62,7 +62,8 @@ class _DeviceCompiler:
             outcome = "bypass"  # Inductor declined to cache this graph (its log says why)
         kind = "backward" if kwargs.get("is_backward") else "inference" if kwargs.get("is_inference") else "forward"
         metrics.add_record(
-            graph_name=f"{self.base_name}_{kind}", graph_node_count=len(gm.graph.nodes),
+            graph_name=f"{self.base_name}_{kind}", model_name=self.base_name.rsplit("_graph_", 1)[0],
+            graph_node_count=len(gm.graph.nodes), has_collectives=metrics.has_collectives(gm),
             torch_neuronx_compile_us=int(elapsed_us), cache=outcome,
             cache_key=cache.graph_key(gm.code, metrics.signature(example_inputs)),
             input_signature=self.signature, kind=kind, compile_id=self.compile_id,

@@ -1,19 +1,46 @@
-"""`torch.neuron.get_dynamo_metrics()`: one record per graph the `neuron` backend compiled.
+"""Compile metrics of the `neuron` backend: TorchNeuron's records, and torchferry's fuller view.
 
-TorchNeuron keeps one record per compiled graph and rank, with the field names
-``graph_name``, ``graph_node_count`` and ``torch_neuronx_compile_us``; the records here use
-them, and add what the built-in device knows besides (cache outcome, input signature).
+- `get_dynamo_metrics()` (as `torch.neuron.get_dynamo_metrics()`): TorchNeuron's contract, a
+  list of `NeuronCompilationMetrics`, one per graph compiled on this rank, with its fields
+  (`torch_neuronx/neuron_dynamo_backend/metrics.py` at the snapshot in docs/device/fidelity.md).
+  User code that iterates over the records runs the same here and on Trainium.
+- `compile_metrics()` (as `torchferry.device.compile_metrics()`): what the built-in device knows
+  besides, for the harness and the rehearsal: per graph the cache outcome, cache key, input
+  signature, kind and Dynamo's compile id, and Dynamo's graph breaks and the recompilations.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+
+
+@dataclasses.dataclass
+class NeuronCompilationMetrics:
+    """One compiled graph, with TorchNeuron's fields. graph_id: the graph's cache key; graph_name:
+    ``{model_name}_graph_{n}_{kind}``; timestamp: when it compiled (ISO 8601, UTC). The host
+    compiles in one step, so ``torch_neuronx_compile_us`` holds the whole compile and the FX-pass
+    and lowering times, which TorchNeuron measures apart, are 0."""
+
+    graph_id: str
+    graph_name: str = ""
+    model_name: str = ""
+    has_collectives: bool = False
+    graph_node_count: int = 0
+    timestamp: str = ""
+    torch_neuronx_fx_passes_us: int = 0
+    torch_neuronx_lower_us: int = 0
+    torch_neuronx_compile_us: int = 0
+
+
+RECORD_FIELDS = tuple(f.name for f in dataclasses.fields(NeuronCompilationMetrics))
 
 _lock = threading.Lock()
 _records: list[dict[str, Any]] = []
@@ -52,8 +79,16 @@ def compile_id() -> str | None:
     return f"{current.frame_id}/{current.frame_compile_id}"
 
 
+def has_collectives(gm: torch.fx.GraphModule) -> bool:
+    """Whether the graph calls a collective (a functional c10d op: all-reduce, all-gather, ...)."""
+    return any(getattr(node.target, "namespace", "") in ("_c10d_functional", "c10d_functional")
+               for node in gm.graph.nodes if node.op == "call_function")
+
+
 def add_record(**record: Any) -> None:
-    record["rank"] = rank()
+    """Keep one compiled graph's record: TorchNeuron's fields (graph_id is the cache key) and the extras."""
+    record.update(rank=rank(), graph_id=record["cache_key"],
+                  timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     with _lock:
         _records.append(record)
 
@@ -76,16 +111,23 @@ def _graph_breaks() -> list[dict[str, Any]]:
     return breaks
 
 
-def get_dynamo_metrics() -> dict[str, Any]:
-    """This rank's compilations since the last reset.
+def get_dynamo_metrics() -> list[NeuronCompilationMetrics]:
+    """TorchNeuron's `get_dynamo_metrics()`: one record per graph compiled on this rank since the
+    last reset, in compile order. torchferry's fuller view is `compile_metrics()`."""
+    with _lock:
+        return [NeuronCompilationMetrics(**{k: r[k] for k in RECORD_FIELDS if k in r}) for r in _records]
 
-    ``graphs``: one record per compiled graph (forward, backward or inference), with
-    TorchNeuron's field names ``graph_name``, ``graph_node_count`` and
-    ``torch_neuronx_compile_us``, plus ``cache`` (hit, miss, bypass or disabled),
-    ``cache_key``, ``input_signature`` and ``kind`` (forward, backward or inference).
+
+def compile_metrics() -> dict[str, Any]:
+    """This rank's compilations since the last reset, as the built-in device knows them (a torchferry
+    API: TorchNeuron has no such function; `torchferry.device.compile_metrics()`).
+
+    ``graphs``: one dict per compiled graph (forward, backward or inference) with TorchNeuron's
+    fields (`NeuronCompilationMetrics`) plus ``cache`` (hit, miss, bypass or disabled),
+    ``cache_key``, ``input_signature``, ``kind`` (forward, backward or inference), ``rank`` and
     ``compile_id`` (Dynamo's ``"<frame>/<n>"``; a backward graph has its forward's).
     ``graph_breaks``: Dynamo's break reasons with counts. ``recompiles``: compilations of a
-    frame after its first (a new input shape, a failed guard).
+    frame after its first (a new input shape, a failed guard). ``rank``: this process's rank.
     """
     with _lock:
         graphs = [dict(r) for r in _records]

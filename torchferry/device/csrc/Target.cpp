@@ -47,6 +47,10 @@ struct OpEntry {
 
 std::mutex g_mutex;
 std::unordered_map<const c10::FunctionSchema*, OpEntry> g_ops;
+// The target vendor's known issues: op -> the warning its first call gives (one per message,
+// so the overloads of one vendor op warn once). Read only when an op is first met.
+std::unordered_map<std::string, std::string> g_known_issues;
+std::unordered_set<std::string> g_known_issues_warned;
 std::unordered_map<std::string, int64_t> g_syncs;
 TargetConfig g_config;
 
@@ -128,11 +132,23 @@ OpEntry& entry_of(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* schema = &op.schema();
   Slot& slot = slots[(reinterpret_cast<uintptr_t>(schema) >> 4) & 511];
   if (slot.schema == schema) return *slot.entry;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto [it, inserted] = g_ops.try_emplace(schema);
-  if (inserted) classify(op, it->second);
-  slot = {schema, &it->second};
-  return it->second;
+  std::string known_issue;
+  OpEntry* entry;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto [it, inserted] = g_ops.try_emplace(schema);
+    if (inserted) {
+      classify(op, it->second);
+      auto issue = g_known_issues.find(it->second.info.name);
+      if (issue != g_known_issues.end() && g_known_issues_warned.insert(issue->second).second) {
+        known_issue = issue->second;
+      }
+    }
+    entry = &it->second;
+  }
+  slot = {schema, entry};
+  if (!known_issue.empty()) TORCH_WARN(known_issue);
+  return *entry;
 }
 
 }  // namespace
@@ -264,6 +280,12 @@ void account_ops(const std::vector<std::string>& op_names) {
     TORCH_CHECK_VALUE(handle.has_value(), "no ATen operator named ", name);
     account(*handle);
   }
+}
+
+void set_known_issues(const std::unordered_map<std::string, std::string>& warnings) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_known_issues = warnings;
+  g_known_issues_warned.clear();
 }
 
 std::unordered_map<std::string, int64_t> executed_ops() {

@@ -283,6 +283,8 @@ void set_target(const std::unordered_map<std::string, int>& codes,
                 bool target_numerics, int rules);
 std::unordered_map<std::string, int64_t> executed_ops();
 std::unordered_map<std::string, int64_t> fallback_ops();
+// op -> the warning its first call gives: the target vendor's known issue with the op.
+void set_known_issues(const std::unordered_map<std::string, std::string>& warnings);
 std::unordered_map<std::string, std::string> fallback_reasons_seen();
 std::unordered_map<std::string, int64_t> host_syncs();
 void clear_op_tracking();

@@ -7,7 +7,8 @@ lies inside torchferry. Each function is the built-in device's own (`torch.neuro
 
 The public names are those of the real package's `torch_neuronx/__init__.py` (source
 snapshot, commit 98154b8) that the host can honour: devices, synchronisation and streams,
-the memory statistics, op accounting, compile metrics and `NeuronProfiler`. NKI kernels
+the memory statistics, op accounting (lists of op names, as there), compile metrics and
+`NeuronProfiler`; tests/device/test_neuron_contract.py checks them against the snapshot. NKI kernels
 (`nki_op`, `wrap_nki`) compile for NeuronCores and have no host equivalent: asking for
 them raises an AttributeError that says so. The Hugging Face libraries only need the
 module to be found and imported; they then call `torch.neuron`.
@@ -19,22 +20,18 @@ from typing import Any
 
 import torchferry
 from torchferry.device import neuron
-from torchferry.device.neuron import (
-    Event,
-    Stream,
-    StreamContext,
-    clear_op_tracking,
+from torchferry.device.compile import get_dynamo_metrics, reset_dynamo_metrics
+from torchferry.device.neuron import _accounting
+from torchferry.device.neuron._accounting import clear_op_tracking
+from torchferry.device.neuron import _devices
+from torchferry.device.neuron._devices import (
     current_device,
-    current_stream,
-    default_stream,
-    device,
     device_count,
-    empty_cache,
-    get_device_properties,
-    get_dynamo_metrics,
-    get_executed_ops,
-    get_fallback_ops,
     is_neuron_runtime_initialized,
+    set_device,
+)
+from torchferry.device.neuron._memory import (
+    empty_cache,
     max_memory_allocated,
     max_memory_reserved,
     memory_allocated,
@@ -42,9 +39,14 @@ from torchferry.device.neuron import (
     memory_stats,
     memory_summary,
     reset_accumulated_memory_stats,
-    reset_dynamo_metrics,
     reset_peak_memory_stats,
-    set_device,
+)
+from torchferry.device.neuron._streams import (
+    Event,
+    Stream,
+    StreamContext,
+    current_stream,
+    default_stream,
     set_stream,
     stream,
     synchronize,
@@ -54,6 +56,30 @@ from torchferry.device.standin.profiling import NeuronProfiler
 __torchferry__ = True
 # A PEP 440 version that no real torch-neuronx release has: `+torchferry` marks the stand-in.
 __version__ = f"{torchferry.__version__}+torchferry"
+
+
+
+def device(device: Any) -> Any:
+    """`with torch_neuronx.device(d):` makes `d` current for the block (TorchNeuron's parameter name)."""
+    return _devices.device(device)
+
+
+def get_device_properties(device: Any) -> Any:
+    """The device's properties; TorchNeuron's `torch_neuronx` form takes the device (its `torch.neuron` one
+    defaults to the current device)."""
+    return _devices.get_device_properties(device)
+
+
+def get_fallback_ops() -> list[str]:
+    """The ops that ran on the host, as TorchNeuron returns them: a list of names (the counts are
+    `torch.neuron.get_fallback_ops()`, a torchferry extension)."""
+    return list(_accounting.get_fallback_ops())
+
+
+def get_executed_ops() -> list[str]:
+    """The ops that ran on the device: a list of names, as in TorchNeuron."""
+    return list(_accounting.get_executed_ops())
+
 
 _NEEDS_TRAINIUM = {
     "nki_op": "NKI kernels",

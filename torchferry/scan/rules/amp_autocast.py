@@ -38,4 +38,5 @@ RULE = Rule(
     safe_fix="`torch.cuda.amp.autocast(args)` -> `torch.amp.autocast(device_type=<current accelerator type>, args as keywords)`",
     node_types=(cst.Name, cst.Attribute),
     check=check,
+    prefilter=r"cuda",
 )

@@ -67,4 +67,5 @@ RULE = Rule(
     fix="drop the scaler (`loss.backward(); optimizer.step()`), or `GradScaler(..., enabled=False)` for bf16",
     node_types=(cst.Call,),
     check=check,
+    prefilter=r"GradScaler",
 )

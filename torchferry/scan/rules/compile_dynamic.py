@@ -24,4 +24,5 @@ RULE = Rule(
     fix="drop `dynamic=True`; pad or bucket inputs to a few fixed shapes",
     node_types=(cst.Call,),
     check=check,
+    prefilter=r"compile",
 )

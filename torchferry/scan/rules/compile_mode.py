@@ -37,4 +37,5 @@ RULE = Rule(
     fix="drop `mode=` (or leave it, knowing the target ignores it) and measure with `ferry check`",
     node_types=(cst.Call,),
     check=check,
+    prefilter=r"compile",
 )

@@ -145,4 +145,5 @@ RULE = Rule(
     "(a few buckets)",
     node_types=(cst.Call,),
     check=check,
+    prefilter=r"compile",
 )

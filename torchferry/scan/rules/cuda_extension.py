@@ -20,4 +20,5 @@ RULE = Rule(
     fix="build a `CppExtension` with a CPU path, or guard the extension and fall back to PyTorch ops",
     node_types=(cst.Name, cst.Attribute),
     check=check,
+    prefilter=r"CUDAExtension",
 )

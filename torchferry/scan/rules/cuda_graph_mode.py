@@ -56,4 +56,5 @@ RULE = Rule(
     "and measure with `ferry check`",
     node_types=(cst.Call,),
     check=check,
+    prefilter=r"compile",
 )

@@ -43,4 +43,5 @@ RULE = Rule(
     '`torch.device(...)`, `.to(...)`) -> the current accelerator type; "cuda:N" and stored strings are left alone',
     node_types=(cst.SimpleString, cst.FormattedString),
     check=check,
+    prefilter=r"cuda",
 )

@@ -32,4 +32,5 @@ RULE = Rule(
     safe_fix="`.cuda()` / `.cuda(non_blocking=...)` -> `.to(torch.accelerator.current_accelerator(), ...)`; `.cuda(i)` is left alone",
     node_types=(cst.Call,),
     check=check,
+    prefilter=r"cuda",
 )

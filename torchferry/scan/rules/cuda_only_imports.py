@@ -42,4 +42,5 @@ RULE = Rule(
     fix="replace it with the PyTorch built-in named in the message",
     node_types=(cst.Import, cst.ImportFrom),
     check=check,
+    prefilter=r"flash_attn|bitsandbytes|apex|xformers|pycuda|cupy",
 )

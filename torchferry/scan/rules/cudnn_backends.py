@@ -24,4 +24,5 @@ RULE = Rule(
     "`torch.set_float32_matmul_precision(...)`",
     node_types=(cst.Name, cst.Attribute),
     check=check,
+    prefilter=r"cuda|cudnn",
 )

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import libcst as cst
 
 from torchferry.scan.host_ops import HostOp, boolean_index_op, matching_call
+from torchferry.scan.regions import REGION_WORDS
 from torchferry.report.scan import Hit, Rule, Severity
 
 
@@ -56,4 +57,5 @@ RULE = Rule(
     "`torch.nonzero_static(x, size=k)`, or move the op into data loading",
     node_types=(cst.Call, cst.Subscript),
     check=check,
+    prefilter=REGION_WORDS,
 )

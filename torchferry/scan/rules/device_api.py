@@ -5,7 +5,8 @@ machine, `torch.accelerator.is_available()` is True, so the guarded block starts
 The rename is therefore safe only when every CUDA-tied call in the blocks the guard decides
 (its body and its `else`) is fixed too; otherwise the guard is reported and left as it is, with
 the call that would run unfixed named. A guard is the test of an `if`, a `while` or a
-conditional expression, through `not`, `and`, `or` and comparisons.
+conditional expression, through `not`, `and`, `or` and comparisons, or a name assigned the
+call and tested by such a guard in the same source.
 """
 
 from collections.abc import Iterator
@@ -28,16 +29,46 @@ RENAMES = {
 }
 
 
-def guard_of(node: cst.CSTNode, ctx) -> cst.If | cst.While | cst.IfExp | None:
-    """The `if` / `while` / conditional expression whose test holds ``node`` (an expression), or None."""
+def _enclosing(node: cst.CSTNode, ctx) -> tuple[cst.CSTNode, cst.CSTNode | None]:
+    """The outermost expression around ``node`` and what holds it (a guard, an assignment, a statement)."""
     child, parent = node, ctx.parent(node)
-    while parent is not None:
-        if isinstance(parent, GUARDS):
-            return parent if parent.test is child else None
-        if not isinstance(parent, (cst.BaseExpression, cst.Arg, cst.ComparisonTarget)):
-            return None
+    while isinstance(parent, (cst.BaseExpression, cst.Arg, cst.ComparisonTarget)) and not isinstance(parent, GUARDS):
         child, parent = parent, ctx.parent(parent)
-    return None
+    return child, parent
+
+
+def guards_of(node: cst.CSTNode, ctx) -> list[cst.If | cst.While | cst.IfExp]:
+    """The guards ``node`` (an expression) decides: the `if` / `while` / conditional expression whose test holds
+    it, or, when it is assigned to a name (`use_cuda = torch.cuda.is_available()`), every guard that tests that
+    name in this source."""
+    child, parent = _enclosing(node, ctx)
+    if isinstance(parent, GUARDS):
+        return [parent] if parent.test is child else []
+    single = isinstance(parent, cst.Assign) and len(parent.targets) == 1
+    if not (single and isinstance(parent.targets[0].target, cst.Name)):
+        return []
+    name = parent.targets[0].target.value
+    found: list[cst.If | cst.While | cst.IfExp] = []
+
+    class _Tests(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            if isinstance(n, GUARDS) and _names(n.test, name):
+                found.append(n)
+            return True
+
+    ctx.module.visit(_Tests())
+    return found
+
+
+def _names(test: cst.CSTNode, name: str) -> bool:
+    seen: list[bool] = []
+
+    class _Find(cst.CSTVisitor):
+        def visit_Name(self, n: cst.Name) -> None:
+            seen.append(n.value == name)
+
+    test.visit(_Find())
+    return any(seen)
 
 
 def unfixed_in(guard: cst.If | cst.While | cst.IfExp, ctx) -> tuple[str, cst.CSTNode] | None:
@@ -66,8 +97,7 @@ def check(node: cst.BaseExpression, ctx) -> Iterator[Hit]:
         return
     new = f"torch.accelerator.{RENAMES[name]}"
     message = f"`{name}` works only on CUDA; `{new}` works on every accelerator."
-    guard = guard_of(node, ctx)
-    hazard = unfixed_in(guard, ctx) if guard is not None else None
+    hazard = next((h for h in (unfixed_in(g, ctx) for g in guards_of(node, ctx)) if h is not None), None)
     if hazard is not None:
         line = ctx.positions[hazard[1]].start.line
         yield Hit(node, message=(
@@ -88,4 +118,5 @@ RULE = Rule(
     "only when every CUDA-only call in the blocks it decides is fixed too",
     node_types=(cst.Name, cst.Attribute),
     check=check,
+    prefilter=r"cuda",
 )

@@ -36,4 +36,5 @@ RULE = Rule(
     fix="`torch.Event` / `torch.Stream` / `torch.accelerator.current_stream()` / `torch.accelerator.set_stream()`",
     node_types=(cst.Name, cst.Attribute),
     check=check,
+    prefilter=r"cuda",
 )

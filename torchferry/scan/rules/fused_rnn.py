@@ -45,4 +45,5 @@ RULE = Rule(
     "the recurrent module on the CPU",
     node_types=(cst.Call,),
     check=check,
+    prefilter=r"LSTM|GRU|lstm|gru",
 )

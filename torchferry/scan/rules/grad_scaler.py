@@ -32,4 +32,5 @@ RULE = Rule(
     safe_fix="`torch.cuda.amp.GradScaler(args)` -> `torch.amp.GradScaler(<current accelerator type>, args)`",
     node_types=(cst.Name, cst.Attribute),
     check=check,
+    prefilter=r"cuda",
 )

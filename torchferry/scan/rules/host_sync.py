@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from torchferry.scan.regions import REGION_WORDS
 from torchferry.report.scan import Hit, Rule, Severity
 
 READ_METHODS = {"item", "tolist", "cpu"}
@@ -99,4 +100,5 @@ RULE = Rule(
     "(`if step % N == 0:`) or once per epoch",
     node_types=(cst.Call, cst.If, cst.While, cst.Assert),
     check=check,
+    prefilter=REGION_WORDS,
 )

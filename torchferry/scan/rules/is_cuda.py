@@ -20,4 +20,5 @@ RULE = Rule(
     fix="`x.device.type == torch.accelerator.current_accelerator().type` (or `x.device.type != \"cpu\"`)",
     node_types=(cst.Attribute,),
     check=check,
+    prefilter=r"is_cuda",
 )

@@ -47,4 +47,5 @@ RULE = Rule(
     fix="the `torch.accelerator` memory function of the same name (guard it with `torch.accelerator.is_available()`)",
     node_types=(cst.Name, cst.Attribute),
     check=check,
+    prefilter=r"cuda",
 )

@@ -29,4 +29,5 @@ RULE = Rule(
     safe_fix='"nccl" as the backend of `init_process_group` / `new_group` -> the default backend of the current accelerator',
     node_types=(cst.SimpleString,),
     check=check,
+    prefilter=r"(?i)nccl",
 )

@@ -29,4 +29,5 @@ RULE = Rule(
     "or its `torch.accelerator` / `torch.amp` equivalent",
     node_types=(cst.Name, cst.Attribute),
     check=check,
+    prefilter=r"cuda",
 )

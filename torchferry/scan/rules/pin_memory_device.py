@@ -25,4 +25,5 @@ RULE = Rule(
     fix="drop the device argument: `x.pin_memory()` / `DataLoader(pin_memory=True)` pin for the current accelerator",
     node_types=(cst.Call,),
     check=check,
+    prefilter=r"pin_memory",
 )

@@ -18,6 +18,7 @@ from functools import cache
 
 import libcst as cst
 
+from torchferry.scan.regions import REGION_WORDS
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.host_ops import SPELLINGS
 from torchferry.scan.tensors import is_dotted_name
@@ -80,9 +81,11 @@ def check(node: cst.Call, ctx) -> Iterator[Hit]:
     if found is None:
         return
     op, reason = found
+    profile = _profile()
+    table = profile.native_ops.path.name if profile.native_ops else "no native-op table"
     yield Hit(node.func, message=(
         f"`{named[1]}` in a {region} runs {op}, which the target runs on the host: {reason}. Each call copies its "
-        f"inputs to the host and the result back, every step [{_profile().name} device profile, {_profile().native_ops.path.name}]."))
+        f"inputs to the host and the result back, every step [{profile.name} device profile, {table}]."))
 
 
 RULE = Rule(
@@ -95,4 +98,5 @@ RULE = Rule(
     "move the call out of the step, or measure its share with `ferry check`",
     node_types=(cst.Call,),
     check=check,
+    prefilter=REGION_WORDS,
 )

@@ -84,4 +84,5 @@ RULE = Rule(
     'or load with `torch.load(path, map_location="cpu")` everywhere',
     node_types=(cst.Call,),
     check=check,
+    prefilter=r"state_dict",
 )

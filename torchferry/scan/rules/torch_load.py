@@ -40,4 +40,5 @@ RULE = Rule(
     "model's own tensors wherever they live",
     node_types=(cst.Call,),
     check=check,
+    prefilter=r"load",
 )

@@ -35,4 +35,5 @@ RULE = Rule(
     fix="`torch.compile(model)` for speed, `torch.export.export(model, args)` for a portable graph",
     node_types=(cst.Name, cst.Attribute),
     check=check,
+    prefilter=r"jit",
 )

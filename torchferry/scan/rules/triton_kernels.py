@@ -21,4 +21,5 @@ RULE = Rule(
     fix="keep a PyTorch reference implementation and dispatch to it off GPU (or write a target kernel)",
     node_types=(cst.Decorator,),
     check=check,
+    prefilter=r"triton",
 )

@@ -49,4 +49,5 @@ RULE = Rule(
     'map_location="cpu"))` (not rewritten: the loader changes too)',
     node_types=(cst.Call,),
     check=check,
+    prefilter=r"save",
 )

@@ -65,10 +65,10 @@ def set_device(device: _device_t) -> None:
 
 
 @contextmanager
-def device(device: _device_t) -> Iterator[None]:
-    """Context manager that makes `device` current, like `torch.cuda.device`."""
+def device(device_spec: _device_t) -> Iterator[None]:
+    """Context manager that makes `device_spec` current, like `torch.cuda.device`."""
     previous = current_device()
-    set_device(device)
+    set_device(device_spec)
     try:
         yield
     finally:
@@ -93,29 +93,15 @@ def get_device_properties(device: _device_t = None) -> _NeuronDeviceProperties:
     )
 
 
-def get_device_name(device: _device_t = None) -> str:
+def get_device_name(device: _device_t = 0) -> str:
     return get_device_properties(device).name
 
 
 def get_amp_supported_dtype() -> list[torch.dtype]:
-    return [torch.bfloat16, torch.float16]
+    """TorchNeuron's list (torch_neuronx/neuron.py), float32 included."""
+    return [torch.float32, torch.float16, torch.bfloat16]
 
 
-def is_bf16_supported(including_emulation: bool = True) -> bool:
+def is_bf16_supported() -> bool:
     return True
 
-
-__all__ = [
-    "current_device",
-    "device",
-    "device_count",
-    "get_amp_supported_dtype",
-    "get_device_name",
-    "get_device_properties",
-    "init",
-    "is_available",
-    "is_bf16_supported",
-    "is_initialized",
-    "is_neuron_runtime_initialized",
-    "set_device",
-]

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from torchferry.device.neuron.devices import _index
+from torchferry.device.neuron._devices import _index
 
 
 def _device(device: Any = None) -> torch.device:
@@ -23,23 +23,36 @@ def _device(device: Any = None) -> torch.device:
 
 
 class Stream:
-    """`torch.neuron.Stream(device=None, priority=0)`: a `torch.Stream` on a neuron device.
+    """`torch_neuronx.Stream(device=None, priority=0, **kwargs)`: a `torch.Stream` on a neuron device;
+    with `stream_id`, `device_index` and `device_type` keywords, the existing stream they name.
 
     It returns PyTorch's own `torch.Stream`, because PyTorch's stream and event
     methods accept only that exact type.
     """
 
-    def __new__(cls, device: Any = None, priority: int = 0) -> torch.Stream:  # type: ignore[misc]
+    def __new__(cls, device: Any = None, priority: int = 0, **kwargs: Any) -> torch.Stream:  # type: ignore[misc]
+        if {"stream_id", "device_index", "device_type"} <= kwargs.keys():
+            return torch.Stream(stream_id=kwargs["stream_id"], device_index=kwargs["device_index"],
+                                device_type=kwargs["device_type"])
         return torch.Stream(device=_device(device), priority=priority)
 
 
 class Event:
-    """`torch.neuron.Event(enable_timing=True, ...)`: a `torch.Event` on the current neuron device."""
+    """`torch_neuronx.Event(enable_timing=False, blocking=False)`: a `torch.Event` on the current neuron device."""
 
-    def __new__(cls, enable_timing: bool = True, blocking: bool = False,  # type: ignore[misc]
-                interprocess: bool = False) -> torch.Event:
-        return torch.Event(device=_device(), enable_timing=enable_timing, blocking=blocking,
-                           interprocess=interprocess)
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False) -> torch.Event:  # type: ignore[misc]
+        return torch.Event(device=_device(), enable_timing=enable_timing, blocking=blocking)
+
+
+def new_stream(**kwargs: Any) -> torch.Stream:
+    """`torch.neuron.Stream(**kwargs)`: TorchNeuron's is a function that takes keywords only
+    (`device`, `priority`), not the class."""
+    return Stream(**kwargs)
+
+
+def new_event(enable_timing: bool = False, blocking: bool = False) -> torch.Event:
+    """`torch.neuron.Event(enable_timing=False, blocking=False)`, a function as in TorchNeuron."""
+    return Event(enable_timing=enable_timing, blocking=blocking)
 
 
 def synchronize(device: Any = None) -> None:
@@ -85,3 +98,23 @@ class StreamContext:
 def stream(stream: torch.Stream | None) -> StreamContext:
     """`with torch.neuron.stream(s):` runs the block with `s` as the current stream."""
     return StreamContext(stream)
+
+
+def wait_stream(stream: torch.Stream) -> None:
+    """Make the current stream wait for `stream` (kernels run synchronously: nothing to wait for)."""
+    current_stream().wait_stream(stream)
+
+
+def wait_event(event: torch.Event) -> None:
+    """Make the current stream wait for `event`."""
+    current_stream().wait_event(event)
+
+
+def record_event(event: torch.Event | None = None) -> torch.Event:
+    """Record `event` (None: a new one) on the current stream and return it."""
+    return current_stream().record_event(event)
+
+
+def query() -> bool:
+    """Whether all work on the current stream has finished (always, here: kernels run synchronously)."""
+    return current_stream().query()

@@ -1,24 +1,21 @@
-"""Per-device RNG: `torch.cuda.random`'s functions over the neuron generators."""
+"""Per-device RNG over the neuron generators: TorchNeuron's `torch.neuron` names (torch_neuronx/neuron.py),
+which has no `get_rng_state_all`/`set_rng_state_all`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 
 from torchferry.device import _runtime
+from torchferry.device.neuron._devices import _index, device_count
 
 
 def _generator(device: Any = None) -> torch.Generator:
-    from torchferry.device.neuron import _index
-
     return _runtime.core()._default_generator(_index(device))
 
 
 def _all() -> list[torch.Generator]:
-    from torchferry.device.neuron import device_count
-
     return [_runtime.core()._default_generator(i) for i in range(device_count())]
 
 
@@ -45,18 +42,11 @@ def initial_seed() -> int:
     return _generator().initial_seed()
 
 
-def get_rng_state(device: Any = "neuron") -> torch.Tensor:
+def get_rng_state(device: Any = None) -> torch.Tensor:
+    """The RNG state of `device` (None: the current device)."""
     return _generator(device).get_state()
 
 
-def set_rng_state(new_state: torch.Tensor, device: Any = "neuron") -> None:
-    _generator(device).set_state(new_state.cpu())
-
-
-def get_rng_state_all() -> list[torch.Tensor]:
-    return [g.get_state() for g in _all()]
-
-
-def set_rng_state_all(new_states: Iterable[torch.Tensor]) -> None:
-    for generator, state in zip(_all(), new_states, strict=True):
-        generator.set_state(state.cpu())
+def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
+    """Set the RNG state of `device` (None: the current device)."""
+    _generator(device).set_state(state.cpu())
