@@ -13,6 +13,8 @@ import pytest
 from ferryrun import ferry
 from torchferry.status import ExitStatus
 
+pytestmark = pytest.mark.slow  # whole ferry check runs on real models (dropout Transformer, adapters): worker processes
+
 FIXTURES = Path(__file__).with_name("fixtures")
 FAST = ["--rounds", "1", "--reps", "1", "-q", "--target", "neuron"]
 TRANSFORMER = f"{FIXTURES / 'dropout_transformer.py'}:build"

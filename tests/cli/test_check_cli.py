@@ -8,6 +8,8 @@ from checkrun import FAST, FIXTURES, MLP_FORWARD_WITH_PROGRESS, run_check
 from torchferry.report.check import FORMAT_VERSION
 from torchferry.status import ExitStatus
 
+pytestmark = pytest.mark.slow  # whole ferry check runs: worker processes each import torch and build the workload
+
 
 @pytest.mark.slow  # ~25 s on 2 cores: four processes with transformers
 def test_cpu_to_cpu_training_run_writes_a_go_report_with_every_result(check):
@@ -104,6 +106,7 @@ def test_a_target_crash_is_reported_as_no_go_not_fatal(check):
     assert result.exit_status == ExitStatus.NEGATIVE_RESULT, result.stderr
     report = result.report
     assert report["parity"]["status"] == "fail_to_run"
+    assert report["failure"]["kind"] == "workload" and report["failure"]["finding"] is True  # an error slug, always
     assert "died" in report["failure"]["message"] and "signal 6" in report["failure"]["message"]
     assert report["timing"]["ref"]["time_to_n_s"] is not None  # the reference's measurements are kept
 

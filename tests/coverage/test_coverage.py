@@ -8,6 +8,8 @@ from torchferry.coverage import configs, results
 from torchferry.report.coverage import CATEGORIES, FORMAT_VERSION, Category, Row
 from torchferry.status import ExitStatus
 
+pytestmark = pytest.mark.slow  # coverage sweeps: builds and runs Hugging Face architectures, in worker processes
+
 # A real architecture runs correctly on the built-in device when it passes, or when its only finding is
 # ops the device profile predicts would run on the host (those depend on the profile, not the harness).
 RUNS_CORRECTLY = (Category.PASS, Category.FAIL_FALLBACK)

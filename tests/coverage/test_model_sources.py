@@ -15,6 +15,8 @@ from torchferry.report.coverage import Category, Row
 sys.path.insert(0, str(Path(__file__).parents[1] / "workloads"))
 from test_model_source import REMOTE, TINY, hub_cache  # noqa: E402  (the one fake Hub cache of the tests)
 
+pytestmark = pytest.mark.slow  # coverage cases that build and run architectures
+
 DROPOUT_BF16 = {**TINY, "attention_dropout": 0.1, "torch_dtype": "bfloat16"}
 
 

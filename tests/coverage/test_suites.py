@@ -14,6 +14,8 @@ from torchferry.coverage import configs, methods, suites
 from torchferry.errors import UsageError
 from caserun import RUNS_CORRECTLY, run_case
 
+pytestmark = pytest.mark.slow  # coverage sweeps: builds and runs Hugging Face architectures, in worker processes
+
 
 @pytest.mark.parametrize("suite,arch", [
     ("seq2seq", "t5"), ("seq2seq", "bart"),

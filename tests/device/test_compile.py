@@ -14,6 +14,8 @@ import pytest
 import torchferry.device
 from torchferry.device import compile_metrics
 
+pytestmark = pytest.mark.slow  # torch.compile through Inductor on the built-in device
+
 
 def _tiny_llama():
     import torch

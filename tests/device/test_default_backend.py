@@ -13,7 +13,7 @@ import pytest
 
 from torchferry.device import compile_metrics
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # torch.compile through Inductor on the built-in device
 
 
 def _mlp():

@@ -4,6 +4,9 @@ failing as it does on TorchNeuron 98154b8: accelerate's Neuron path (`checkpoint
 does not define."""
 
 from __future__ import annotations
+import pytest
+
+pytestmark = pytest.mark.slow  # Hugging Face libraries end to end on the built-in device
 
 
 def test_accelerator_bf16_trains_and_save_state_fails_as_on_torchneuron(run_python, tmp_path):

@@ -8,6 +8,9 @@ import copy
 
 import torch
 from hf_tiny import tiny_llama
+import pytest
+
+pytestmark = pytest.mark.slow  # Hugging Face libraries end to end on the built-in device
 
 from torchferry.device import compile_metrics
 

@@ -12,6 +12,8 @@ import pytest
 import torch
 from hf_tiny import tiny_llama, token_batches
 
+pytestmark = pytest.mark.slow  # Hugging Face libraries end to end on the built-in device
+
 TORCHRUN_SCRIPT = Path(__file__).with_name("trainer_ddp_script.py")
 
 

@@ -50,7 +50,8 @@ def no_trace(monkeypatch):
 def test_bad_input_is_a_usage_error_before_tracing(tmp_path, no_trace, args, expected):
     result = run_plan(args, tmp_path / "out")
     assert result.exit_status == ExitStatus.USAGE, result.stderr
-    assert result.stderr.startswith("ferry"), result.stderr
+    assert result.stderr.startswith("ferry plan: "), result.stderr
+    assert result.stderr.count("ferry plan: ") == 1 and "ferry plan: ferry" not in result.stderr  # one prefix
     for text in expected:
         assert text in result.stderr
     assert "Traceback" not in result.stderr

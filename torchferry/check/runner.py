@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from torchferry.check import cost, exit as exit_mod, rehearsal, resume, timing
+from torchferry.check import cost, exit as exit_mod, parity, rehearsal, resume, timing
 from torchferry.check.config import CheckConfig
 from torchferry.errors import (
     DeviceOutOfMemoryError,
@@ -33,7 +33,7 @@ from torchferry.errors import (
     from_kind,
     low_on_space,
 )
-from torchferry.harness import launch, parity
+from torchferry.harness import launch
 from torchferry.harness.modes import Mode
 from torchferry.harness.prices import load_prices
 from torchferry.harness.protocol import WorkerProcess, python_module, run_to_end, worker_env
@@ -318,7 +318,7 @@ class Runner:
                                               timing.device_timing(self.cfg.target, {}, []), self.cfg.warm_up)
         self.report.timing.status = TimingStatus.PARTIAL
         self.report.rehearsal = rehearsal.result(self.workdir, self.cfg, self.report.parity)
-        self.report.failure = Failure(kind=str(kind), message=str(error), exit_status=3, phase=self.phase, finding=True,
+        self.report.failure = Failure(kind=error.slug, message=str(error), exit_status=3, phase=self.phase, finding=True,
                                       traceback=getattr(error, "user_traceback", None), log=str(self.workdir / "target.log"))
         self.note(f"target failed: {error}")
 

@@ -18,7 +18,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from torchferry.device.target import EagerCompiles, eager_compiles, fallback_summary, host_syncs, known_issues
+from torchferry.device.target import (
+    EagerCompiles,
+    eager_compiles,
+    fallback_reasons,
+    fallback_summary,
+    host_syncs,
+    known_issues,
+    numerics,
+)
+from torchferry.device._settings import parse_bytes
 from torchferry.errors import DeviceConflictError, UsageError
 
 DEVICE_NAME = "neuron"
@@ -141,6 +150,6 @@ def _autoload() -> None:
 
 
 __all__ = [
-    "DEVICE_NAME", "EagerCompiles", "compile_metrics", "eager_compiles", "enable", "fallback_summary", "host_syncs", "is_enabled",
-    "known_issues", "real_neuron_installed",
+    "DEVICE_NAME", "EagerCompiles", "compile_metrics", "eager_compiles", "enable", "fallback_reasons", "fallback_summary",
+    "host_syncs", "is_enabled", "known_issues", "numerics", "parse_bytes", "real_neuron_installed",
 ]

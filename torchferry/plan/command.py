@@ -39,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--trust-remote-code", action="store_true",
                    help="let the config's repository code build the model (configs with an auto_map), as transformers' "
                         "trust_remote_code; refused without it")
-    m.add_argument("--workload", metavar="SPEC", help="a workload spec: path/to/file.py:build or package.module:build")
+    m.add_argument("-w", "--workload", metavar="SPEC", help="a workload spec: path/to/file.py:build or package.module:build")
     lay = parser.add_argument_group("layout")
     lay.add_argument("--world", type=int, help="ranks, one per logical core (default: the instance's accelerators)")
     lay.add_argument("--fsdp", type=int, help="FSDP2 sharding degree (default: world / tp)")
@@ -77,7 +77,7 @@ WORLD = bounds.Bound(low=1, high=MAX_WORLD, whole=True,
 
 def _capacity(args: argparse.Namespace) -> dict:
     if args.capacity is not None:
-        from torchferry.device._settings import parse_bytes
+        from torchferry.device import parse_bytes
 
         return {"bytes": parse_bytes(args.capacity, "--capacity"), "source": f"--capacity {args.capacity}"}
     from torchferry.device.profile import load_profile

@@ -60,7 +60,7 @@ def resolve(size: str | None, config: str | None, workload: str | None, trust_re
     torchferry.workloads.model_source but a built-in name; a Hub id's config is fetched, nothing else)."""
     given = [flag for flag, value in (("--size", size), ("--config", config), ("--workload", workload)) if value]
     if len(given) > 1:
-        raise UsageError(f"ferry plan: {' and '.join(given)} both name the model; give one of --size, --config, --workload.")
+        raise UsageError(f"{' and '.join(given)} both name the model; give one of --size, --config, --workload.")
     if config:
         return _from_model_source(config, trust_remote_code)
     if workload:
@@ -70,7 +70,7 @@ def resolve(size: str | None, config: str | None, workload: str | None, trust_re
         return ModelSpec(kind="workload", name=workload, source=workload, spec=workload)
     size = size or "8b"
     if size not in LLAMA_SIZES:
-        raise UsageError(f"ferry plan: unknown --size {size!r}. Valid: {', '.join(LLAMA_SIZES)}; or pass a transformers "
+        raise UsageError(f"unknown --size {size!r}. Valid: {', '.join(LLAMA_SIZES)}; or pass a transformers "
                          "config with --config FILE.json, or a workload with --workload path/to/file.py:build.")
     entry = LLAMA_SIZES[size]
     return ModelSpec(kind="builtin", name=entry["name"], source=entry["source"], config=dict(entry["config"]))

@@ -22,6 +22,9 @@ in docs/check/report-format.md) on every incompatible change.
   device row; an emulated target's row has no ``cost_per_unit`` or ``utilisation``.
 - 5: ``next_actions``: every condition, failure and stop of the verdict with its fix, as one list
   (``result``, ``action``), in the order the reports show them.
+- 6: ``failure.kind`` is always an error slug (docs/check/errors.md): a target that fails where the
+  reference ran gives the slug of its error (``workload``, ``non-finite``, ...), no longer the parity
+  status (``fail_to_run``/``non_finite``, which stays in ``parity.status``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from typing import Any
 from torchferry.report.comparison import Comparison
 from torchferry.report.meta import Failure, Meta
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 FORMAT = "torchferry.check"
 
 
