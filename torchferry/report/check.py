@@ -20,6 +20,11 @@ in docs/check/report-format.md) on every incompatible change.
   timing, ``timing.warnings`` (unstable figures); cost: ``projection`` (the target at 10/25/40/60%
   of its peak: roofline step, cost per unit, break-even utilisation), ``accelerators_used`` per
   device row; an emulated target's row has no ``cost_per_unit`` or ``utilisation``.
+- 5: ``workload`` says which kind of workload ran: ``{"kind": "build"}`` (a ``build()`` workload) or
+  ``{"kind": "script", command, run_as, launcher, script, module, nproc, seeded, steps_limit, runs}``
+  (`ferry check -- COMMAND`, an unchanged script); ``parity.grad_norm_curve`` (per-step gradient
+  norms, scripts); device timing ``run_s`` (process start to exit) and ``warmup_s`` (time the early
+  steps took above the steady step).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import Any
 from torchferry.report.comparison import Comparison
 from torchferry.report.meta import Failure, Meta
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 FORMAT = "torchferry.check"
 
 
@@ -80,6 +85,7 @@ class ParityResult:
     outputs: list[Comparison] = field(default_factory=list)
     gradients: list[Comparison] = field(default_factory=list)
     loss_curve: dict = field(default_factory=dict)  # ref, target, fp64 lists + comparison
+    grad_norm_curve: dict = field(default_factory=dict)  # scripts: per-step gradient norms, ref and target + comparison
     tokens: dict = field(default_factory=dict)  # match, ref, target, first_mismatch
     modules: list[Comparison] = field(default_factory=list)  # execution order
     first_divergent_module: Comparison | None = None
@@ -109,6 +115,8 @@ class DeviceTiming:
     emulates: str | None = None  # the device profile an emulating device stands for: its times are the host's
     stability: dict = field(default_factory=dict)  # steady state: cv, round_spread, stable, limits (check/timing.py)
     profile_trace: str | None = None  # the torch.profiler Chrome trace of this device (--profile)
+    run_s: float | None = None  # scripts: process start -> exit, the whole run
+    warmup_s: float | None = None  # scripts: what the early steps took above the steady step
 
 
 @dataclass
@@ -263,6 +271,7 @@ class CheckReport:
     meta: Meta
     environment: dict
     config: dict  # the resolved CheckConfig, as written into the report
+    workload: dict = field(default_factory=lambda: {"kind": "build"})  # build() workload, or an unchanged script
     parity: ParityResult = field(default_factory=ParityResult)
     timing: TimingResult = field(default_factory=TimingResult)
     resume: ResumeResult = field(default_factory=ResumeResult)
