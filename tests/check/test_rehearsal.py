@@ -1,7 +1,7 @@
 """The rehearsal result on purpose-built workloads (tests/check/fixtures), each with a clean twin.
 
 The workloads run in this process on the built-in device with the target worker's own recorder
-(check/worker.py ``Rehearsal``), and check/rehearsal.py judges the record: the same path as
+(check/rehearsal.py ``Recorder``, reading the harness's measurement window), and ``judge`` judges the record: the same path as
 ``ferry check``, without the worker processes. tests/check/test_rehearsal_check.py runs a few of
 them end to end.
 """
@@ -15,8 +15,9 @@ import pytest
 import torch
 
 from torchferry.check import rehearsal
-from torchferry.check.worker import Rehearsal, placement_of
+from torchferry.check.rehearsal import Recorder, placement_of
 from torchferry.harness import devices
+from torchferry.harness.window import Window
 from torchferry.report.check import RehearsalResult
 from torchferry.workloads.protocol import load_workload
 
@@ -62,13 +63,11 @@ def rehearse(device, tmp_path, name: str, attr: str = "build", steps: int = STEP
              step=train_step) -> RehearsalResult:
     """``steps`` steps (training, or ``forward_step``) of a fixture as the target worker records them, judged."""
     w = workload(name, attr)
-    counters = devices.Counters(device)
-    counters.reset(compiled)
+    window = Window(device, "neuron" if compiled else None)
     model = copy.deepcopy(w.model).to(device)
     run = torch.compile(model, backend="neuron") if compiled else model
     opt = torch.optim.AdamW(model.parameters())
-    capacity = torch.neuron.get_device_properties(device).total_memory
-    record = Rehearsal(tmp_path / rehearsal.RECORD, devices.emulates(device), capacity)
+    record = Recorder(tmp_path / rehearsal.RECORD, device)
     for index in range(steps):
         batch = w.batch(device, index)
         with record.step(batch):
@@ -78,7 +77,7 @@ def rehearse(device, tmp_path, name: str, attr: str = "build", steps: int = STEP
         fresh = copy.deepcopy(w.model).to(device)
         step(w, fresh, torch.optim.AdamW(fresh.parameters()), w.batch(device, 0))
 
-    record.finish(counters, torch.neuron.get_dynamo_metrics if compiled else None, fresh_step, device)
+    record.finish(window.read(), fresh_step)
     return rehearsal.judge(rehearsal.load(tmp_path))
 
 

@@ -4,11 +4,9 @@ A module of its own (not conftest) so that test files import it by a unique name
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 
-from ferryrun import ferry
+from ferryrun import FerryRun, ferry_report
 
 FIXTURES = Path(__file__).parents[1] / "check" / "fixtures"  # shared with tests/check
 FAST = ["--steps", "2", "--rounds", "1", "--reps", "1", "-q"]
@@ -17,20 +15,8 @@ MLP_FORWARD_WITH_PROGRESS = ("--target", "cpu", "-w", "mlp", "--mode", "inferenc
                              "--reps", "1")
 
 
-@dataclass
-class CliResult:
-    exit_status: int
-    stdout: str
-    stderr: str
-    report: dict | None
-    report_dir: Path
-
-
-def run_check(args: list[str], output: Path) -> CliResult:
+def run_check(args: list[str], output: Path) -> FerryRun:
     """`ferry check ARGS -o OUTPUT` in-process, with captured streams and the JSON report if written."""
-    status, stdout, stderr = ferry("check", *args, "-o", str(output))
-    path = output / "report.json"
-    report = json.loads(path.read_text()) if path.is_file() else None
-    return CliResult(status, stdout, stderr, report, output)
+    return ferry_report("check", *args, output=output, report="report.json")
 
 

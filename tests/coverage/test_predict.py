@@ -3,6 +3,7 @@ host syncs, and under --compile the graphs, graph breaks with their reasons, and
 
 import pytest
 
+from torchferry.harness.window import dynamo_graphs
 from torchferry.report.coverage import Category, Row
 
 
@@ -57,23 +58,21 @@ class _Tiny:
 
 
 def _compiled_fields(broken: bool) -> dict:
-    """One compiled call under a Watch, read as the worker reads it. Dynamo's `eager` backend: the breaks
-    are Dynamo's (a backend only receives the graphs), without Inductor's compile time."""
+    """One compiled call under the measurement window, read as the worker reads it. Dynamo's `eager` backend:
+    the breaks are Dynamo's (a backend only receives the graphs), without Inductor's compile time."""
     import torch
 
     import torchferry.device
     from torchferry.coverage import predict
-    from torchferry.harness import devices
+    from torchferry.harness.window import Window
 
     torchferry.device.enable()
     device = torch.device("neuron")
     model, x = _Tiny.build(broken), torch.randn(2, 8).to(device)
-    counters = devices.Counters(device)
     torch._dynamo.reset()
-    counters.reset()
-    watch = predict.Watch(device, "eager")
+    window = Window(device, "eager")
     torch.compile(model, backend="eager")(x)
-    return watch.fields(counters)
+    return predict.fields(window.read())
 
 
 def test_fullgraph_failure_is_reported_with_its_break_reason_and_place():
@@ -98,11 +97,11 @@ def test_a_graph_break_over_two_input_signatures_is_not_a_recompilation():
     torchferry.device.enable()
     torch._dynamo.reset()
     model = torch.compile(_Tiny.build(broken=True), backend="eager", dynamic=None)
-    start = predict.graph_count()
+    start = dynamo_graphs()
     model(torch.randn(2, 16, 8).to("neuron"))
-    first = predict.graph_count() - start
+    first = dynamo_graphs() - start
     model(torch.randn(2, 12, 8).to("neuron"))
-    graphs = predict.graph_count() - start
+    graphs = dynamo_graphs() - start
     assert (first, graphs) == (2, 4)  # two frames, each compiled static, then once more dynamic
     assert not predict.recompiles(graphs, first, signatures=2)
     assert predict.recompiles(graphs + 1, first, signatures=2)  # one graph more than the signatures explain

@@ -15,7 +15,7 @@ def test_cpu_resolves_synchronises_and_reports_peak_memory():
     device = devices.resolve("cpu")
     devices.synchronize(device)
     peak = devices.peak_memory(device)
-    assert device == torch.device("cpu") and peak["bytes"] > 0 and peak["source"]
+    assert device == torch.device("cpu") and peak.bytes > 0 and peak.source == "host RSS"
 
 
 def test_unknown_device_type_is_unavailable_with_the_valid_names():
@@ -23,9 +23,26 @@ def test_unknown_device_type_is_unavailable_with_the_valid_names():
         devices.resolve("warpdrive")
 
 
-def test_default_target_always_names_a_device_and_why():
+def test_default_target_prefers_real_neuron_then_the_accelerator_then_the_builtin_device_then_cpu(monkeypatch):
+    """Each branch of the order, forced: a real torch-neuronx wins, then the current accelerator, then
+    torchferry's built-in device, and the CPU only when none exists (saying so and how to choose)."""
+    import torchferry.device
+
+    class Accelerator:
+        type = "xpu"
+
+    monkeypatch.setattr(torchferry.device, "real_neuron_installed", lambda: True)
+    assert devices.default_target() == ("neuron", "torch_neuronx is installed")
+    monkeypatch.setattr(torchferry.device, "real_neuron_installed", lambda: False)
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: True)
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda: Accelerator())
+    assert devices.default_target() == ("xpu", "current accelerator is 'xpu'")
+    monkeypatch.setattr(torch.accelerator, "is_available", lambda: False)
+    monkeypatch.setattr(devices, "builtin_device_present", lambda: True)
+    assert devices.default_target() == ("neuron", "torchferry's built-in neuron device")
+    monkeypatch.setattr(devices, "builtin_device_present", lambda: False)
     name, why = devices.default_target()
-    assert name and why
+    assert name == "cpu" and "checking cpu against cpu" in why and "--target" in why
 
 
 @pytest.mark.parametrize("folder", ["check", "coverage", "harness", "workloads", "report"])
@@ -46,10 +63,10 @@ def test_importing_the_command_module_imports_no_torch():
 
 
 def test_check_usable_refuses_an_absent_accelerator_without_registering_anything():
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA: the refusal cannot be shown here")
-    with pytest.raises(DeviceUnavailableError, match="'cuda' is not available here"):
-        devices.check_usable("cuda")
+    # an accelerator type torch knows but this machine lacks (every machine lacks at least one of them)
+    absent = next(t for t in ("cuda", "xpu", "mps") if not torch.get_device_module(t).is_available())
+    with pytest.raises(DeviceUnavailableError, match=f"'{absent}' is not available here"):
+        devices.check_usable(absent)
     devices.check_usable("cpu")
     assert torch._C._get_privateuse1_backend_name() in ("privateuseone", "neuron")
 

@@ -4,13 +4,10 @@ A module of its own (not conftest) so that test files import it by a unique name
 
 from __future__ import annotations
 
-import io
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
-from torchferry.cli import main
-from torchferry.env import Environment
+from ferryrun import FerryRun, ferry_report
 
 # A Llama small enough to step in a second on the built-in device, with a vocabulary large
 # enough that the loss's logits matter, as they do at full size.
@@ -18,21 +15,9 @@ SMALL_LLAMA = {"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4
                "num_key_value_heads": 4, "intermediate_size": 688, "vocab_size": 2048, "tie_word_embeddings": False}
 
 
-@dataclass
-class PlanRun:
-    exit_status: int
-    stdout: str
-    stderr: str
-    report: dict | None
-
-
-def run_plan(args: list[str], output: Path) -> PlanRun:
+def run_plan(args: list[str], output: Path) -> FerryRun:
     """`ferry plan ARGS -o OUTPUT -q` in-process, with captured streams and the JSON report if written."""
-    out, err = io.StringIO(), io.StringIO()
-    env = Environment(stdout=out, stderr=err, stdout_isatty=False, colors=False)
-    status = main(["plan", *args, "-o", str(output), "-q"], env)
-    path = output / "plan.json"
-    return PlanRun(status, out.getvalue(), err.getvalue(), json.loads(path.read_text()) if path.is_file() else None)
+    return ferry_report("plan", *args, "-q", output=output, report="plan.json")
 
 
 def write_config(folder: Path, **overrides) -> Path:

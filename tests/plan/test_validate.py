@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from planrun import PlanRun, run_plan, write_config
+from ferryrun import FerryRun
+from planrun import run_plan, write_config
 
 from torchferry.status import ExitStatus
 
@@ -24,7 +25,7 @@ def validated(tmp_path_factory):
     the agreement test and the checkpointing test read the same runs (each is a plan trace plus one process per rank)."""
     runs = {}
 
-    def run(world: int, checkpointing: str) -> PlanRun:
+    def run(world: int, checkpointing: str) -> FerryRun:
         if (world, checkpointing) not in runs:
             folder = tmp_path_factory.mktemp(f"validate-{world}-{checkpointing}")
             runs[world, checkpointing] = run_plan(

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from torchferry.check import cost, rehearsal, timing, verdict
+from checkcfg import make_config
+
 from torchferry.check.config import CostInputs
 from torchferry.harness import parity
 from torchferry.harness.prices import load_prices
@@ -14,14 +18,16 @@ from torchferry.report.meta import Meta
 
 
 @pytest.fixture
-def report() -> CheckReport:
+def report(tmp_path, monkeypatch) -> CheckReport:
     torch.manual_seed(0)
     golden = {n: torch.randn(2000, dtype=torch.float64) for n in ("embed", "block", "head")}
     ref = {n: g.float() for n, g in golden.items()}
     target = {"embed": ref["embed"], "block": ref["block"] + 0.5, "head": ref["head"] + 0.5}
-    cfg = {"workload": "llama", "mode": "train", "size": "tiny", "dtype": "float32", "steps": 3, "ref": "cpu",
-           "target": "neuron", "target_reason": "test", "tol": None, "eng_hours": 40, "eng_rate": 150, "volume": 1e9,
-           "ref_instance": "g6e.xlarge", "target_instance": None}
+    # the config the command itself builds (its parser and validation), with the output folder made machine-independent
+    monkeypatch.delenv("TORCHFERRY_CHECK_WARMUP", raising=False)  # the default, whatever the caller's shell says
+    built = make_config(tmp_path, "-w", "llama", "--mode", "train", "--steps", "3", "--target", "neuron",
+                        "--ref-instance", "g6e.xlarge")
+    cfg = dataclasses.replace(built, output="/ferry-report").to_dict()
     r = CheckReport(meta=Meta(format=FORMAT, format_version=FORMAT_VERSION, created="2026-01-01T00:00:00+00:00",
                               command="ferry check", wall_s=12.5), environment={"torch": "x"}, config=cfg)
     r.parity.status = "fail_accuracy"

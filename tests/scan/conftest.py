@@ -2,39 +2,17 @@
 
 from __future__ import annotations
 
-import io
-import json
-from dataclasses import dataclass
-
 import pytest
+from ferryrun import ferry as run_ferry
 
-from torchferry.cli import main
-from torchferry.env import Environment
 from torchferry.scan.engine import analyse
 from torchferry.scan.rules import RULES
 
 
-@dataclass
-class CliResult:
-    exit_status: int
-    stdout: str
-    stderr: str
-
-    @property
-    def json(self) -> dict:
-        return json.loads(self.stdout)
-
-
 @pytest.fixture
 def ferry():
-    """Run `ferry ARGS...` in-process and capture what it printed."""
-
-    def run(*argv: str) -> CliResult:
-        env = Environment(stdout=io.StringIO(), stderr=io.StringIO())
-        status = main(list(argv), env)
-        return CliResult(status, env.stdout.getvalue(), env.stderr.getvalue())
-
-    return run
+    """Run `ferry ARGS...` in-process and capture what it printed (tests/ferryrun.py)."""
+    return run_ferry
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
 """The rehearsal result: what a run on a device that emulates another predicts about the real one.
 
-The target worker records it when the device says it is a host emulation of another device
-(``torchferry.harness.devices.emulated_profile``; check/worker.py ``Rehearsal``): per step the new
-eager op signatures, host syncs and batch shapes; after the run the predicted host fallbacks, the
-compiled graphs, the peak memory, and a placement error with its op and the user's line. This
-module judges that record. Conditions (each names what to change):
+The target worker records it (``Recorder``, the capture half, reading the harness's measurement
+window) when the device says it is a host emulation of another device
+(``torchferry.harness.devices.emulates``): per step the new eager op signatures, host syncs and
+batch shapes; after the run the predicted host fallbacks, the compiled graphs, the peak memory,
+and a placement error with its op and the user's line. The runner judges that record (``judge``,
+``result``). Conditions (each names what to change):
 
 - predicted host fallbacks (each op with its calls, reason and source);
 - host syncs for data-dependent output sizes (scalar reads such as ``item()`` are shown, not judged);
@@ -20,10 +21,15 @@ emulation's times are the host's.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import os
+import re
+import sysconfig
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchferry.check.config import CheckConfig
 from torchferry.device.profile import SCALAR_READS
@@ -41,12 +47,147 @@ from torchferry.report.check import (
     RehearsalStatus,
 )
 
+if TYPE_CHECKING:
+    from torchferry.harness.window import Reading
+
 RECORD = "rehearsal-target.json"  # written by the target worker into the work folder
 CAPACITY_SHARE = 0.9  # peak memory at or above this share of one device's capacity is a condition
 FALLBACK_MARK = " [host fallback]"  # the profiler's name suffix for a host-fallback op
 SHOWN = 3  # ops/shapes named in one condition
 
 
+# -- capture (the target worker) ------------------------------------------------------------
+def shapes_of(batch: Any) -> dict[str, list[int]]:
+    """The batch's tensors' shapes by name (dict keys, tuple indices): what a new input shape changes."""
+    items = batch.items() if isinstance(batch, dict) else enumerate(batch) if isinstance(batch, (tuple, list)) else [(0, batch)]
+    return {str(k): list(v.shape) for k, v in items if hasattr(v, "shape")}
+
+
+PLACEMENT = re.compile(r"Expected all tensors to be on the same device")
+PLACEMENT_OP = re.compile(r"method ([\w:.]+)|call_function (.+)")
+TRACED_FRAME = re.compile(r'File "([^"]+)", line (\d+), in \S+\n\s*(\S.*)')  # Dynamo's "from user code:" frames
+PLACEMENT_ARG = re.compile(r"argument for argument (\w+)|got (\w+) is on")
+PLACEMENT_DEVICES = re.compile(r"devices, (\S+) and (\S+?)!|is on (\S+), different from other tensors on (\S+?)[ (]")
+
+
+def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost frame of ``exc`` in the user's code: outside torch, torchferry, the standard library and
+    installed packages (else the innermost outside torch and torchferry, e.g. a library's model code)."""
+    import torch
+
+    ours = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
+    installed = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(ours + ("<",))]
+    own = [f for f in frames if not f.filename.startswith(installed)]
+    return (own or frames or [None])[-1]
+
+
+def placement_of(exc: BaseException) -> dict | None:
+    """The op, devices, argument and user's line of a device-placement error (None for any other error).
+
+    In eager mode the user's line is a frame of the traceback; under torch.compile Dynamo raises
+    while tracing and names the traced frames in its message ("from user code:")."""
+    message = str(exc)
+    if not PLACEMENT.search(message):
+        return None
+    op, arg, devices = PLACEMENT_OP.search(message), PLACEMENT_ARG.search(message), PLACEMENT_DEVICES.search(message)
+    traced = TRACED_FRAME.findall(message.split("from user code:", 1)[1]) if "from user code:" in message else []
+    if traced:
+        file, line, code = traced[-1][0], int(traced[-1][1]), traced[-1][2].strip()
+    else:
+        frame = user_frame(exc)
+        file, line, code = (frame.filename, frame.lineno, frame.line) if frame else (None, None, None)
+    return {"op": next(g for g in op.groups() if g).strip() if op else "an op",
+            "devices": [d for d in devices.groups() if d] if devices else [],
+            "argument": next((a for a in arg.groups() if a), None) if arg else None,
+            "file": file, "line": line, "code": code,
+            "message": next(ln.strip() for ln in message.splitlines() if PLACEMENT.search(ln))}
+
+
+def device_time(step: Callable[[], Any], device: Any) -> dict[str, float]:
+    """Device-op time (µs on this host) by op name over one call of ``step`` under torch.profiler, with
+    the device's own activity (check/profiling.py ``activities``); host fallbacks carry the
+    profiler's `` [host fallback]`` mark."""
+    import torch
+    from torch.profiler import profile
+
+    from torchferry.check import profiling
+
+    with profile(activities=profiling.activities(device)) as prof:
+        step()
+    times: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CPU:
+            times[e.name] = times.get(e.name, 0.0) + float(e.time_range.elapsed_us())
+    return times
+
+
+class Recorder:
+    """The capture half, in the target worker on a device that emulates another: the record ``judge`` reads.
+
+    Per step of the timed run (``step``, a measurement window each): new eager op signatures (TorchNeuron
+    compiles one NEFF per new signature), host syncs, and the batch's shapes. After it (``finish``, from the
+    run's window): the host-fallback ops with their reasons (and, when there are any, their share of
+    device-op time in one profiled step), the compiled graphs with their frames and input signatures, and
+    the peak memory against the device's capacity. A placement error is recorded with its op and the
+    user's line (``failed``). The record goes to the work folder (``RECORD``) whatever ends the run.
+    """
+
+    def __init__(self, path: Path, device: Any) -> None:
+        from torchferry.harness.window import Window
+
+        predictions = Window(device, clear=False).read().predictions
+        if predictions is None:
+            raise ValueError(f"{device} emulates no other device: there is nothing to rehearse")
+        self.device, self.path = device, path
+        self.record: dict[str, Any] = {"emulates": predictions.profile, "capacity_bytes": predictions.capacity_bytes,
+                                       "numerics": predictions.numerics, "steps": []}
+        self.write()
+
+    @contextlib.contextmanager
+    def step(self, batch: Any) -> Iterator[None]:
+        from torchferry.harness.window import Window
+
+        window = Window(self.device, clear=False)
+        yield
+        p = window.read().predictions
+        self.record["steps"].append({"signatures": p.signatures, "compilations": p.compilations,
+                                     "cache_hits": p.cache_hits, "host_syncs": dict(p.host_syncs),
+                                     "inputs": shapes_of(batch)})
+
+    def finish(self, reading: Reading, profiled_step: Callable[[], Any]) -> None:
+        """The run's totals from the window around the timed run (read before any other run adds to the counts).
+
+        ``profiled_step``: one step of a fresh model, profiled when there are host fallbacks (for their share of
+        device-op time; the timed run is never profiled)."""
+        ops, compiled = reading.ops, reading.compiled
+        self.record.update(fallback_ops=dict(ops.fallback) if ops else {}, executed_calls=ops.executed if ops else 0,
+                           fallback_reasons=dict(reading.predictions.fallback_reasons) if reading.predictions else {},
+                           peak_bytes=reading.memory.bytes)
+        if compiled is not None and compiled.device_graphs is not None:
+            self.record["compile"] = {
+                "graph_breaks": [{"reason": reason, "count": n} for reason, n in compiled.counted_breaks.items()],
+                "graphs": [{k: g.get(k) for k in ("graph_name", "kind", "compile_id", "input_signature")}
+                           for g in compiled.device_graphs]}
+        if self.record["fallback_ops"]:
+            self.record["device_time_us"] = device_time(profiled_step, self.device)
+        self.write()
+
+    def failed(self, exc: BaseException | None) -> dict | None:
+        """Record a placement error (the op and the user's line); None when ``exc`` is another error."""
+        placement = placement_of(exc) if exc is not None else None
+        if placement is not None:
+            self.record["placement"] = placement
+            self.write()
+        return placement
+
+    def write(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.record))
+        os.replace(tmp, self.path)
+
+
+# -- judge (the runner) -----------------------------------------------------------------------
 def load(workdir: Path) -> dict | None:
     """The target worker's rehearsal record, or None when the target is not an emulation."""
     path = workdir / RECORD

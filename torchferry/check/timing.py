@@ -16,9 +16,14 @@ are labelled so and never decide the time result.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
+from typing import TYPE_CHECKING, Any
 
 from torchferry.report.check import DeviceTiming, TimingResult, TimingStatus
+
+if TYPE_CHECKING:
+    from torchferry.harness.window import Compiled, Reading
 
 MAX_CV = 0.10  # pyperf's rule: a standard deviation above 10% of the mean makes a benchmark unstable
 MAX_ROUND_SPREAD = 0.10  # round medians further apart than 10% of the pooled median: load changed between rounds
@@ -62,6 +67,33 @@ def percentile(values: list[float], q: float) -> float:
     k = (len(ordered) - 1) * q / 100
     lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def captured(reading: Reading) -> dict[str, Any]:
+    """The capture half, in the worker: peak memory, op counts and compile figures of the timed run, from the
+    measurement window around it (``device_timing`` reads them back in the runner)."""
+    ops = {"fallback": dict(reading.ops.fallback), "executed_total": reading.ops.executed} if reading.ops else {}
+    return {"peak_memory": dataclasses.asdict(reading.memory), "ops": ops, "compile": _compile_figures(reading.compiled)}
+
+
+def _compile_figures(c: Compiled | None) -> dict[str, Any]:
+    """Dynamo's graph counts, plus the device backend's per-graph records where it keeps them."""
+    if c is None:
+        return {}
+    found: dict[str, Any] = {"backend": c.backend, "graphs": c.graphs, "recompilations": c.recompilations,
+                             "graph_breaks": c.break_count}
+    if c.device_graphs is not None:
+        graphs = c.device_graphs
+        found.update(
+            compiled_graphs=len(graphs),
+            compile_s=sum(g.get("torch_neuronx_compile_us", 0) for g in graphs) / 1e6,
+            cache_hits=sum(g.get("cache") == "hit" for g in graphs),
+            cache_misses=sum(g.get("cache") == "miss" for g in graphs),
+            graph_break_reasons=[{"reason": reason, "count": n} for reason, n in c.counted_breaks.items()],
+            per_graph=[{k: g.get(k) for k in ("graph_name", "graph_node_count", "torch_neuronx_compile_us", "cache")}
+                       for g in graphs],
+        )
+    return found
 
 
 def device_timing(device: str, worker_timing: dict, steady: list[list[float]], rank: int | None = None) -> DeviceTiming:

@@ -21,19 +21,17 @@ import contextlib
 import copy
 import json
 import os
-import re
 import sys
-import sysconfig
 import time
-import traceback
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from torchferry.check.config import CheckConfig
-from torchferry.check.rehearsal import RECORD
+from torchferry.check import timing
+from torchferry.check.rehearsal import RECORD, Recorder
 from torchferry.errors import NonFiniteError, UsageError
 from torchferry.harness.modes import Mode
+from torchferry.harness.window import Window
 from torchferry.harness.worker import Channel, run_case
 
 T_MAIN = time.time()
@@ -68,133 +66,6 @@ def to_cpu(tensors: dict) -> dict:
     return {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}
 
 
-def shapes_of(batch: Any) -> dict[str, list[int]]:
-    """The batch's tensors' shapes by name (dict keys, tuple indices): what a new input shape changes."""
-    items = batch.items() if isinstance(batch, dict) else enumerate(batch) if isinstance(batch, (tuple, list)) else [(0, batch)]
-    return {str(k): list(v.shape) for k, v in items if hasattr(v, "shape")}
-
-
-PLACEMENT = re.compile(r"Expected all tensors to be on the same device")
-PLACEMENT_OP = re.compile(r"method ([\w:.]+)|call_function (.+)")
-TRACED_FRAME = re.compile(r'File "([^"]+)", line (\d+), in \S+\n\s*(\S.*)')  # Dynamo's "from user code:" frames
-PLACEMENT_ARG = re.compile(r"argument for argument (\w+)|got (\w+) is on")
-PLACEMENT_DEVICES = re.compile(r"devices, (\S+) and (\S+?)!|is on (\S+), different from other tensors on (\S+?)[ (]")
-
-
-def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
-    """The innermost frame of ``exc`` in the user's code: outside torch, torchferry, the standard library and
-    installed packages (else the innermost outside torch and torchferry, e.g. a library's model code)."""
-    import torch
-
-    ours = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
-    installed = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(ours + ("<",))]
-    own = [f for f in frames if not f.filename.startswith(installed)]
-    return (own or frames or [None])[-1]
-
-
-def placement_of(exc: BaseException) -> dict | None:
-    """The op, devices, argument and user's line of a device-placement error (None for any other error).
-
-    In eager mode the user's line is a frame of the traceback; under torch.compile Dynamo raises
-    while tracing and names the traced frames in its message ("from user code:")."""
-    message = str(exc)
-    if not PLACEMENT.search(message):
-        return None
-    op, arg, devices = PLACEMENT_OP.search(message), PLACEMENT_ARG.search(message), PLACEMENT_DEVICES.search(message)
-    traced = TRACED_FRAME.findall(message.split("from user code:", 1)[1]) if "from user code:" in message else []
-    if traced:
-        file, line, code = traced[-1][0], int(traced[-1][1]), traced[-1][2].strip()
-    else:
-        frame = user_frame(exc)
-        file, line, code = (frame.filename, frame.lineno, frame.line) if frame else (None, None, None)
-    return {"op": next(g for g in op.groups() if g).strip() if op else "an op",
-            "devices": [d for d in devices.groups() if d] if devices else [],
-            "argument": next((a for a in arg.groups() if a), None) if arg else None,
-            "file": file, "line": line, "code": code,
-            "message": next(ln.strip() for ln in message.splitlines() if PLACEMENT.search(ln))}
-
-
-def device_time(step: Callable[[], Any], device: Any) -> dict[str, float]:
-    """Device-op time (µs on this host) by op name over one call of ``step`` under torch.profiler, with
-    the device's own activity (check/profiling.py ``activities``); host fallbacks carry the
-    profiler's `` [host fallback]`` mark."""
-    import torch
-    from torch.profiler import profile
-
-    from torchferry.check import profiling
-
-    with profile(activities=profiling.activities(device)) as prof:
-        step()
-    times: dict[str, float] = {}
-    for e in prof.events():
-        if e.device_type != torch.autograd.DeviceType.CPU:
-            times[e.name] = times.get(e.name, 0.0) + float(e.time_range.elapsed_us())
-    return times
-
-
-class Rehearsal:
-    """What the target worker records on a device that emulates another, for check/rehearsal.py to judge.
-
-    Per step of the timed run: new eager op signatures (TorchNeuron compiles one NEFF per new
-    signature), host syncs, and the batch's shapes. After it: the host-fallback ops with their
-    reasons (and, when there are any, their share of device-op time in one profiled step), the
-    compiled graphs with their frames and input signatures, and the peak memory against the
-    device's capacity. A placement error is recorded with its op and the user's line. The record
-    goes to the work folder (check/rehearsal.py ``RECORD``) whatever ends the run.
-    """
-
-    def __init__(self, path: Path, profile: str, capacity: int) -> None:
-        from torchferry.device import target
-
-        self.target, self.path = target, path
-        self.record: dict[str, Any] = {"emulates": profile, "capacity_bytes": capacity, "numerics": target.numerics(),
-                                       "steps": []}
-        self.write()
-
-    @contextlib.contextmanager
-    def step(self, batch: Any) -> Iterator[None]:
-        mark, syncs = self.target.eager_compiles(), self.target.host_syncs()
-        yield
-        new = self.target.eager_compiles().since(mark)
-        after = self.target.host_syncs()
-        self.record["steps"].append({
-            "signatures": new.signatures, "compilations": new.compilations, "cache_hits": new.cache_hits,
-            "host_syncs": {k: n - syncs.get(k, 0) for k, n in after.items() if n > syncs.get(k, 0)},
-            "inputs": shapes_of(batch)})
-
-    def finish(self, counters: Any, metrics: Callable[[], dict] | None, profiled_step: Callable[[], Any],
-               device: Any) -> None:
-        """The run's totals, once the timed run is over (before any other run adds to the counts).
-
-        ``counters``: the device's ``Counters``; ``metrics``: the compile backend's ``get_dynamo_metrics``
-        under ``--compile``; ``profiled_step``: one step of a fresh model, profiled when there are host
-        fallbacks (for their share of device-op time; the timed run is never profiled); ``device``: the target."""
-        ops = counters.ops()
-        self.record.update(fallback_ops=ops.get("fallback", {}), executed_calls=ops.get("executed_total", 0),
-                           fallback_reasons=self.target.fallback_reasons(), peak_bytes=counters.peak_memory().get("bytes"))
-        if metrics is not None:
-            m = metrics()
-            self.record["compile"] = {"graph_breaks": m["graph_breaks"], "graphs": [
-                {k: g.get(k) for k in ("graph_name", "kind", "compile_id", "input_signature")} for g in m["graphs"]]}
-        if self.record["fallback_ops"]:
-            self.record["device_time_us"] = device_time(profiled_step, device)
-        self.write()
-
-    def failed(self, exc: BaseException | None) -> dict | None:
-        """Record a placement error (the op and the user's line); None when ``exc`` is another error."""
-        placement = placement_of(exc) if exc is not None else None
-        if placement is not None:
-            self.record["placement"] = placement
-            self.write()
-        return placement
-
-    def write(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.record))
-        os.replace(tmp, self.path)
-
-
 class Session:
     """The workload on one device: the runs, probes and saves the runner asks for."""
 
@@ -205,7 +76,7 @@ class Session:
         self.timing: dict[str, Any] = {"python_start_s": T_MAIN - self.t0}
         self.excluded_s = 0.0  # time spent saving checkpoints inside the timed run
         self.rank, self.world = channel.rank, channel.world
-        self.rehearsal: Rehearsal | None = None  # on a target that emulates another device (rank 0)
+        self.rehearsal: Recorder | None = None  # on a target that emulates another device (rank 0)
 
     # -- setup -------------------------------------------------------------------------
     def setup(self) -> None:
@@ -235,12 +106,10 @@ class Session:
         if self.world > 1:
             self.shard(first)  # an indivisible batch fails here, on every rank
         self.model = self.fresh()
-        self.counters = devices.Counters(self.device)
         if self.job["role"] == "target" and self.rank == 0:
             (self.outdir / RECORD).unlink(missing_ok=True)  # an earlier run's, in a reused output folder
             if self.timing["emulates"]:
-                capacity = devices.device_module(self.device).get_device_properties(self.device).total_memory
-                self.rehearsal = Rehearsal(self.outdir / RECORD, self.timing["emulates"], int(capacity))
+                self.rehearsal = Recorder(self.outdir / RECORD, self.device)
         devices.synchronize(self.device)
         self.timing["load_s"] = time.perf_counter() - t
         self.channel.progress(f"built {self.cfg.workload} on {self.device} ({self.timing['load_s']:.1f} s)")
@@ -553,7 +422,7 @@ class Session:
         if role == "numerics":
             return self.host_numerics_run()
         compiling = role == "target" and bool(self.cfg.compile)
-        self.counters.reset(compiling)
+        window = Window(self.device, self.cfg.compile if compiling else None)  # the timed run's figures
         model = self.model
         if self.world > 1 and self.cfg.mode == Mode.TRAIN:
             from torch.nn.parallel import DistributedDataParallel
@@ -563,12 +432,10 @@ class Session:
             model = torch.compile(model, backend=self.cfg.compile)
         primary = self.run(model, primary=True)
         self.channel.progress(f"{self.cfg.steps} steps in {self.timing['time_to_n_s']:.1f} s from process start")
-        self.timing.update(steps=primary["times"], peak_memory=self.counters.peak_memory(), ops=self.counters.ops(),
-                           compile=self.counters.compile(self.cfg.compile if compiling else None))
+        reading = window.read()
+        self.timing.update(steps=primary["times"], **timing.captured(reading))
         if self.rehearsal is not None:
-            metrics = getattr(self.devices.device_module(self.device), "get_dynamo_metrics", None)
-            self.rehearsal.finish(self.counters, metrics if compiling and callable(metrics) else None, self.fresh_step,
-                                  self.device)
+            self.rehearsal.finish(reading, self.fresh_step)
         self.timing["units_per_step"], self.timing["unit"] = self.units_per_step()
         self.live = (model, primary.pop("opt"))
         summary: dict[str, Any] = {"timing": self.timing, "device": str(self.device), "batch_rows": self.batch_rows}

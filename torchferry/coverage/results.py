@@ -9,19 +9,11 @@ import traceback
 from collections import Counter
 from typing import Any
 
+from torchferry.harness.window import short_path
 from torchferry.report.coverage import BASELINE_VERSION, CATEGORIES, DEFAULT_SUITE, Category, Mark, Row
 
 __all__ = ["CATEGORIES", "Category", "baseline_from", "blocking_breaks", "blocking_ops", "compare_baseline", "error_signature",
            "expected_rows", "headline", "ordered", "short_path", "suites_of", "summarise"]
-
-
-def short_path(filename: str) -> str:
-    """A source path from its package down (``transformers/models/...``), the same on every machine."""
-    path = filename.replace("\\", "/")
-    for marker in ("site-packages/", "torchferry/", "lib/python"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    return path
 
 
 def error_signature(exc: BaseException) -> str:

@@ -29,6 +29,7 @@ from torchferry.coverage import predict
 from torchferry.coverage.results import error_signature
 from torchferry.errors import DeviceOutOfMemoryError
 from torchferry.harness.modes import Mode
+from torchferry.harness.window import Window, dynamo_graphs
 from torchferry.harness.worker import Channel, Outcome, run_case
 from torchferry.report.comparison import Comparison, ComparisonStatus, describe
 from torchferry.report.coverage import Category
@@ -93,7 +94,6 @@ class Case:
             _import_plugin(plugin)
         self.ref = devices.resolve(self.job["ref"])
         self.target = devices.resolve(self.job["target"])
-        self.counters = devices.Counters(self.target)
         self.tolerances = {m: Tolerance.resolve(m, "float32", self.job.get("tol")) for m in Mode}
 
     def build(self) -> None:
@@ -189,7 +189,7 @@ class Case:
         run_target = self.compiled(target)
         out = self.suite.output
         comps = []
-        graphs0 = predict.graph_count() if self.job.get("compile") else 0
+        graphs0 = dynamo_graphs() if self.job.get("compile") else 0
         with torch.no_grad():
             for i, shape in enumerate(shapes):
                 x = self.inputs(*shape, seed=i)
@@ -198,7 +198,7 @@ class Case:
                 t = self.on_target(lambda: out(run_target(**_moved(x, self.target))))
                 comps.append(self._compare(f"{self.suite.output_name} {tuple(shape)}", r, t, g))
                 if i == 0 and self.job.get("compile"):
-                    self.first_signature_graphs = predict.graph_count() - graphs0
+                    self.first_signature_graphs = dynamo_graphs() - graphs0
         return comps, len(shapes)
 
     def generate(self) -> tuple[list, int]:
@@ -281,12 +281,12 @@ class Case:
 
     # -- the row -----------------------------------------------------------------------
     def run(self) -> dict:
-        self.counters.reset()
-        watch = predict.Watch(self.target, self.job.get("compile"))  # what the row predicts for the target
+        window = Window(self.target, self.job.get("compile"))  # what the row measures and predicts for the target
         comps, signatures = getattr(self, self.mode)()
-        fallback = self.counters.fallback_ops()
+        reading = window.read()
+        fallback = dict(reading.ops.fallback) if reading.ops is not None else {}
         failed = [c for c in comps if not c.passed]
-        self.row.update(checks=len(comps), failed_checks=len(failed), fallback_ops=fallback, **watch.fields(self.counters))
+        self.row.update(checks=len(comps), failed_checks=len(failed), fallback_ops=fallback, **predict.fields(reading))
         if self.job.get("compile"):
             self.row.update(signatures=signatures)
         if failed:

@@ -17,7 +17,14 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
-from torchferry.device.target import EagerCompiles, eager_compiles, fallback_summary, host_syncs
+from torchferry.device.target import (
+    EagerCompiles,
+    eager_compiles,
+    fallback_reasons,
+    fallback_summary,
+    host_syncs,
+    numerics,
+)
 from torchferry.errors import DeviceConflictError
 
 DEVICE_NAME = "neuron"
@@ -124,6 +131,6 @@ def _autoload() -> None:
 
 
 __all__ = [
-    "DEVICE_NAME", "EagerCompiles", "eager_compiles", "enable", "fallback_summary", "host_syncs", "is_enabled",
-    "real_neuron_installed",
+    "DEVICE_NAME", "EagerCompiles", "eager_compiles", "enable", "fallback_reasons", "fallback_summary", "host_syncs",
+    "is_enabled", "numerics", "real_neuron_installed",
 ]

@@ -1,4 +1,7 @@
-"""Devices behind one interface: resolution, availability, synchronisation, memory and counters.
+"""Devices behind one interface: resolution, availability, synchronisation and peak memory.
+
+The counters (ops, fallbacks, compile figures, predictions) are read by the measurement window
+(harness/window.py).
 
 Everything goes through ``torch.accelerator`` and ``torch.get_device_module(type)``. Nothing
 here branches on a device name except ``BACKEND_PROVIDERS``, the data that says which package
@@ -11,6 +14,7 @@ import importlib
 import importlib.util
 import resource
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from torchferry.errors import DeviceUnavailableError
@@ -174,22 +178,24 @@ def device_module(device: Any) -> Any:
     return torch.get_device_module(device.type)
 
 
-def reset_peak_memory(device: Any) -> None:
-    module = device_module(device)
-    if hasattr(module, "reset_peak_memory_stats"):
-        module.reset_peak_memory_stats()
+@dataclass(frozen=True)
+class Memory:
+    """Peak memory in bytes, and where it was read (``torch.<type>.max_memory_allocated`` or ``host RSS``)."""
+
+    bytes: int
+    source: str
 
 
-def peak_memory(device: Any) -> dict:
+def peak_memory(device: Any) -> Memory:
     """Peak memory: the device allocator's when it reports one, else the host process RSS peak."""
     module = device_module(device)
     if hasattr(module, "max_memory_allocated"):
         try:
-            return {"bytes": int(module.max_memory_allocated()), "source": f"torch.{device.type}.max_memory_allocated"}
+            return Memory(int(module.max_memory_allocated()), f"torch.{device.type}.max_memory_allocated")
         except Exception:  # a device module that declares but cannot answer: fall through to RSS
             pass
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return {"bytes": int(rss if sys.platform == "darwin" else rss * 1024), "source": "host RSS"}
+    return Memory(int(rss if sys.platform == "darwin" else rss * 1024), "host RSS")
 
 
 def emulates(device: Any) -> str | None:
@@ -201,72 +207,3 @@ def emulates(device: Any) -> str | None:
         return None
     props = properties(device)
     return str(getattr(props, "profile", None) or device.type) if getattr(props, "is_host_emulation", False) else None
-
-
-def op_tracking(device: Any) -> Any | None:
-    """The device module if it tracks fallback/executed ops (torchferry's built-in device does)."""
-    module = device_module(device)
-    return module if all(hasattr(module, n) for n in ("get_fallback_ops", "get_executed_ops", "clear_op_tracking")) else None
-
-
-class Counters:
-    """Op and compile counters of one device, read the same way by every command's worker.
-
-    ``reset`` before the measured work, then ``ops``/``fallback_ops``/``compile``/``peak_memory``
-    after it. Devices that track nothing give empty figures, never invented ones.
-    """
-
-    def __init__(self, device: Any) -> None:
-        self.device, self.module, self.tracker = device, device_module(device), op_tracking(device)
-
-    def reset(self, compiling: bool = False) -> None:
-        if self.tracker is not None:
-            self.tracker.clear_op_tracking()
-        reset_peak_memory(self.device)
-        if compiling and hasattr(self.module, "reset_dynamo_metrics"):
-            self.module.reset_dynamo_metrics()
-
-    def fallback_ops(self) -> dict[str, int]:
-        return dict(self.tracker.get_fallback_ops()) if self.tracker is not None else {}
-
-    def ops(self) -> dict:
-        """``{"fallback": op -> calls, "executed_total": calls}``, or ``{}`` when the device does not track ops."""
-        if self.tracker is None:
-            return {}
-        return {"fallback": self.fallback_ops(), "executed_total": sum(dict(self.tracker.get_executed_ops()).values())}
-
-    def peak_memory(self) -> dict:
-        return peak_memory(self.device)
-
-    def compile(self, backend: str | None) -> dict:
-        """Dynamo's graph counts, plus the device backend's per-graph metrics where it reports them."""
-        if not backend:
-            return {}
-        from torch._dynamo.utils import counters
-
-        found: dict[str, Any] = {
-            "backend": backend,
-            "graphs": int(counters["stats"].get("unique_graphs", 0)),
-            "recompilations": int(sum(counters["recompiles"].values())) if "recompiles" in counters else 0,
-            "graph_breaks": int(sum(counters["graph_break"].values())),
-        }
-        metrics = getattr(self.module, "get_dynamo_metrics", None)
-        if callable(metrics):  # the device's backend reports per compiled graph
-            m = metrics()
-            graphs = m["graphs"]
-            found.update(
-                compiled_graphs=len(graphs),
-                compile_s=sum(g["torch_neuronx_compile_us"] for g in graphs) / 1e6,
-                cache_hits=sum(g["cache"] == "hit" for g in graphs),
-                cache_misses=sum(g["cache"] == "miss" for g in graphs),
-                graph_break_reasons=m["graph_breaks"],
-                per_graph=[{k: g[k] for k in ("graph_name", "graph_node_count", "torch_neuronx_compile_us", "cache")}
-                           for g in graphs],
-            )
-        return found
-
-    def graphs(self) -> int:
-        """Graphs Dynamo compiled so far in this process (its ``unique_graphs`` counter)."""
-        from torch._dynamo.utils import counters
-
-        return int(counters["stats"].get("unique_graphs", 0))
