@@ -17,8 +17,8 @@ import torch
 
 
 def digest(t):
-    cpu = t.detach().to("cpu").contiguous()
-    h = hashlib.sha256(f"{cpu.dtype}{list(cpu.shape)}".encode())
+    cpu = t.detach().to("cpu").contiguous().reshape(-1)
+    h = hashlib.sha256(f"{cpu.dtype}{list(t.shape)}".encode())
     if cpu.numel():
         h.update(cpu.view(torch.uint8).numpy().tobytes() if cpu.dtype != torch.bool else cpu.numpy().tobytes())
     return h.hexdigest()

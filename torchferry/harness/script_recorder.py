@@ -18,7 +18,9 @@ own children only), the process records, without any change to the script:
 
 ``STEPS_ENV`` stops the script cleanly (``SystemExit(0)``) after that many steps. ``SEED_ENV``
 seeds Python's, NumPy's and torch's RNGs at start; a later ``torch.manual_seed`` from the script
-is noted (the report then says the script seeds itself). The record (one JSON file per process,
+is noted (the report then says the script seeds itself). ``SEED_OFFSET_ENV`` is added to every torch
+seed, the script's own included: the reference's second run, whose spread from the first is the
+band a target with other random streams is judged in. The record (one JSON file per process,
 ``record-<pid>.json``) is written atomically at exit, at the ``--steps`` stop, on SIGTERM (the
 parent's timeout or Ctrl-C) and after an uncaught exception, whose traceback and user line it keeps.
 """
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import hashlib
 import importlib.abc
 import json
@@ -43,6 +46,7 @@ from typing import Any
 RECORD_ENV = "TORCHFERRY_RECORD"  # folder of the records; unset: the recorders stay off
 STEPS_ENV = "TORCHFERRY_RECORD_STEPS"  # stop after this many optimizer steps
 SEED_ENV = "TORCHFERRY_RECORD_SEED"  # seed the RNGs at start
+SEED_OFFSET_ENV = "TORCHFERRY_RECORD_SEED_OFFSET"  # added to every torch seed (the reference's second run)
 T0_ENV = "TORCHFERRY_T0"  # the parent's clock (time.time()) just before the spawn
 PARAMETER_TENSORS_LIMIT = 50_000_000  # final parameters up to this many elements are kept whole (else hashed only)
 PLACEMENT_TEXT = "Expected all tensors to be on the same device"
@@ -58,7 +62,8 @@ def autoload() -> None:
         return
     steps = os.environ.get(STEPS_ENV, "").strip()
     seed = os.environ.get(SEED_ENV, "").strip()
-    _recorder = ScriptRecorder(Path(folder), int(steps) if steps else None, int(seed) if seed else None)
+    _recorder = ScriptRecorder(Path(folder), int(steps) if steps else None, int(seed) if seed else None,
+                               int(os.environ.get(SEED_OFFSET_ENV) or 0))
     _recorder.install()
 
 
@@ -82,8 +87,8 @@ def tensor_digest(t: Any) -> str:
     import torch
 
     local = t.to_local() if hasattr(t, "to_local") else t
-    cpu = local.detach().to("cpu").contiguous()
-    h = hashlib.sha256(f"{cpu.dtype}{list(cpu.shape)}".encode())
+    cpu = local.detach().to("cpu").contiguous().reshape(-1)
+    h = hashlib.sha256(f"{cpu.dtype}{list(local.shape)}".encode())
     if cpu.numel():
         h.update(cpu.view(torch.uint8).numpy().tobytes() if cpu.dtype != torch.bool else cpu.numpy().tobytes())
     return h.hexdigest()
@@ -118,8 +123,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 class ScriptRecorder:
     """The recorders of one process and the record they fill."""
 
-    def __init__(self, folder: Path, stop_after: int | None, seed: int | None) -> None:
-        self.folder, self.stop_after, self.seed = folder, stop_after, seed
+    def __init__(self, folder: Path, stop_after: int | None, seed: int | None, seed_offset: int = 0) -> None:
+        self.folder, self.stop_after, self.seed, self.seed_offset = folder, stop_after, seed, seed_offset
         self.t0 = float(os.environ.get(T0_ENV) or time.time())
         self.path = folder / f"record-{os.getpid()}.json"
         self.losses: list[tuple[int, Any]] = []  # (steps done before this backward, the loss tensor)
@@ -130,7 +135,7 @@ class ScriptRecorder:
         self.record: dict[str, Any] = {
             "pid": os.getpid(), "rank": _int_env("RANK"), "local_rank": _int_env("LOCAL_RANK"),
             "world_size": _int_env("WORLD_SIZE"), "argv": list(sys.argv), "started_s": time.time() - self.t0,
-            "seed": seed, "script_seeded": False, "steps": 0, "step_ends_s": [], "losses": [], "loss_steps": [],
+            "seed": seed, "seed_offset": seed_offset, "script_seeded": False, "steps": 0, "step_ends_s": [], "losses": [], "loss_steps": [],
             "grad_norms": [], "checkpoints": [], "parameters": None, "device": None, "peak_memory": None,
             "stopped": None, "error": None, "rehearsal": None, "ended_s": None}
         self.rehearsal: _Rehearsal | None = None
@@ -164,6 +169,7 @@ class ScriptRecorder:
 
         torch.save = save
         sys.meta_path.insert(0, _AfterImport({"safetensors.torch": self._patch_safetensors}))
+        self.rehearsal = _Rehearsal.open()
         previous_hook = sys.excepthook
 
         def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
@@ -182,7 +188,7 @@ class ScriptRecorder:
         numpy = sys.modules.get("numpy")
         if numpy is not None:
             numpy.random.seed(self.seed)
-        torch.manual_seed(self.seed)
+        torch.manual_seed(self.seed + self.seed_offset)
 
     def _wrap_seed(self, torch: Any) -> None:
         """Note a seed the script sets itself (HF's set_seed, accelerate's, and plain calls end here)."""
@@ -190,7 +196,7 @@ class ScriptRecorder:
 
         def manual_seed(seed: Any) -> Any:
             self.record["script_seeded"] = True
-            return original(seed)
+            return original(int(seed) + self.seed_offset)
 
         torch.manual_seed = torch.random.manual_seed = manual_seed
 
@@ -213,7 +219,6 @@ class ScriptRecorder:
         if self.device is None:
             self.device = loss.device
             self.record["device"] = str(loss.device)
-            self.rehearsal = _Rehearsal.open(loss.device)
         self.losses.append((self.record["steps"], loss))
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -295,10 +300,10 @@ class ScriptRecorder:
             from torchferry.harness import devices
 
             with contextlib.suppress(Exception):
-                r["peak_memory"] = devices.peak_memory(self.device)
+                r["peak_memory"] = dataclasses.asdict(devices.peak_memory(self.device))
         if self.rehearsal is not None:
             with contextlib.suppress(Exception):
-                r["rehearsal"] = self.rehearsal.totals(r["error"], r["peak_memory"])
+                r["rehearsal"] = self.rehearsal.totals(r["error"])
         self._write(torch)
 
     def _parameters(self, torch: Any) -> dict | None:
@@ -321,88 +326,115 @@ class ScriptRecorder:
                 os.replace(str(target) + ".tmp", target)
 
 
+RANDOM_OPS = ("bernoulli", "dropout", "rand", "normal", "uniform", "multinomial", "exponential", "geometric",
+              "cauchy", "log_normal", "random_")  # op names that draw from the device's generator
+
+
 class _Rehearsal:
-    """Per-step counts of a device that emulates another (its predictions), minus the recorder's own work."""
+    """Per-step counts of a device that emulates another (its predictions), minus the recorder's own work.
 
-    def __init__(self, device: Any, profile: str) -> None:
-        from torchferry.device import target
+    One measurement window (torchferry/harness/window.py) stays open from the recorder's installation to the
+    end of the process; a step's counts are the difference of its readings at consecutive step ends, less
+    the windows opened around the recorder's own device work. Step 1 therefore counts everything from
+    ``import torch`` to the end of the first optimizer step (building the model and moving it included)."""
 
-        self.target, self.device = target, device
-        self.record: dict[str, Any] = {"emulates": profile, "numerics": target.numerics(), "steps": []}
-        self.module = __import__("torch").get_device_module(device.type)
-        self.skip = _Counts()
-        self.mark = self._counts()
+    def __init__(self, device: Any) -> None:
+        from torchferry.harness.window import Window
+
+        self.window_class, self.device = Window, device
+        self.window = Window(device, clear=False)
+        self.last = self.window.read()
+        self.skipped: list[Any] = []  # readings of the recorder's own work in the current step
+        self.all_skipped: list[Any] = []
+        self.steps: list[dict] = []
 
     @classmethod
-    def open(cls, device: Any) -> _Rehearsal | None:
+    def open(cls) -> _Rehearsal | None:
+        """A rehearsal when this process runs on torchferry's built-in device (registered at ``import torch``)."""
+        import torch
+
         from torchferry.harness import devices
 
-        profile = devices.emulates(device)
-        return cls(device, profile) if profile else None
-
-    def _counts(self) -> _Counts:
-        compiles = self.target.eager_compiles()
-        return _Counts(signatures=compiles.signatures, compilations=compiles.compilations, cache_hits=compiles.cache_hits,
-                       syncs=dict(self.target.host_syncs()), executed=dict(self.module.get_executed_ops()),
-                       fallback=dict(self.module.get_fallback_ops()))
+        api = sys.modules.get("torchferry.device")
+        if api is None or not api.is_enabled() or not torch.accelerator.is_available():
+            return None
+        device = torch.accelerator.current_accelerator()
+        return cls(device) if devices.emulates(device) else None
 
     @contextlib.contextmanager
     def excluded(self) -> Iterator[None]:
-        before = self._counts()
+        window = self.window_class(self.device, clear=False)
         try:
             yield
         finally:
-            self.skip = self.skip.plus(self._counts().minus(before))
+            reading = window.read()
+            self.skipped.append(reading)
+            self.all_skipped.append(reading)
 
     def step(self) -> None:
-        """Close one step: its counts since the last, less the recorder's own."""
-        now = self._counts()
-        delta = now.minus(self.mark).minus(self.skip)
-        self.record["steps"].append({"signatures": delta.signatures, "compilations": delta.compilations,
-                                     "cache_hits": delta.cache_hits,
-                                     "host_syncs": {k: n for k, n in delta.syncs.items() if n > 0}, "inputs": {}})
-        self.total_skip = getattr(self, "total_skip", _Counts()).plus(self.skip)
-        self.mark, self.skip = now, _Counts()
+        """Close one step: its counts since the last step end, less the recorder's own."""
+        now = self.window.read()
+        p = _minus(_predictions(now), _predictions(self.last), *map(_predictions, self.skipped))
+        self.steps.append({"signatures": p["signatures"], "compilations": p["compilations"],
+                           "cache_hits": p["cache_hits"], "host_syncs": {k: n for k, n in p["host_syncs"].items() if n > 0},
+                           "inputs": {}})
+        self.last, self.skipped = now, []
 
-    def totals(self, error: dict | None, peak: dict | None) -> dict:
-        skipped = getattr(self, "total_skip", _Counts()).plus(self.skip)
-        executed = _Counts(executed=dict(self.module.get_executed_ops())).minus(skipped).executed
-        fallback = {k: n for k, n in _Counts(fallback=dict(self.module.get_fallback_ops())).minus(skipped).fallback.items()
-                    if n > 0}
-        props = self.module.get_device_properties(self.device)
-        record = {**self.record, "fallback_ops": fallback, "executed_calls": sum(n for n in executed.values() if n > 0),
-                  "fallback_reasons": {k: v for k, v in self.target.fallback_reasons().items() if k in fallback},
-                  "peak_bytes": (peak or {}).get("bytes"), "capacity_bytes": int(getattr(props, "total_memory", 0) or 0)}
+    def totals(self, error: dict | None) -> dict:
+        """The run's rehearsal record, in the format check/rehearsal.py judges."""
+        import dataclasses
+
+        reading = self.window.read()
+        ops = _minus(_ops(reading), *map(_ops, self.all_skipped))
+        fallback = {k: n for k, n in ops["fallback"].items() if n > 0}
+        predictions = reading.predictions
+        seen = {*dict(self.window.module.get_executed_ops()), *dict(self.window.module.get_fallback_ops())}
+        record = {"emulates": predictions.profile, "numerics": predictions.numerics, "steps": self.steps,
+                  "fallback_ops": fallback, "executed_calls": ops["executed"],
+                  "fallback_reasons": {k: v for k, v in predictions.fallback_reasons.items() if k in fallback},
+                  "peak_bytes": dataclasses.asdict(reading.memory)["bytes"], "capacity_bytes": predictions.capacity_bytes,
+                  "random_ops": sorted(op for op in seen if any(r in op for r in RANDOM_OPS))}
         if error and error.get("placement"):
-            record["placement"] = {"op": "an op", "devices": [], "argument": None, "file": error["file"],
+            op, devices, argument = _placement_parts(error["message"])
+            record["placement"] = {"op": op, "devices": devices, "argument": argument, "file": error["file"],
                                    "line": error["line"], "code": error["code"],
                                    "message": next((ln.strip() for ln in error["message"].splitlines()
                                                     if PLACEMENT_TEXT in ln), error["message"])}
         return record
 
 
-class _Counts:
-    """A snapshot (or difference) of the emulating device's cumulative counters."""
+def _placement_parts(message: str) -> tuple[str, list[str], str | None]:
+    """The op, the devices and the argument named by PyTorch's placement error message."""
+    import re
 
-    def __init__(self, signatures: int = 0, compilations: int = 0, cache_hits: int = 0, syncs: dict | None = None,
-                 executed: dict | None = None, fallback: dict | None = None) -> None:
-        self.signatures, self.compilations, self.cache_hits = signatures, compilations, cache_hits
-        self.syncs, self.executed, self.fallback = syncs or {}, executed or {}, fallback or {}
+    devices = re.search(r"devices?, (\S+) and (\S+?)!", message)
+    op = re.search(r"in method (?:wrapper_\w*?_)?(\w+)\)", message)
+    argument = re.search(r"argument for argument (\w+)", message)
+    return (op.group(1) if op else "an op", list(devices.groups()) if devices else [],
+            argument.group(1) if argument else None)
 
-    @staticmethod
-    def _merge(a: dict, b: dict, sign: int) -> dict:
-        return {k: a.get(k, 0) + sign * b.get(k, 0) for k in a.keys() | b.keys()}
 
-    def plus(self, other: _Counts) -> _Counts:
-        return self._combine(other, 1)
+def _predictions(reading: Any) -> dict:
+    p = reading.predictions
+    return {"signatures": p.signatures, "compilations": p.compilations, "cache_hits": p.cache_hits,
+            "host_syncs": dict(p.host_syncs)}
 
-    def minus(self, other: _Counts) -> _Counts:
-        return self._combine(other, -1)
 
-    def _combine(self, other: _Counts, sign: int) -> _Counts:
-        return _Counts(self.signatures + sign * other.signatures, self.compilations + sign * other.compilations,
-                       self.cache_hits + sign * other.cache_hits, self._merge(self.syncs, other.syncs, sign),
-                       self._merge(self.executed, other.executed, sign), self._merge(self.fallback, other.fallback, sign))
+def _ops(reading: Any) -> dict:
+    return {"executed": reading.ops.executed, "fallback": dict(reading.ops.fallback)}
+
+
+def _minus(first: dict, *others: dict) -> dict:
+    """``first`` less each of ``others``, key by key (numbers, and dicts of counts)."""
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in first.items()}
+    for other in others:
+        for k, v in other.items():
+            if isinstance(v, dict):
+                for name, n in v.items():
+                    out[k][name] = out[k].get(name, 0) - n
+            else:
+                out[k] -= v
+    return out
 
 
 def _int_env(name: str) -> int | None:

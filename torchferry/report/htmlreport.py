@@ -44,7 +44,8 @@ def _parity(r: CheckReport) -> str:
     if p.loss_curve:
         plots.append(svg.line_chart("loss", "Loss curves", {f"ref {r.config['ref']}": p.loss_curve["ref"],
                                                           f"target {r.config['target']}": p.loss_curve["target"],
-                                                          "fp64 golden": p.loss_curve["fp64"]}, "step", "loss"))
+                                                          **({"fp64 golden": p.loss_curve["fp64"]}
+                                                             if "fp64" in p.loss_curve else {})}, "step", "loss"))
     bars = [(m.name, ratio(m)) for m in p.modules]
     bars = [(n, v if v is not None and math.isfinite(v) else None) for n, v in bars]
     plots.append(svg.bar_chart("module-error", "Per-module error: rmse(target) / rmse(ref) vs fp64", bars, "ratio",
