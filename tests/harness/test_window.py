@@ -85,7 +85,7 @@ def test_predictions_of_the_emulated_target(neuron):
     assert p.calls >= 2 and p.signatures >= 0 and p.signatures == p.compilations + p.cache_hits
     assert any(cause.endswith(HOST_COPY) for cause in p.host_syncs)
     assert p.syncs_beyond_copies() and not any(c.endswith(HOST_COPY) for c in p.syncs_beyond_copies())
-    assert dict(p.known_issues) == {} or all(isinstance(k, str) for k in p.known_issues)
+    assert p.known_issues is None or all(i["calls"] > 0 for i in p.known_issues)  # None: the device keeps no list
 
 
 def test_a_new_signature_is_counted_in_the_window_that_ran_it_and_not_the_next(neuron):
@@ -180,3 +180,18 @@ def test_compile_records_read_a_list_of_record_objects_as_dicts():
     assert compile_records(Module) == [{"graph_name": "g0", "graph_node_count": 4},
                                        {"graph_name": "g1", "graph_node_count": 7}]
     assert compile_records(object()) is None
+
+
+def test_known_issues_are_those_the_window_ran_with_the_windows_calls(neuron, monkeypatch):
+    """The device lists its known issues since the last clear; the window keeps the ops whose calls grew in it."""
+    import torchferry.device as api
+
+    issues = [{"op": "aten::remainder", "kind": "fails", "calls": 2}, {"op": "aten::sort", "kind": "slow", "calls": 4}]
+    monkeypatch.setattr(api, "known_issues", lambda: [dict(i) for i in issues], raising=False)
+    window = Window(neuron, clear=False)
+    issues[0]["calls"] = 5
+    issues.append({"op": "aten::mm", "kind": "accuracy", "calls": 1})
+    assert window.read().predictions.known_issues == ({"op": "aten::remainder", "kind": "fails", "calls": 3},
+                                                       {"op": "aten::mm", "kind": "accuracy", "calls": 1})
+    monkeypatch.delattr(api, "known_issues")
+    assert Window(neuron, clear=False).read().predictions.known_issues is None  # a device that keeps no list

@@ -164,6 +164,8 @@ class Recorder:
         self.record.update(fallback_ops=dict(ops.fallback) if ops else {}, executed_calls=ops.executed if ops else 0,
                            fallback_reasons=dict(reading.predictions.fallback_reasons) if reading.predictions else {},
                            peak_bytes=reading.memory.bytes)
+        if reading.predictions and reading.predictions.known_issues is not None:
+            self.record["known_issues"] = [dict(i) for i in reading.predictions.known_issues]
         if compiled is not None and compiled.device_graphs is not None:
             self.record["compile"] = {
                 "graph_breaks": [{"reason": reason, "count": n} for reason, n in compiled.counted_breaks.items()],

@@ -37,6 +37,9 @@ def fields(reading: Reading) -> dict[str, Any]:
         out.update(op_calls=reading.ops.executed, fallback_share=reading.ops.fallback_share)
     if p:
         out.update(eager_signatures=p.signatures, host_syncs=p.syncs_beyond_copies())
+        if p.known_issues is not None:  # the vendor's known issues, where the device lists them
+            out.update(known_issues=[{k: i.get(k) for k in ("op", "kind", "calls", "reason", "source")}
+                                     for i in p.known_issues])
     if c:
         out.update(graphs=c.graphs, graph_breaks=len(c.breaks), fullgraph=c.fullgraph,
                    break_reasons=[{"reason": b.reason, "where": b.where, "count": b.count} for b in c.breaks])

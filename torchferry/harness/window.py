@@ -39,7 +39,7 @@ import dataclasses
 import sys
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -48,10 +48,13 @@ from torchferry.harness.devices import Memory, emulates, peak_memory
 # the host-sync cause of a device-to-host copy (torchferry.device.host_syncs): a harness that
 # compares results copies every one of them to the host itself, so it sets these apart
 HOST_COPY = "(device to host)"
-# the documented torchferry function with the built-in device's per-graph compile records (cache
-# state, input signature, compile id besides TorchNeuron's fields), tried first; a device module's
-# own `get_dynamo_metrics()` is the fallback (a dict with "graphs", or TorchNeuron's list of records)
-COMPILE_RECORDS_API = "compile_records"
+# the documented torchferry function with the built-in device's compile metrics (per graph the cache
+# outcome, input signature, kind and compile id besides TorchNeuron's fields), tried first; a device
+# module's own `get_dynamo_metrics()` is the fallback (a dict with "graphs", or TorchNeuron's list of records)
+COMPILE_METRICS_API = "compile_metrics"
+# the documented torchferry function with the vendor's known issues among the ops run since the last
+# clear_op_tracking(): one record per op (op, kind, reason, scope, source, calls, ...)
+KNOWN_ISSUES_API = "known_issues"
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,9 @@ class Predictions:
     the eager-mode compilation counts (new op signatures, those the persistent cache lacked, those
     it had, op calls that ran a compiled program); host_syncs: the host waiting for a device value,
     by cause, device-to-host copies included (``HOST_COPY``); fallback_reasons: why each fallback
-    op of the window runs on the host; known_issues: the vendor's known issues the window's ops
-    ran into (op -> what the device reports), empty where the device reports none.
+    op of the window runs on the host; known_issues: the vendor's known issues among the window's ops,
+    one record each as the device reports it (``calls`` counted in the window), None where the device
+    keeps no such list.
     """
 
     profile: str
@@ -131,7 +135,7 @@ class Predictions:
     calls: int
     host_syncs: Mapping[str, int]
     fallback_reasons: Mapping[str, str]
-    known_issues: Mapping[str, Any] = field(default_factory=dict)
+    known_issues: tuple[Mapping[str, Any], ...] | None = None
 
     def syncs_beyond_copies(self) -> dict[str, int]:
         """The host syncs other than device-to-host copies: those a comparing harness did not cause itself."""
@@ -189,6 +193,7 @@ class Window:
         self._ops0 = self._op_counts()
         self._eager0 = self._api().eager_compiles() if self.profile else None
         self._syncs0 = self._api().host_syncs() if self.profile else {}
+        self._issues0 = {i["op"]: i.get("calls", 0) for i in self._known_issues() or ()}
         if compile_backend:
             from torch._dynamo.utils import counters, graph_break_reasons
 
@@ -232,14 +237,21 @@ class Window:
         eager = api.eager_compiles().since(self._eager0)
         fallback_ops = set(ops.fallback) if ops is not None else set()
         reasons = {op: why for op, why in api.fallback_reasons().items() if op in fallback_ops}
-        known = getattr(api, "known_issues", None)
+        known = self._known_issues()
+        if known is not None:  # the records whose calls grew in the window, with the window's calls
+            known = tuple({**i, "calls": i.get("calls", 0) - self._issues0.get(i["op"], 0)} for i in known
+                          if i.get("calls", 0) > self._issues0.get(i["op"], 0))
         properties = self.module.get_device_properties(self.device)
         capacity = getattr(properties, "total_memory", None)
         return Predictions(
             profile=self.profile, capacity_bytes=int(capacity) if capacity is not None else None,
             numerics=api.numerics(), signatures=eager.signatures, compilations=eager.compilations,
             cache_hits=eager.cache_hits, calls=eager.calls, host_syncs=_since(api.host_syncs(), self._syncs0),
-            fallback_reasons=reasons, known_issues=dict(known()) if callable(known) else {})
+            fallback_reasons=reasons, known_issues=known)
+
+    def _known_issues(self) -> list[Mapping[str, Any]] | None:
+        known = getattr(self._api(), KNOWN_ISSUES_API, None) if self.profile else None
+        return [dict(i) for i in known()] if callable(known) else None
 
     def _compiled(self) -> Compiled | None:
         if not self.backend:
@@ -269,21 +281,18 @@ class Window:
 def compile_records(module: Any) -> list[Mapping[str, Any]] | None:
     """The device compile backend's records, one per compiled graph since its last reset, or None when it keeps none.
 
-    The documented torchferry function (``COMPILE_RECORDS_API``) when the device is torchferry's and has it;
-    else the device module's ``get_dynamo_metrics()``: a dict with ``graphs`` (torchferry before that
-    function), or a list of records (TorchNeuron's ``NeuronCompilationMetrics``), read as plain dicts.
+    The documented torchferry function (``COMPILE_METRICS_API``, a dict with ``graphs``) when the device is
+    torchferry's built-in one and has it; else the device module's ``get_dynamo_metrics()``: a dict with
+    ``graphs`` (torchferry before that function), or a list of records (TorchNeuron's
+    ``NeuronCompilationMetrics``), read as plain dicts.
     """
     api = sys.modules.get("torchferry.device")
-    records = getattr(api, COMPILE_RECORDS_API, None) if getattr(api, "is_enabled", lambda: False)() else None
-    if callable(records):
-        found: Any = records()
-    else:
-        metrics = getattr(module, "get_dynamo_metrics", None)
-        if not callable(metrics):
-            return None
-        found = metrics()
-        found = found.get("graphs", []) if isinstance(found, Mapping) else found
-    return [_as_dict(r) for r in found]
+    ours = getattr(api, COMPILE_METRICS_API, None) if getattr(api, "is_enabled", lambda: False)() else None
+    metrics = ours if callable(ours) else getattr(module, "get_dynamo_metrics", None)
+    if not callable(metrics):
+        return None
+    found = metrics()
+    return [_as_dict(r) for r in (found.get("graphs", []) if isinstance(found, Mapping) else found)]
 
 
 def _as_dict(record: Any) -> Mapping[str, Any]:
