@@ -95,6 +95,10 @@ class ScriptCheck:
         target_record = target.main_record()
         if self.target_failed(target, target_record, ref_record):
             return
+        self.phase = "exit"  # now, while the target's checkpoints are on disk (a later reference run writes its own)
+        self.report.exit = judge.exit_result(target, cfg["ref"], script_env.script_environment(cfg["ref"], {}, False),
+                                             self.workdir, cfg["timeout"])
+        self.note(f"exit: {self.report.exit.status}")
         random_ops = ((target_record or {}).get("rehearsal") or {}).get("random_ops") or []
         if cfg["exact"] and random_ops:
             self.note(f"the target drew random numbers on the device ({', '.join(random_ops[:3])}): its random stream "
@@ -112,10 +116,6 @@ class ScriptCheck:
         if self.report.parity.status == ParityStatus.NON_FINITE:
             self.report.failure = Failure(kind=ParityStatus.NON_FINITE.value, message=self.report.parity.notes[0],
                                           exit_status=int(ExitStatus.NEGATIVE_RESULT), phase="parity", finding=True)
-        self.phase = "exit"
-        self.report.exit = judge.exit_result(target, cfg["ref"], script_env.script_environment(cfg["ref"], {}, False),
-                                             self.workdir, cfg["timeout"])
-        self.note(f"exit: {self.report.exit.status}")
         self.phase = "cost"
         self.report.cost = self.cost()
         self.report.resume.notes.append("not run for an unchanged script: its own resume code is not called; the "

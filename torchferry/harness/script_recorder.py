@@ -8,7 +8,8 @@ own children only), the process records, without any change to the script:
 - the loss of every ``backward()`` on a scalar (kept as the tensor; read once, at the end, so the
   recorder adds no host sync to the steps it measures);
 - optimizer steps, from PyTorch's global optimizer hooks: one ``optimizer.step()`` call is a step;
-- the gradient norm of each step (of this rank's local gradients);
+- the gradient norm of each step: the total norm the script's own ``clip_grad_norm_`` returned (taken
+  before clipping, and no work of ours), else computed from this rank's local gradients;
 - a digest of the last stepped optimizer's parameters when the process ends;
 - every checkpoint written (``torch.save``, safetensors, and so ``save_pretrained``), by path;
 - the step end times and the peak memory of the device the losses live on;
@@ -129,6 +130,7 @@ class ScriptRecorder:
         self.path = folder / f"record-{os.getpid()}.json"
         self.losses: list[tuple[int, Any]] = []  # (steps done before this backward, the loss tensor)
         self.grad_norms: list[Any] = []
+        self.clipped_norm: Any = None  # the total norm the script's clip_grad_norm_ returned since the last step
         self.last_params: list[Any] = []
         self.device: Any = None
         self.written = False
@@ -156,6 +158,14 @@ class ScriptRecorder:
             return original_backward(tensors, *args, **kwargs)
 
         torch.autograd.backward = backward
+        original_clip = torch.nn.utils.clip_grad_norm_
+
+        def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
+            total = original_clip(*args, **kwargs)
+            self.clipped_norm = total  # the norm before clipping, as the script computed it: no work of ours
+            return total
+
+        torch.nn.utils.clip_grad_norm_ = torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
         register_optimizer_step_pre_hook(self._before_step)
@@ -224,6 +234,10 @@ class ScriptRecorder:
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         import torch
 
+        if self.clipped_norm is not None:  # the script clipped: its own norm, taken before the clipping
+            self.grad_norms.append(self.clipped_norm)
+            self.clipped_norm = None
+            return
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         with self._excluded():
             local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
