@@ -136,8 +136,6 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         from torchferry.check import script_runner
 
         return script_runner.run(args, env)
-    args.steps = 8 if args.steps is None else args.steps
-    args.seed = 1337 if args.seed is None else args.seed
     started = time.monotonic()
     cfg = CheckConfig.build(args, Path.cwd())  # every usage, device and output error is raised here, before any worker
     report = CheckReport(meta=new_meta(FORMAT, FORMAT_VERSION, getattr(args, "_argv", ())),

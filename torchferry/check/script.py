@@ -25,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from torchferry.check.config import DEFAULT_SEED  # also the seed given to a script that does not seed its RNGs
 from torchferry.errors import StepTimeoutError, UsageError
 from torchferry.harness import script_recorder as recorder
 
@@ -33,7 +34,6 @@ PYTHONS = ("python", "python3", f"python{sys.version_info.major}.{sys.version_in
 LAUNCHERS = {"torchrun": "torchrun", "accelerate": "accelerate launch"}
 INTERPRETER_OPTIONS_WITH_VALUE = ("-W", "-X", "-Q")
 HARD_CODED = ("TF001", "TF002", "TF006")  # ferry scan's rules for code that names CUDA and fails elsewhere
-DEFAULT_SEED = 1337  # the seed given to a script that does not seed its RNGs
 GRACE_S = 10.0  # SIGTERM -> SIGKILL
 
 
