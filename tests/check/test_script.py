@@ -86,7 +86,8 @@ def test_hard_coded_cuda_stops_before_running_with_the_scan_finding(tmp_path, mo
     assert code == 3, err
     assert "cuda_call.py:5: TF001" in out and "ferry scan --fix" in out
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
-    assert report["verdict"] == "no-go" and report["failure"]["kind"] == "hard-coded-device"
+    assert report["verdict"] == "no-go" and report["failure"]["kind"] == "workload" and report["failure"]["finding"]
+    assert report["failure"]["message"].startswith("portability failure: the script names CUDA")
     assert report["workload"]["kind"] == "script"
     assert not (tmp_path / "rep" / "work" / "ref.log").exists()  # stopped before any child ran
 
@@ -143,6 +144,7 @@ def plain_loop(tmp_path_factory):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_plain_loop_converges_within_the_references_band(plain_loop):
     """Dropout on the device draws from the device's own generator (as on every accelerator), so the curves are
     not the CPU's bit for bit: the reference runs again under another seed and the target must stay in that band."""
@@ -162,6 +164,7 @@ def test_plain_loop_converges_within_the_references_band(plain_loop):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_same_kernels_and_no_device_randomness_give_exactly_equal_curves(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(PLANTED / "exact.py"))
     assert code == 0, out + err
@@ -176,6 +179,7 @@ def test_same_kernels_and_no_device_randomness_give_exactly_equal_curves(tmp_pat
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_plain_loop_checkpoints_reload_on_the_cpu(plain_loop):
     tmp, code, out, err, report = plain_loop
     e = report["exit"]
@@ -189,6 +193,7 @@ def test_plain_loop_checkpoints_reload_on_the_cpu(plain_loop):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_plain_loop_rehearsal_counts_the_scripts_own_steps(plain_loop):
     tmp, code, out, err, report = plain_loop
     r = report["rehearsal"]
@@ -201,6 +206,7 @@ def test_plain_loop_rehearsal_counts_the_scripts_own_steps(plain_loop):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_steps_stops_the_script_after_n_optimizer_steps(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(EXAMPLES / "train_loop.py"), "--steps", "50",
                                    "--seq-len", "8", "--out", str(tmp_path / "out"), options=("--steps", "2"))
@@ -213,6 +219,7 @@ def test_steps_stops_the_script_after_n_optimizer_steps(tmp_path):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_placement_error_on_the_target_is_a_finding_at_the_users_line(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(PLANTED / "placement.py"))
     assert code == 3, out + err
@@ -224,6 +231,7 @@ def test_placement_error_on_the_target_is_a_finding_at_the_users_line(tmp_path):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_loss_that_goes_nan_on_the_target_only_is_non_finite(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(PLANTED / "nan_on_target.py"))
     assert code == 3, out + err
@@ -233,6 +241,7 @@ def test_loss_that_goes_nan_on_the_target_only_is_non_finite(tmp_path):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_checkpoint_that_pickles_a_device_object_fails_the_exit(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(PLANTED / "device_pickle.py"), str(tmp_path / "ckpt.pt"))
     assert code == 3, out + err
@@ -242,6 +251,7 @@ def test_checkpoint_that_pickles_a_device_object_fails_the_exit(tmp_path):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_no_backward_says_the_script_does_no_training(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(PLANTED / "no_backward.py"))
     assert code == 2 and "does no training" in err and "--mode forward" in err
@@ -249,6 +259,7 @@ def test_no_backward_says_the_script_does_no_training(tmp_path):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_no_optimizer_step_judges_the_recorded_losses(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(PLANTED / "no_step.py"))
     assert code == 0, out + err
@@ -259,6 +270,7 @@ def test_no_optimizer_step_judges_the_recorded_losses(tmp_path):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_timeout_ends_a_script_that_waits_and_keeps_what_was_recorded(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(PLANTED / "reads_stdin.py"), options=("--timeout", "60"))
     assert code == 8, out + err
@@ -268,6 +280,7 @@ def test_timeout_ends_a_script_that_waits_and_keeps_what_was_recorded(tmp_path):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_failing_reference_is_the_users_error_with_their_traceback(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(PLANTED / "ref_fails.py"))
     assert code == 4
@@ -278,6 +291,7 @@ def test_failing_reference_is_the_users_error_with_their_traceback(tmp_path):
 # -- the example scripts, each at a tiny size ----------------------------------------------------
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_hf_trainer_example(tmp_path):
     """Trainer finds the device itself; Llama has no dropout, so the curves are exactly the CPU's."""
     code, out, err, report = check(tmp_path, "python", str(EXAMPLES / "train_hf_trainer.py"), "--max-steps", "4",
@@ -294,6 +308,7 @@ def test_hf_trainer_example(tmp_path):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_accelerate_example(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(EXAMPLES / "train_accelerate.py"), "--steps", "4",
                                    "--out", str(tmp_path / "out"))
@@ -306,6 +321,7 @@ def test_accelerate_example(tmp_path):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_trl_sft_example(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(EXAMPLES / "train_trl_sft.py"), "--max-steps", "3",
                                    "--out", str(tmp_path / "out"))
@@ -316,6 +332,7 @@ def test_trl_sft_example(tmp_path):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 @pytest.mark.multiproc
 def test_torchrun_fsdp2_example(tmp_path):
     code, out, err, report = check(tmp_path, "torchrun", "--nproc-per-node", "2", str(EXAMPLES / "train_fsdp2.py"),
@@ -330,6 +347,7 @@ def test_torchrun_fsdp2_example(tmp_path):
 
 @needs_recorder
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_ctrl_c_stops_the_children_and_writes_the_report(tmp_path):
     """SIGINT to ferry (a terminal's Ctrl-C): the running child is stopped (SIGTERM: its recorders write what they
     have) and the report is written with it."""

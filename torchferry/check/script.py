@@ -167,7 +167,7 @@ def run_child(run: ChildRun, command: ScriptCommand, env: dict[str, str], cwd: P
             run.timed_out = True
             note(f"[{run.role} {run.device}] still running after --timeout {timeout:g} s: stopping it")
             run.returncode = _stop(proc)
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C (or anything else that stops ferry): stop the command too, keep its records
             run.interrupted = True
             _stop(proc)
             run.wall_s = time.monotonic() - started

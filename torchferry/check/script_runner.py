@@ -114,7 +114,7 @@ class ScriptCheck:
                                             f"(seed {cfg['seed']}, Python, NumPy and torch)")
         self.note(f"parity: {self.report.parity.status}")
         if self.report.parity.status == ParityStatus.NON_FINITE:
-            self.report.failure = Failure(kind=ParityStatus.NON_FINITE.value, message=self.report.parity.notes[0],
+            self.report.failure = Failure(kind=NonFiniteError.slug, message=self.report.parity.notes[0],
                                           exit_status=int(ExitStatus.NEGATIVE_RESULT), phase="parity", finding=True)
         self.phase = "cost"
         self.report.cost = self.cost()
@@ -198,13 +198,13 @@ class ScriptCheck:
         if run.returncode == 0 or stopped_by_steps:
             used = ((record or {}).get("device") or "cpu").split(":")[0]
             if record and used != run.device.split(":")[0]:
-                self.finding("device", f"the target run trained on {used!r}, not on {run.device!r}: the script does not "
+                self.finding(WorkloadError.slug, f"the target run trained on {used!r}, not on {run.device!r}: the script does not "
                                        "pick the accelerator it is given (ferry scan shows where it names a device)")
                 return True
             return False
         error = (record or {}).get("error") or {}
         where = f" at {error['file']}:{error['line']}: {error.get('code')}" if error.get("file") else ""
-        kind = error.get("kind") or "crash"
+        kind = error.get("kind") or WorkloadError.slug  # a crash without a Python exception is the workload's too
         label = ("portability failure: device placement" if error.get("placement") else
                  "out of memory" if kind == DeviceOutOfMemoryError.slug else
                  "missing kernel" if "NotImplementedError" == error.get("type") else f"failed ({error.get('type', 'exit')})")
@@ -296,12 +296,12 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
             if command.script and cfg["target"].split(":")[0] != "cuda" else []
         if findings:
             first = findings[0]
-            message = (f"the script names CUDA, so it cannot run on {cfg['target']!r} unchanged: "
+            message = (f"portability failure: the script names CUDA, so it cannot run on {cfg['target']!r} unchanged: "
                        + "; ".join(f"{f['path']}:{f['line']}: {f['rule_id']} {f['message']} Fix: {f['fix']}"
                                    for f in findings[:5])
                        + f". `ferry scan --fix {first['path']}` rewrites the safe ones; then run the check again.")
             report.workload["scan_findings"] = findings
-            report.failure = Failure(kind="hard-coded-device", message=message, exit_status=int(ExitStatus.NEGATIVE_RESULT),
+            report.failure = Failure(kind=WorkloadError.slug, message=message, exit_status=int(ExitStatus.NEGATIVE_RESULT),
                                      phase="scan", finding=True)
             check.note(f"stopped before running: {len(findings)} hard-coded CUDA finding(s)")
         else:
