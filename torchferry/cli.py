@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import traceback
 from collections.abc import Sequence
 
 from torchferry import __version__
 from torchferry.env import Environment
+from torchferry.device._settings import check_environment
 from torchferry.errors import FerryError, WorkloadError, message
+from torchferry.harness.signals import stop_on_signals, stopped_by
 from torchferry.status import ExitStatus
 
 # name -> (module, one-line help). Modules are imported only to build their parser;
@@ -69,9 +72,11 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> i
         parser.print_help()
         return int(ExitStatus.USAGE)
     try:
-        return int(args._module.run(args, env))
-    except KeyboardInterrupt:
-        env.err(f"ferry {args.command}: interrupted")
+        with stop_on_signals():  # SIGTERM and SIGHUP stop a command as Ctrl-C does: what was measured is reported
+            check_environment(os.environ)  # a bad device variable: one line now, not a traceback from a worker later
+            return int(args._module.run(args, env))
+    except KeyboardInterrupt as exc:
+        env.err(f"ferry {args.command}: interrupted by {stopped_by(exc)}")
         return int(ExitStatus.INTERRUPTED)
     except WorkloadError as exc:
         if exc.user_traceback:

@@ -8,7 +8,13 @@ the slug), reports (``failure.kind``) and docs/check/errors.md (one row per slug
 
 from __future__ import annotations
 
+import errno
+import os
+
 from torchferry.status import ExitStatus
+
+FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+LOW_SPACE_BYTES = 1 << 20  # a write that failed with less than this left on its filesystem failed for space
 
 
 class FerryError(Exception):
@@ -81,7 +87,7 @@ class StepTimeoutError(FerryError):
 
 
 class InterruptedRun(FerryError):
-    """The run was stopped with Ctrl-C (SIGINT); what finished is kept."""
+    """The run was stopped by Ctrl-C (SIGINT), SIGTERM or SIGHUP (torchferry.harness.signals); what finished is kept."""
 
     exit_status = ExitStatus.INTERRUPTED
     slug = "interrupted"
@@ -93,8 +99,26 @@ KINDS: dict[str, type[FerryError]] = {cls.slug: cls for cls in (
     DeviceOutOfMemoryError, OutputError, StepTimeoutError, InterruptedRun)}
 
 
+def disk_full(exc: BaseException, folder: str | os.PathLike | None = None) -> bool:
+    """Whether ``exc`` comes from a full disk (or quota): ENOSPC/EDQUOT anywhere in its chain, or, given the
+    ``folder`` it was writing to, any failure while that filesystem has less than 1 MiB left (torch.save
+    reports a full disk as ``unexpected pos ...``, without an errno)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in FULL_DISK_ERRNOS:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    if folder is None:
+        return False
+    try:
+        stat = os.statvfs(folder)
+    except OSError:
+        return False
+    return stat.f_bavail * stat.f_frsize < LOW_SPACE_BYTES
+
+
 def kind_of(exc: BaseException) -> str:
-    """The slug of any exception: torchferry's own, an out-of-memory, Ctrl-C, else the user's ``workload``."""
+    """The slug of any exception: torchferry's own, an out-of-memory, Ctrl-C, a full disk, else the user's ``workload``."""
     import sys
 
     if isinstance(exc, FerryError):
@@ -104,6 +128,8 @@ def kind_of(exc: BaseException) -> str:
     oom = getattr(sys.modules.get("torch"), "OutOfMemoryError", MemoryError)
     if isinstance(exc, (MemoryError, oom)):
         return DeviceOutOfMemoryError.slug
+    if disk_full(exc):
+        return OutputError.slug
     return WorkloadError.slug
 
 

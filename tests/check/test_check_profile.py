@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from ferryrun import ferry
 
+pytestmark = pytest.mark.slow  # whole ferry check runs: worker processes each import torch and build the workload
+
 
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory):

@@ -12,6 +12,8 @@ from checkcfg import make_config
 
 from torchferry.check import exit as exit_mod
 
+pytestmark = pytest.mark.slow  # whole ferry check runs: worker processes each import torch and build the workload
+
 MLP = Path(exit_mod.__file__).parents[1] / "workloads" / "mlp.py"
 
 

@@ -21,6 +21,8 @@ from torchferry.harness.window import Window
 from torchferry.report.check import RehearsalResult
 from torchferry.workloads.protocol import load_workload
 
+pytestmark = pytest.mark.slow  # trains and compiles the fixture workloads on the built-in device (minutes on 2 cores)
+
 FIXTURES = Path(__file__).with_name("fixtures")
 STEPS = 5
 

@@ -13,6 +13,8 @@ import pytest
 from ferryrun import ferry
 from torchferry.status import ExitStatus
 
+pytestmark = pytest.mark.slow  # whole ferry check runs: worker processes each import torch and build the workload
+
 FIXTURES = Path(__file__).with_name("fixtures")
 FAST = ["--steps", "2", "--rounds", "1", "--reps", "1", "-q"]
 

@@ -8,6 +8,8 @@ from checkrun import FAST, FIXTURES, MLP_FORWARD_WITH_PROGRESS, run_check
 from torchferry.report.check import FORMAT_VERSION
 from torchferry.status import ExitStatus
 
+pytestmark = pytest.mark.slow  # whole ferry check runs: worker processes each import torch and build the workload
+
 
 @pytest.mark.slow  # ~25 s on 2 cores: four processes with transformers
 def test_cpu_to_cpu_training_run_writes_a_go_report_with_every_result(check):
@@ -81,6 +83,19 @@ def test_user_traceback_is_shown_apart_from_the_message(shared_check):
     assert "ValueError: the user's forward is broken" in result.stderr
 
 
+def test_the_users_traceback_has_none_of_torchferrys_frames(shared_check):
+    result = shared_check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:raises", *FAST)  # the run above
+    frames = [line for line in result.stderr.splitlines() if line.strip().startswith('File "')]
+    assert any("failing.py" in f for f in frames), result.stderr  # the user's forward is shown
+    assert not [f for f in frames if "/torchferry/" in f], frames  # torchferry's own frames are not
+
+
+def test_nan_on_the_reference_shows_no_traceback_as_if_it_were_the_users(shared_check):
+    result = shared_check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:nan", *FAST)  # the run above
+    assert "Traceback" not in result.stderr and not result.report["failure"]["traceback"]
+    assert result.report["failure"]["kind"] == "non-finite"
+
+
 def test_nan_names_the_first_module_with_a_non_finite_output(shared_check):
     result = shared_check("--target", "cpu", "-w", f"{FIXTURES / 'failing.py'}:nan", *FAST)  # the run above
     assert "first module with a non-finite output" in result.report["failure"]["message"]
@@ -91,6 +106,7 @@ def test_a_target_crash_is_reported_as_no_go_not_fatal(check):
     assert result.exit_status == ExitStatus.NEGATIVE_RESULT, result.stderr
     report = result.report
     assert report["parity"]["status"] == "fail_to_run"
+    assert report["failure"]["kind"] == "workload" and report["failure"]["finding"] is True  # an error slug, always
     assert "died" in report["failure"]["message"] and "signal 6" in report["failure"]["message"]
     assert report["timing"]["ref"]["time_to_n_s"] is not None  # the reference's measurements are kept
 

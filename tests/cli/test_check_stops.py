@@ -9,6 +9,8 @@ from checkrun import FAST, FIXTURES, MLP_FORWARD_WITH_PROGRESS, run_check
 
 from torchferry.status import ExitStatus
 
+pytestmark = pytest.mark.slow  # whole ferry check runs: worker processes each import torch and build the workload
+
 FAILING = FIXTURES / "failing.py"
 
 

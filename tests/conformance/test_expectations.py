@@ -13,6 +13,8 @@ import pytest
 
 import conformance_expectations as expectations
 
+pytestmark = pytest.mark.slow  # OpInfo/ModuleInfo sweeps over the built-in device
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -30,6 +30,9 @@ from torch.testing._internal.common_utils import TestCase  # noqa: E402
 from torch.utils._pytree import tree_flatten, tree_map  # noqa: E402
 
 import conformance_harness as harness  # noqa: E402
+import pytest
+
+pytestmark = pytest.mark.slow  # OpInfo/ModuleInfo sweeps over the built-in device
 
 # Layers of the common model families: linear, convolution, normalisation, recurrent,
 # attention, embedding, activations, losses.

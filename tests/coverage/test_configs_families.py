@@ -12,6 +12,8 @@ from caserun import RUNS_CORRECTLY, run_case
 
 from torchferry.coverage import configs
 
+pytestmark = pytest.mark.slow  # coverage sweeps: builds and runs Hugging Face architectures, in worker processes
+
 
 def _shrunk(arch: str):
     from transformers import CONFIG_MAPPING

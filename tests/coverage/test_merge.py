@@ -9,6 +9,8 @@ from torchferry.coverage.store import Store
 from torchferry.report.coverage import Category, Row
 from torchferry.status import ExitStatus
 
+pytestmark = pytest.mark.slow  # coverage sweeps: builds and runs Hugging Face architectures, in worker processes
+
 # what differs between two runs of the same case by nature: clocks and the worker's own folder
 VOLATILE = {"wall_s", "case_s", "log", "baseline"}
 SETTINGS = {"ref": "cpu", "target": "neuron", "compile": None, "tol": None, "seed": 1, "plugins": [], "method": "torchferry",

@@ -6,6 +6,8 @@ import pytest
 from torchferry.harness.window import dynamo_graphs
 from torchferry.report.coverage import Category, Row
 
+pytestmark = pytest.mark.slow  # coverage sweeps: builds and runs Hugging Face architectures, in worker processes
+
 
 def test_a_predicted_fallback_is_named_with_its_share_of_calls(planted_sweep):
     from torchferry.device.profile import expand, load_profile

@@ -1,6 +1,7 @@
 """Op accounting like TorchNeuron's, the explicit host-fallback path of the profile, host
 syncs and the one-line fallback summary."""
 
+import re
 import warnings
 
 import pytest
@@ -132,6 +133,32 @@ def test_a_model_with_many_fallbacks_warns_once_per_op_and_sums_up_at_exit(run_p
     summary = [line for line in result.stderr.splitlines() if line.startswith("torchferry: ")]
     assert summary == ["torchferry: 4 ops ran as host fallbacks on 'trn2' (200 calls): aten::_unique2 (50), "
                        "aten::atan2 (50), aten::digamma (50), aten::lgamma (50); see torch.neuron.get_fallback_ops()"]
+
+
+def test_the_exit_paragraph_adds_host_syncs_and_eager_compilations_after_the_first_step(run_python, tmp_path):
+    # the one-line change on a training loop: 3 steps, a loss read each step, a new batch shape in step 3
+    result = run_python(
+        """
+        import torch
+        m = torch.nn.Linear(4, 4).to("neuron")
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for rows in (2, 2, 3):
+            loss = m(torch.ones(rows, 4, device="neuron")).square().mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            print(loss.item())
+        """, env={"TORCHFERRY_DEVICE": "neuron", "TORCHFERRY_CACHE_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("torchferry: no op ran as a host fallback"))
+    syncs, where = lines[start + 1], lines[start + 2]
+    assert syncs.startswith("  host syncs: 3 (aten::_local_scalar_dense 3); eager compilations: ")
+    total = int(re.search(r"eager compilations: (\d+) op signatures", syncs).group(1))
+    later = int(re.search(r"(\d+) new after the first optimizer step", syncs).group(1))
+    assert f"({total} cold, 0 from the cache)" in syncs  # a fresh cache folder
+    assert 0 < later < total  # the step-3 shape compiles anew; steps 1-2 share their signatures
+    assert "`ferry check -- python <your script>`" in where and "torchferry.device.host_syncs()" in where
 
 
 def test_fallback_error_mode_names_the_op_and_the_knob(neuron, fallback_mode):

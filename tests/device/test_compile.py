@@ -13,6 +13,8 @@ import pytest
 
 import torchferry.device
 
+pytestmark = pytest.mark.slow  # torch.compile through Inductor on the built-in device
+
 
 def _tiny_llama():
     import torch
@@ -263,3 +265,32 @@ def test_a_second_process_hits_the_cache(neuron, run_python, tmp_path):
     first, second = ([g["cache"] for g in r["graphs"]] for r in runs)
     assert first == ["miss", "miss"], first  # forward and backward compiled
     assert second and set(second) == {"hit"}, second
+
+
+def test_an_op_torchneuron_lacks_still_counts_as_a_fallback_in_every_compiled_call(compile_env):
+    # sort.stable is a predicted host fallback in eager mode; inside a compiled graph it is
+    # counted on each call of the graph, as the eager device counts it (compile/fallbacks.py).
+    import torch
+
+    x = torch.randn(4, 8, device="neuron")
+    f = torch.compile(lambda t: torch.sort(t * 2, dim=-1, stable=True).values + 1, backend="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        f(x)
+    compile_env.clear_op_tracking()
+    out = f(x)
+    f(x)
+    assert compile_env.get_fallback_ops() == {"aten::sort.stable": 2}
+    assert torch.equal(out.cpu(), torch.sort(x.cpu() * 2, dim=-1, stable=True).values + 1)
+
+
+def test_a_compiled_graph_of_native_ops_and_dropout_counts_no_fallback(compile_env):
+    # The twin: native ops, views and Inductor's own random prims for dropout are no fallback.
+    import torch
+
+    x = torch.randn(4, 8, device="neuron")
+    f = torch.compile(lambda t: torch.nn.functional.dropout(t.t() * 2, 0.1, training=True).sum(), backend="neuron")
+    f(x)
+    compile_env.clear_op_tracking()
+    f(x)
+    assert compile_env.get_fallback_ops() == {}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]  # torch.compile through Inductor on the built-in device
 # `compile_env` (conftest) gives each test a fresh Dynamo and its own cache: numerics is a
 # start-up setting, and Dynamo does not guard on it.
 

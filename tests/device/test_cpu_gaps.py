@@ -12,6 +12,8 @@ import torch
 
 import torchferry.device
 
+pytestmark = pytest.mark.slow  # torch.compile through Inductor on the built-in device
+
 
 @pytest.fixture(scope="module", autouse=True)
 def neuron() -> None:

@@ -11,7 +11,7 @@ import inspect
 
 import pytest
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]  # torch.compile through Inductor on the built-in device
 
 
 def _mlp():

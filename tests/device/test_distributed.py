@@ -55,6 +55,28 @@ def test_neuron_rt_variables_win_over_local_world_size():
     assert _settings.visible_device_count({"LOCAL_WORLD_SIZE": "4", "NEURON_RT_NUM_CORES": "2"}) == 2
 
 
+def test_a_rank_whose_local_rank_is_a_seen_device_makes_it_current_and_a_pinned_rank_keeps_neuron_0(run_python):
+    # TorchNeuron's init_process_group makes neuron:LOCAL_RANK current (torch_neuronx/distributed/backend.py,
+    # _neuron_runtime_setup); a launcher that pins one core per process leaves one device, neuron:0.
+    result = run_python("""
+        import torch, torchferry.device
+        from torchferry.device.distributed import select_local_device
+        torchferry.device.enable()
+        chosen = select_local_device({"LOCAL_RANK": "1"})
+        print(chosen, torch.neuron.current_device(), select_local_device({"LOCAL_RANK": "5"}), select_local_device({}))
+    """, env={"NEURON_RT_NUM_CORES": "2"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["1", "1", "None", "None"]
+    pinned = run_python("""
+        import torch, torchferry.device
+        from torchferry.device.distributed import select_local_device
+        torchferry.device.enable()
+        print(select_local_device({"LOCAL_RANK": "1"}), torch.neuron.current_device())
+    """, env={"NEURON_RT_VISIBLE_CORES": "3"})
+    assert pinned.returncode == 0, pinned.stderr
+    assert pinned.stdout.split() == ["None", "0"]
+
+
 def test_collective_timeout_reads_variable_and_shortens_torch_default():
     from datetime import timedelta
 
@@ -238,8 +260,9 @@ def test_dead_or_hung_rank_fails_the_others_naming_rank_and_collective(tmp_path,
 # ---------------------------------------------------------------- torchrun
 
 @pytest.mark.multiproc
-def test_torchrun_gives_each_rank_its_local_device(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+def test_torchrun_gives_each_rank_its_local_device_from_init_process_group(tmp_path):
+    # keep the caller's PYTHONPATH after ours: it may name the torchferry under test
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE.parent), os.environ.get("PYTHONPATH")]))}
     env.pop("NEURON_RT_VISIBLE_CORES", None)
     run = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr",
@@ -257,9 +280,8 @@ def _torchrun_main(out: str) -> None:
 
     torchferry.device.enable()
     rank = int(os.environ["LOCAL_RANK"])
-    device = torch.device("neuron", rank)
-    torch.neuron.set_device(device)
-    dist.init_process_group("neuron")
+    dist.init_process_group("neuron")  # selects neuron:LOCAL_RANK, as TorchNeuron's backend does: no set_device
+    device = torch.device("neuron", torch.neuron.current_device())
     t = torch.full((2,), float(rank + 1), device=device)
     dist.all_reduce(t)
     Path(out, f"{rank}.txt").write_text(f"{rank} {t.device} {t.cpu()[0].item()}")

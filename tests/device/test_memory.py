@@ -61,6 +61,26 @@ def test_exceeding_capacity_raises_out_of_memory_naming_device_request_and_knob(
     assert "ooms 1" in out
 
 
+@pytest.mark.parametrize("memory, source, not_said", [
+    ("2MiB", "(set by TORCHFERRY_DEVICE_MEMORY=2MiB)", "logical NeuronCore"),
+    (None, "(the device profile trn2's memory_bytes: ", "set by TORCHFERRY_DEVICE_MEMORY"),
+], ids=["variable", "profile"])
+def test_out_of_memory_names_where_the_capacity_came_from(run_python, memory, source, not_said):
+    result = run_python(
+        """
+        import torchferry.device as d; d.enable()
+        import torch
+        try:
+            torch.empty(2**40, dtype=torch.uint8, device="neuron")  # 1 TiB: past any capacity, charged before allocating
+        except torch.OutOfMemoryError as exc:
+            print(exc)
+        """,
+        env={"TORCHFERRY_DEVICE_MEMORY": memory} if memory else {},
+    )
+    assert result.returncode == 0, result.stderr
+    assert source in result.stdout and not_said not in result.stdout, result.stdout
+
+
 def test_results_of_cpu_kernels_count_against_capacity(run_python):
     # Results are adopted from the CPU kernels without a copy; they still count.
     result = run_python(

@@ -2,6 +2,9 @@
 `save_state`/`load_state` bringing back the RNG state of every neuron device."""
 
 from __future__ import annotations
+import pytest
+
+pytestmark = pytest.mark.slow  # Hugging Face libraries end to end on the built-in device
 
 
 def test_accelerator_bf16_and_state_round_trip_with_every_devices_rng(run_python, tmp_path):

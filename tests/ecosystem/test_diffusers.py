@@ -8,6 +8,8 @@ import copy
 import pytest
 import torch
 
+pytestmark = pytest.mark.slow  # Hugging Face libraries end to end on the built-in device
+
 diffusers = pytest.importorskip("diffusers", reason="diffusers is in the test extras")
 
 

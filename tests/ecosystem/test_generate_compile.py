@@ -8,6 +8,9 @@ import copy
 
 import torch
 from hf_tiny import tiny_llama
+import pytest
+
+pytestmark = pytest.mark.slow  # Hugging Face libraries end to end on the built-in device
 
 MAX_CACHE = 32
 NEW_TOKENS = 6

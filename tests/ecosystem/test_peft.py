@@ -6,6 +6,8 @@ import pytest
 import torch
 from hf_tiny import tiny_llama
 
+pytestmark = pytest.mark.slow  # Hugging Face libraries end to end on the built-in device
+
 
 def test_lora_trains_merges_and_saves_on_neuron(neuron, tmp_path):
     peft = pytest.importorskip("peft", reason="peft is in the test extras")

@@ -12,6 +12,8 @@ import pytest
 import torch
 from hf_tiny import tiny_llama, token_batches
 
+pytestmark = pytest.mark.slow  # Hugging Face libraries end to end on the built-in device
+
 TORCHRUN_SCRIPT = Path(__file__).with_name("trainer_ddp_script.py")
 
 
@@ -47,7 +49,12 @@ def _results(folder: Path) -> list[dict]:
 
 @pytest.mark.multiproc
 @pytest.mark.slow
-def test_trainer_under_torchrun_runs_ddp_multi_neuron_and_matches_one_process(run_python, tmp_path):
+def test_unchanged_trainer_script_under_torchrun_puts_each_rank_on_its_local_core_and_matches_one_process(
+        run_python, tmp_path, monkeypatch):
+    # The script has no set_device line and no accelerate workaround: init_process_group("neuron") selects
+    # neuron:LOCAL_RANK, as TorchNeuron's backend does (torch_neuronx/distributed/backend.py).
+    monkeypatch.delenv("ACCELERATE_BYPASS_DEVICE_MAP", raising=False)
+    assert "set_device(" not in TORCHRUN_SCRIPT.read_text()
     env = {"TORCHFERRY_DEVICE": "neuron"}
     # The one-process reference runs beside torchrun: separate processes and folders, and the cores torchrun's
     # launcher leaves idle while it starts its ranks do the reference's work.
@@ -65,7 +72,7 @@ def test_trainer_under_torchrun_runs_ddp_multi_neuron_and_matches_one_process(ru
     assert [r["rank"] for r in ranks] == [0, 1]
     assert reference["distributed_type"] == "NO"
     for r in ranks:
-        assert r["distributed_type"] == "MULTI_NEURON"
+        assert r["distributed_type"] == "MULTI_NEURON" and r["bypass_device_map"] is None
         assert r["wrapper"] == "DistributedDataParallel"
         assert r["param_devices"] == [f"neuron:{r['rank']}"]
         assert r["device_ids"] == [r["rank"]]
@@ -73,16 +80,3 @@ def test_trainer_under_torchrun_runs_ddp_multi_neuron_and_matches_one_process(ru
         # Trainer logs the loss averaged over ranks: the global batch's loss of one process.
         torch.testing.assert_close(torch.tensor(r["losses"]), torch.tensor(reference["losses"]),
                                    rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.multiproc
-@pytest.mark.slow
-def test_trainer_under_torchrun_without_the_workaround_fails_on_rank_1_as_on_trainium(run_python, tmp_path):
-    # accelerate 1.15 puts every rank's model on neuron:0 but gives DDP device_ids=[LOCAL_RANK]
-    # (docs/device/ecosystem.md); when accelerate fixes this, this test says so.
-    result = run_python("", env={"TORCHFERRY_DEVICE": "neuron", "WITHOUT_WORKAROUND": "1"}, timeout=420, argv=[
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        str(TORCHRUN_SCRIPT), str(tmp_path / "two")])
-    assert result.returncode != 0
-    assert "Expected all tensors to be on the same device" in result.stderr
-    assert "neuron:0 and neuron:1" in result.stderr

@@ -7,6 +7,8 @@ import pytest
 import torch
 from hf_tiny import VOCAB_WORDS, tiny_llama, tiny_tokenizer
 
+pytestmark = pytest.mark.slow  # Hugging Face libraries end to end on the built-in device
+
 TEXTS = ["the cat sat on the mat", "a dog ran far", "the dog sat and then slept", "a cat ran"]
 
 

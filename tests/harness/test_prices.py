@@ -35,7 +35,7 @@ def test_unknown_instance_lists_the_valid_ones():
 
 @pytest.mark.parametrize(("line", "complaint"), [
     ('price_per_hour = "2.0"', "price_per_hour = '2.0' (str)"),
-    ("price_per_hour = -1", "must be a positive number"),
+    ("price_per_hour = -1", "must be a positive, finite number"),
     ("price_per_hour = 2.0\naccelerators = 1.5", "accelerators = 1.5"),
     ('price_per_hour = 2.0\npeak_flops = { bfloat16 = "lots" }', "peak_flops"),
 ])

@@ -41,11 +41,17 @@ def no_trace(monkeypatch):
     (["--size", "8b", "--reference", "h100.box"], ["'h100.box'", "p5.48xlarge"]),
     (["--size", "8b", "--validate"], ["--world 64 is too many", "--world 2 to 8"]),
     (["--size", "8b", "--config", "x.json"], ["--size and --config", "give one of"]),
+    # hostile values (docs/check/errors.md): 0 used to plan the instance's 64 ranks, 10000000 to trace for minutes
+    (["--size", "8b", "--world", "0"], ["--world must be a whole number at least 1 and at most 1024 (got 0)"]),
+    (["--size", "8b", "--world", "10000000"], ["--world must be a whole number at least 1 and at most 1024 "
+                                                "(got 10000000)", "one shard per rank"]),
+    (["--size", "8b", "--micro-batch", "0"], ["--micro-batch must be a whole number at least 1 (got 0)"]),
 ])
 def test_bad_input_is_a_usage_error_before_tracing(tmp_path, no_trace, args, expected):
     result = run_plan(args, tmp_path / "out")
     assert result.exit_status == ExitStatus.USAGE, result.stderr
-    assert result.stderr.startswith("ferry"), result.stderr
+    assert result.stderr.startswith("ferry plan: "), result.stderr
+    assert result.stderr.count("ferry plan: ") == 1 and "ferry plan: ferry" not in result.stderr  # one prefix
     for text in expected:
         assert text in result.stderr
     assert "Traceback" not in result.stderr

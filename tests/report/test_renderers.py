@@ -15,8 +15,8 @@ from torchferry.report.core import ensure_writable, write_atomic
 from torchferry.errors import OutputError
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
-SECTIONS = ("verdicts", "parity", "rehearsal", "timing", "resume", "exit", "cost", "environment")
-PLOTS = ("loss", "module-error", "eager-signatures", "warmup", "time-to-n", "cost", "resume")
+SECTIONS = ("next-actions", "verdicts", "parity", "rehearsal", "timing", "resume", "exit", "cost", "environment")
+PLOTS = ("loss", "module-error", "eager-signatures", "warmup", "time-to-n", "cost")  # resume: its two curves coincide
 
 
 def test_terminal_summary_leads_with_the_verdict_and_prints_assumptions(report):

@@ -67,6 +67,13 @@ CASES = {
     # nn.RNN (tanh) has no fused cell: it runs on the device
     "TF026": ("import torch\nrnn = torch.nn.LSTM(8, 16, batch_first=True)\n",
               "import torch\nrnn = torch.nn.RNN(8, 16, batch_first=True)\n"),
+    # the state dict as it is keeps the device tag; a .cpu() copy does not
+    "TF027": ("import torch\nmodel.to(device)\ntorch.save(model.state_dict(), 'm.pt')\n",
+              "import torch\nmodel.to(device)\n"
+              "torch.save({k: v.cpu() for k, v in model.state_dict().items()}, 'm.pt')\n"),
+    # log1p has no kernel in TorchNeuron's table (trn2_ops.toml); log has one
+    "TF028": ("import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x.log1p()\n",
+              "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return (1 + x).log()\n"),
 }
 
 

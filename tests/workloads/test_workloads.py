@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -40,9 +42,9 @@ def test_user_file_spec_and_tuple_return_are_normalised():
     assert wl.source["kind"] == "file" and wl.loss is not None and wl.generates is False
 
 
-def test_module_spec_resolves_without_importing():
-    assert resolve_source("torchferry.workloads.mlp:build") == {
-        "kind": "module", "module": "torchferry.workloads.mlp", "attr": "build"}
+def test_module_spec_resolves_without_importing(tmp_path):
+    assert resolve_source("torchferry.workloads.mlp:build", cwd=tmp_path) == {
+        "kind": "module", "module": "torchferry.workloads.mlp", "attr": "build", "paths": [str(tmp_path.resolve())]}
 
 
 @pytest.mark.parametrize("spec", ["nope", "missing.py:build", ":build", "x.py:"])
@@ -80,7 +82,8 @@ def test_a_relative_file_spec_is_resolved_against_the_given_folder(tmp_path):
     (tmp_path / "wl").mkdir()
     (tmp_path / "wl" / "x.py").write_text("def build():\n    pass\n")
     source = resolve_source("wl/x.py:build", cwd=tmp_path)
-    assert source == {"kind": "file", "path": str(tmp_path / "wl" / "x.py"), "attr": "build"}
+    assert source == {"kind": "file", "path": str(tmp_path / "wl" / "x.py"), "attr": "build",
+                      "paths": [str(tmp_path / "wl"), str(tmp_path)]}
     with pytest.raises(UsageError, match="does not exist"):
         resolve_source("wl/x.py:build", cwd=tmp_path / "elsewhere")
 
@@ -94,3 +97,37 @@ def test_build_receives_the_protocols_mode_names_from_the_harness_modes(tmp_path
         "    assert mode == 'training', mode\n"
         "    return torch.nn.Linear(2, 2), lambda device, seed: torch.zeros(1, 2, device=device)\n")
     assert load_workload(f"{tmp_path / 'm.py'}:build", {"mode": Mode.TRAIN}).model is not None
+
+
+@pytest.fixture
+def own_import_path(monkeypatch):
+    """Loading a workload puts its folders on sys.path and imports its modules: undone after the test."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "modules", dict(sys.modules))
+
+
+def test_an_adapter_imports_the_module_beside_it_from_any_working_folder(tmp_path, monkeypatch, own_import_path):
+    monkeypatch.chdir(tmp_path)
+    wl = load_workload(f"{FIXTURES / 'neighbour' / 'adapter.py'}:build", {})
+    assert type(wl.model).__name__ == "Net" and type(wl.model).__module__ == "net"
+
+
+def test_a_module_spec_imports_from_the_callers_folder(tmp_path, own_import_path):
+    (tmp_path / "mypkg").mkdir()
+    (tmp_path / "mypkg" / "__init__.py").write_text("")
+    (tmp_path / "mypkg" / "wl.py").write_text("import torch\n\ndef build():\n    return torch.nn.Linear(1, 1), "
+                                              "lambda device, seed: torch.ones(1, 1, device=device)\n")
+    wl = load_workload("mypkg.wl:build", {}, resolve_source("mypkg.wl:build", cwd=tmp_path))
+    assert isinstance(wl.model, torch.nn.Linear)
+
+
+def test_install_advice_only_for_a_module_that_is_not_beside_the_adapter(tmp_path, own_import_path):
+    (tmp_path / "adapter.py").write_text("from helpers import Net\n\ndef build():\n    pass\n")
+    (tmp_path / "helpers.py").write_text("import ferry_absent_package\nNet = None\n")
+    with pytest.raises(MissingDependencyError, match="'ferry_absent_package'.*pip install ferry_absent_package"):
+        load_workload(f"{tmp_path / 'adapter.py'}:build", {})
+    (tmp_path / "plain.py").write_text("X = 1\n")  # a module beside the adapter, not a package
+    (tmp_path / "sub.py").write_text("def build():\n    import plain.inner\n")
+    with pytest.raises(UsageError) as info:
+        load_workload(f"{tmp_path / 'sub.py'}:build", {})
+    assert "beside it" in str(info.value) and "pip install" not in str(info.value)

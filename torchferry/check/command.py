@@ -11,6 +11,7 @@ Light at import: torch is imported inside ``run``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import sys
 import time
@@ -29,8 +30,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     w = parser.add_argument_group("workload")
     w.add_argument("-w", "--workload", default="llama",
-                   help="built-in (llama, gpt2, bert, mlp), path/to/file.py:build (relative to the current folder) or "
-                        "package.module:build (default: llama)")
+                   help="built-in (llama, gpt2, bert, mlp), path/to/file.py:build (relative to the current folder), "
+                        "package.module:build, or a Hugging Face model: a model type (mistral), a config.json or a "
+                        "folder holding one, a Hub id org/name[@revision] (config only; random weights) (default: llama)")
+    w.add_argument("--weights", action="store_true",
+                   help="a Hub id or checkpoint folder given to -w: load its weights (default: random weights)")
+    w.add_argument("--trust-remote-code", action="store_true",
+                   help="let the model's repository code run (configs with an auto_map), as transformers' "
+                        "trust_remote_code; refused without it")
     w.add_argument("--mode", choices=NAMES, default="train", metavar="MODE",
                    help="train, forward or generate (also: training, inference, generation) (default: train)")
     w.add_argument("--size", choices=("tiny", "small", "base"), default="tiny", help="built-in model size (default: tiny)")
@@ -109,47 +116,68 @@ def environment_of(ref: str, target: str, target_reason: str, seed: int) -> dict
 
 def failure_of(exc: BaseException, phase: str, log: Path):  # noqa: ANN201 - a report.check.Failure
     """What stopped the run, in the report's words: an error slug, ``interrupted``, or ``internal`` for a bug."""
-    from torchferry.errors import FerryError, InterruptedRun
+    from torchferry.errors import FerryError, InterruptedRun, OutputError, disk_full
+    from torchferry.harness.signals import stopped_by
     from torchferry.report.meta import Failure
 
     if isinstance(exc, FerryError):
+        kind, status = exc.slug, exc.exit_status
+    elif disk_full(exc):  # this process could not write a job file or a log line
+        exc = OutputError(f"the disk holding {log.parent} is full ({exc}). Free space there, or pass an --output DIR on "
+                          "a disk with room")
         kind, status = exc.slug, exc.exit_status
     elif isinstance(exc, KeyboardInterrupt):
         kind, status = InterruptedRun.slug, ExitStatus.INTERRUPTED
     else:
         kind, status = "internal", ExitStatus.INTERNAL_ERROR
-    text = str(exc) or ("Ctrl-C" if kind == InterruptedRun.slug else type(exc).__name__)
+    if isinstance(exc, KeyboardInterrupt):
+        text = f"stopped by {stopped_by(exc)}; the workers were stopped and what finished is kept"
+    else:
+        text = str(exc) or type(exc).__name__
     return Failure(kind=kind, message=text if kind != "internal" else f"{type(exc).__name__}: {text} (a bug in torchferry)",
                    exit_status=int(status), phase=phase, log=str(log), traceback=getattr(exc, "user_traceback", None))
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    from torchferry.check import verdict
     from torchferry.check.config import CheckConfig
-    from torchferry.check.runner import Runner, log_path
-    from torchferry.report import htmlreport, jsonreport, text
-    from torchferry.report.check import FORMAT, FORMAT_VERSION, NO_GO, CheckReport
-    from torchferry.report.core import FileReporter, write_reports
+    from torchferry.harness.outlock import output_lock
+    from torchferry.report.check import FORMAT, FORMAT_VERSION
     from torchferry.report.meta import new_meta
 
     if args.script_command:
         from torchferry.check import script_runner
 
         return script_runner.run(args, env)
-    started = time.monotonic()
     cfg = CheckConfig.build(args, Path.cwd())  # every usage, device and output error is raised here, before any worker
-    report = CheckReport(meta=new_meta(FORMAT, FORMAT_VERSION, getattr(args, "_argv", ())),
-                         environment=environment(cfg), config=cfg.to_dict())
+    meta = new_meta(FORMAT, FORMAT_VERSION, getattr(args, "_argv", ()))
+    with output_lock(Path(cfg.output), meta.command) as took_over:  # one writer per output folder
+        return _run_locked(args, env, cfg, meta, took_over)
+
+
+def _run_locked(args: argparse.Namespace, env: Environment, cfg, meta, took_over: str | None) -> ExitStatus:  # noqa: ANN001
+    from torchferry.check import verdict
+    from torchferry.check.runner import Runner, log_path
+    from torchferry.errors import OutputError, disk_full
+    from torchferry.report import text
+    from torchferry.report.check import NO_GO, CheckReport
+
+    started = time.monotonic()
+    report = CheckReport(meta=meta, environment=environment(cfg), config=cfg.to_dict())
     log = log_path(cfg)
     log.parent.mkdir(parents=True, exist_ok=True)
 
     def note(message: str) -> None:
         report.progress.append(message)
-        with open(log, "a") as f:
-            f.write(message + "\n")
+        try:
+            with open(log, "a") as f:
+                f.write(message + "\n")
+        except OSError:
+            pass  # a full disk: the line is still in the report's progress and on stderr
         if not args.quiet:
             env.err(f"ferry check: {message}")
 
+    if took_over:
+        note(took_over)
     if cfg.target_reason != "chosen with --target":
         note(f"target {cfg.target}: {cfg.target_reason}")
     runner = Runner(report, cfg, note)
@@ -160,15 +188,39 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         error = exc
         report.failure = failure_of(exc, runner.phase, log)
         if report.failure.kind == "internal":
-            with open(log, "a") as f:
+            with contextlib.suppress(OSError), open(log, "a") as f:
                 f.write(traceback.format_exc())
         runner.kill_all()
     verdict.decide(report)
     report.meta.wall_s = time.monotonic() - started
     outdir = Path(cfg.output)
-    paths = write_reports(report, [FileReporter("report.json", jsonreport.render),
-                                   FileReporter("report.html", htmlreport.render)], outdir)
-    env.out(text.render(report, [str(p) for p in paths]).rstrip())
+    paths, unwritten = write_each(report, outdir)
+    if any(disk_full(exc, outdir) for _, exc in unwritten):  # make room: this run's scratch tensors are spent
+        freed = runner.free_scratch()
+        report.progress.append(f"the disk holding {outdir} is full: removed this run's scratch files to make room for "
+                               f"the report ({freed})")
+        paths, unwritten = write_each(report, outdir)
+    env.out(text.render(report, [str(p) for p in paths]).rstrip())  # the summary, even when no file could be written
+    for name, exc in unwritten:
+        env.err(f"ferry check: {name} could not be written to {str(outdir)!r} ({exc.strerror or exc}); the summary above "
+                "is all that was kept of it")
     if error is not None:
         raise error
+    if unwritten:
+        raise OutputError(f"{', '.join(n for n, _ in unwritten)} could not be written to {str(outdir)!r}. Free space "
+                          "there, or pass an --output DIR on a disk with room.")
     return ExitStatus.NEGATIVE_RESULT if report.verdict == NO_GO else ExitStatus.SUCCESS
+
+
+def write_each(report, outdir: Path) -> tuple[list[Path], list[tuple[str, OSError]]]:  # noqa: ANN001 - a CheckReport
+    """Write report.json, then report.html, each on its own: the one that fails does not take the other with it."""
+    from torchferry.report import htmlreport, jsonreport
+    from torchferry.report.core import write_atomic
+
+    written, unwritten = [], []
+    for name, render in (("report.json", jsonreport.render), ("report.html", htmlreport.render)):
+        try:
+            written.append(write_atomic(outdir / name, render(report)))
+        except OSError as exc:
+            unwritten.append((name, exc))
+    return written, unwritten

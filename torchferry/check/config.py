@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from torchferry.errors import UsageError
-from torchferry.harness.modes import Mode, parse_mode
+from torchferry.harness.modes import EXECUTION, Mode, parse_mode
 from torchferry.harness.parity import Tolerance
 
 EVAL_SEED_OFFSET = 10_000  # the exit check's eval batch: a seed no timed step uses
@@ -45,6 +45,7 @@ class CheckConfig:
     workload: str  # the spec as given
     workload_source: dict  # where its build() lives, resolved against the caller's working directory
     mode: Mode
+    execution: str  # how the mode runs the model (harness/modes.py EXECUTION), stated in the report
     size: str
     batch_size: int | None
     seq_len: int | None
@@ -68,7 +69,7 @@ class CheckConfig:
     timeout: float
     profile: bool  # one torch.profiler trace per device over a few steps after the timed ones
     warm_up: bool  # a throwaway process imports and builds everything before the timed workers
-    resume_step: int
+    resume_step: int  # the checkpoint is saved after this step; 0 (--steps 1): no step is left to resume
     cost: CostInputs
     output: str  # absolute
 
@@ -97,19 +98,20 @@ class CheckConfig:
         # --steps and --seed default to None on the command line (for a script, no --steps means "to its end")
         args = argparse.Namespace(**{**vars(args), "steps": DEFAULT_STEPS if args.steps is None else args.steps,
                                      "seed": DEFAULT_SEED if args.seed is None else args.seed})
-        from torchferry.harness import devices
+        from torchferry.harness import bounds, devices
         from torchferry.harness.prices import instance_for, load_prices
         from torchferry.report.core import ensure_writable
         from torchferry.workloads.protocol import resolve_source
 
-        for name in ("steps", "rounds", "reps", "new_tokens", "nproc", "nnodes"):
-            if getattr(args, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
-        for name in ("batch_size", "seq_len"):
-            if getattr(args, name) is not None and getattr(args, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1 (got {getattr(args, name)}).")
-        if args.timeout <= 0:
-            raise UsageError(f"--timeout must be a positive number of seconds (got {args.timeout:g}).")
+        bounds.check_all({
+            **{f"--{name.replace('_', '-')}": (getattr(args, name), bounds.COUNT)
+               for name in ("steps", "rounds", "reps", "new_tokens", "nproc", "nnodes", "batch_size", "seq_len")},
+            "--seed": (args.seed, bounds.SEED), "--lr": (args.lr, bounds.POSITIVE), "--tol": (args.tol, bounds.POSITIVE),
+            "--timeout": (args.timeout, bounds.SECONDS),
+            "--steady-budget": (args.steady_budget, bounds.Bound(low=0, why="0 adds no rounds.")),
+            "--eng-hours": (args.eng_hours, bounds.NON_NEGATIVE), "--eng-rate": (args.eng_rate, bounds.NON_NEGATIVE),
+            "--volume": (args.volume, bounds.POSITIVE),
+        })
         warm_up = os.environ.get(WARMUP_ENV, "1")
         if warm_up not in ("0", "1"):
             raise UsageError(f"{WARMUP_ENV}={warm_up!r}: it must be 1 (warm up before the timed workers, the default) or 0.")
@@ -125,7 +127,8 @@ class CheckConfig:
         if args.batch_size is not None and args.batch_size % world:
             raise UsageError(f"the batch size {args.batch_size} does not split into {world} equal shards (--nproc "
                              f"{args.nproc} x --nnodes {args.nnodes}). Pass a --batch-size that is a multiple of {world}.")
-        source = resolve_source(args.workload, cwd)
+        source = resolve_source(args.workload, cwd, trust_remote_code=getattr(args, "trust_remote_code", False),
+                                weights=getattr(args, "weights", False))
         target, reason = (args.target, "chosen with --target") if args.target else devices.default_target()
         for name in (args.ref, target):
             devices.check_usable(name)
@@ -135,13 +138,14 @@ class CheckConfig:
         ensure_writable(output)
         tolerance = Tolerance.resolve(mode, args.dtype, args.tol)
         return cls(
-            workload=args.workload, workload_source=source, mode=mode, size=args.size, batch_size=args.batch_size,
-            seq_len=args.seq_len, dtype=args.dtype, steps=args.steps, new_tokens=args.new_tokens, seed=args.seed,
+            workload=args.workload, workload_source=source, mode=mode, execution=EXECUTION[mode], size=args.size,
+            batch_size=args.batch_size, seq_len=args.seq_len, dtype=args.dtype, steps=args.steps,
+            new_tokens=args.new_tokens, seed=args.seed,
             eval_seed=args.seed + EVAL_SEED_OFFSET, lr=args.lr, ref=args.ref, target=target, target_reason=reason,
             compile=args.compile, nproc=args.nproc, nnodes=args.nnodes, rdzv_endpoint=args.rdzv_endpoint,
             tolerance=tolerance, rounds=args.rounds, reps=args.reps, steady_budget=float(args.steady_budget),
             timeout=float(args.timeout), profile=args.profile, warm_up=warm_up == "1",
-            resume_step=max(1, args.steps // 2), output=str(output),
+            resume_step=args.steps // 2, output=str(output),
             cost=CostInputs(prices=prices, dtype=args.dtype, eng_hours=args.eng_hours, eng_rate=args.eng_rate,
                             volume=args.volume,
                             ref_instance=instance_for(table, args.ref, args.ref_instance, "--ref-instance"),

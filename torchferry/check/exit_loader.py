@@ -39,6 +39,8 @@ def build_architecture(arch, exit_dir):
 
         config = transformers.AutoConfig.from_pretrained(exit_dir)
         return getattr(transformers, arch["class"])(config), None
+    for folder in reversed(arch.get("paths", [])):  # the workload's own imports, as in the workers
+        sys.path.insert(0, folder)
     spec = importlib.util.spec_from_file_location("ferry_exit_workload", arch["path"])
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -31,10 +31,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchferry.check import parity as check_parity
 from torchferry.check.config import CheckConfig
 from torchferry.device.profile import SCALAR_READS
 from torchferry.errors import FerryError
-from torchferry.harness import parity as parity_rule
+from torchferry.harness.parity import localise
 from torchferry.harness.window import HOST_COPY
 from torchferry.report.check import (
     CompiledFrame,
@@ -206,8 +207,8 @@ def explain_numerics(cfg: CheckConfig, ref: dict, target: dict, host: dict) -> N
     """Whether 64-bit narrowing explains the parity failure: the host-numerics rerun ``host`` against the
     reference, and the first module whose output narrowing changes (target vs host numerics)."""
     tol = cfg.tolerance
-    again = parity_rule.judge(cfg.mode, tol, ref, host, None)
-    _, first = parity_rule.localise(host["probe"]["modules"], target["probe"]["modules"],
+    again = check_parity.judge(cfg.mode, tol, ref, host, None)
+    _, first = localise(host["probe"]["modules"], target["probe"]["modules"],
                                     ref["golden"]["probe"]["modules"], tol.tol, tol.low_precision)
     explains = again.status == ParityStatus.PASS
     note = ("parity passes under host numerics: the target's 32-bit arithmetic on 64-bit values explains the failure"

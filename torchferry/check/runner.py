@@ -20,18 +20,19 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from torchferry.check import cost, exit as exit_mod, rehearsal, resume, timing
+from torchferry.check import cost, exit as exit_mod, parity, rehearsal, resume, timing
 from torchferry.check.config import CheckConfig
 from torchferry.errors import (
     DeviceOutOfMemoryError,
     DeviceUnavailableError,
     FerryError,
+    OutputError,
     StepTimeoutError,
     UsageError,
     WorkloadError,
     from_kind,
 )
-from torchferry.harness import launch, parity
+from torchferry.harness import launch
 from torchferry.harness.modes import Mode
 from torchferry.harness.prices import load_prices
 from torchferry.harness.protocol import WorkerProcess, python_module, run_to_end, worker_env
@@ -164,6 +165,17 @@ class Runner:
             proc.kill()
         self.live.clear()
 
+    def free_scratch(self) -> str:
+        """Remove this run's scratch tensors and checkpoints (work/*.pt, work/resume, work/exit), spent once the
+        workers are stopped, to make room on a full disk for the report; says what was removed."""
+        import shutil
+
+        removed = [p for p in self.workdir.glob("*.pt")] + [p for p in (self.workdir / "resume", self.workdir / "exit")
+                                                              if p.is_dir()]
+        for path in removed:
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+        return ", ".join(str(p.relative_to(self.workdir.parent)) for p in removed) or "nothing to remove"
+
     def run(self) -> None:
         cfg = self.cfg
         try:
@@ -172,18 +184,18 @@ class Runner:
             self.phase = "reference"
             self.note(f"reference {cfg.ref}: starting")
             ref = self.spawn("ref", cfg.ref)
+            self.check_split(ref.gather("batch", phase="reference setup")[0]["rows"])  # before its first step
             ref_summary = ref.gather("result", phase="reference run")[0]["data"]
             self.report.timing = timing.summarise(timing.device_timing(cfg.ref, ref_summary["timing"], []), None,
                                                   cfg.warm_up)
-            self.check_split(ref_summary.get("batch_rows"))
             self.phase = "target"
             world = cfg.nproc * cfg.nnodes
             self.note(f"target {cfg.target}: starting" + (f" {world} DDP ranks" if world > 1 else ""))
             target = self.spawn("target", cfg.target)
             try:
                 target_events = target.gather("result", phase="target run")
-            except (DeviceUnavailableError, DeviceOutOfMemoryError, UsageError, StepTimeoutError):
-                raise
+            except (DeviceUnavailableError, DeviceOutOfMemoryError, UsageError, StepTimeoutError, OutputError):
+                raise  # errors that stop the run, not findings about the target
             except FerryError as error:  # the target fails where the reference ran: a finding
                 self.target_failed(error, ref_summary)
                 self.close_all()
@@ -251,7 +263,8 @@ class Runner:
         return self.load_tensors("numerics")
 
     def check_split(self, rows: int | None) -> None:
-        """The batch must split into equal shards over the target's ranks: checked before any target worker starts."""
+        """The batch must split into equal shards over the target's ranks: checked when the reference worker has built
+        its first batch (the workload's build() chooses its default size), before it runs a step."""
         world = self.cfg.nproc * self.cfg.nnodes
         if world > 1 and rows is not None and rows % world:
             raise UsageError(f"the batch size {rows} does not split into --nproc {world} equal shards. "
@@ -291,7 +304,7 @@ class Runner:
                                               timing.device_timing(self.cfg.target, {}, []), self.cfg.warm_up)
         self.report.timing.status = TimingStatus.PARTIAL
         self.report.rehearsal = rehearsal.result(self.workdir, self.cfg, self.report.parity)
-        self.report.failure = Failure(kind=str(kind), message=str(error), exit_status=3, phase=self.phase, finding=True,
+        self.report.failure = Failure(kind=error.slug, message=str(error), exit_status=3, phase=self.phase, finding=True,
                                       traceback=getattr(error, "user_traceback", None), log=str(self.workdir / "target.log"))
         self.note(f"target failed: {error}")
 
@@ -347,11 +360,15 @@ class Runner:
         if cfg.mode != Mode.TRAIN:
             self.report.resume.notes.append(f"resume applies to train; mode is {cfg.mode}")
             return
+        if not cfg.resume_step:
+            self.report.resume.notes.append(f"resume needs --steps 2 or more (a checkpoint after step k, then the steps "
+                                            f"after it); --steps {cfg.steps} leaves no step to resume")
+            return
         self.note(f"resume: fresh {cfg.target} process from the step-{cfg.resume_step} checkpoint")
         worker = self.spawn("resume", cfg.target)
         try:
             event = worker.gather("result", phase="resume")[0]
-        except (StepTimeoutError, DeviceUnavailableError, DeviceOutOfMemoryError):
+        except (StepTimeoutError, DeviceUnavailableError, DeviceOutOfMemoryError, OutputError):
             raise
         except FerryError as error:
             self.report.resume.status = ResultStatus.FAIL

@@ -275,18 +275,27 @@ def build(args: argparse.Namespace, cwd: Path) -> tuple[ScriptCommand, dict]:
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    from torchferry.report.check import FORMAT, FORMAT_VERSION
+    from torchferry.report.meta import new_meta
+
+    from torchferry.harness.outlock import output_lock
+
+    cwd = Path.cwd()
+    command, cfg = build(args, cwd)
+    meta = new_meta(FORMAT, FORMAT_VERSION, getattr(args, "_argv", ()))
+    with output_lock(Path(cfg["output"]), meta.command):  # one writer per output folder
+        return _run_locked(args, env, command, cfg, meta, cwd)
+
+
+def _run_locked(args: argparse.Namespace, env: Environment, command: ScriptCommand, cfg: dict, meta, cwd: Path) -> ExitStatus:  # noqa: ANN001
     from torchferry.check import verdict
     from torchferry.check.command import environment_of, failure_of
     from torchferry.report import htmlreport, jsonreport, text
-    from torchferry.report.check import FORMAT, FORMAT_VERSION, NO_GO
+    from torchferry.report.check import NO_GO
     from torchferry.report.core import FileReporter, write_reports
-    from torchferry.report.meta import new_meta
 
     started = time.monotonic()
-    cwd = Path.cwd()
-    command, cfg = build(args, cwd)
-    report = CheckReport(meta=new_meta(FORMAT, FORMAT_VERSION, getattr(args, "_argv", ())),
-                         environment=environment_of(cfg["ref"], cfg["target"], cfg["target_reason"], cfg["seed"]),
+    report = CheckReport(meta=meta, environment=environment_of(cfg["ref"], cfg["target"], cfg["target_reason"], cfg["seed"]),
                          config=cfg, workload=command.to_dict())
     check = ScriptCheck(args, env, command, report, cwd)
     check.workdir.mkdir(parents=True, exist_ok=True)

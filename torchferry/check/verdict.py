@@ -7,7 +7,17 @@ is made from a part of the evidence.
 
 from __future__ import annotations
 
-from torchferry.report.check import CONDITIONS, GO, NO_GO, NOT_RUN, STOPPED, CheckReport, RehearsalStatus, VerdictItem
+from torchferry.report.check import (
+    CONDITIONS,
+    GO,
+    NO_GO,
+    NOT_RUN,
+    STOPPED,
+    CheckReport,
+    NextAction,
+    RehearsalStatus,
+    VerdictItem,
+)
 from torchferry.report.comparison import describe
 
 
@@ -101,12 +111,63 @@ def _rehearsal(report: CheckReport) -> VerdictItem:
     return VerdictItem("rehearsal", NOT_RUN, "; ".join(r.notes) or "not rehearsed")
 
 
+def next_actions(report: CheckReport) -> list[NextAction]:
+    """Every condition and failure of the verdict with its fix, as one list: what to do before the move.
+
+    Each result says its own: the rehearsal's conditions carry their fixes, an exit format its fix, the
+    cost result which price is missing; a result that is go adds nothing.
+    """
+    actions: list[NextAction] = []
+    f = report.failure
+    if f and not f.finding:
+        actions.append(NextAction("run", f"the run stopped during {f.phase or 'the run'} ({f.kind}): {f.message}"))
+    by_result = {item.result: item for item in report.verdicts}
+    p = report.parity
+    if by_result.get("parity") and by_result["parity"].verdict in (NO_GO, CONDITIONS):
+        if p.status == "eager_two_runs_differ":
+            actions.append(NextAction("parity", "make the reference deterministic (seed every generator; "
+                                                "torch.use_deterministic_algorithms(True)) so the target can be judged"))
+        else:
+            where = f" from module {p.first_divergent_module.name}" if p.first_divergent_module else ""
+            actions.append(NextAction("parity", f"find why the target diverges{where} ({p.status}; the parity section "
+                                                "has the figures)"))
+    r = report.rehearsal
+    if r.status == RehearsalStatus.FAIL and r.placement:
+        pl = r.placement
+        actions.append(NextAction("rehearsal", f"put every input of {pl.op} on one device at {pl.file}:{pl.line} "
+                                               f"(`{pl.code}` mixes {', '.join(pl.devices)})"))
+    actions += [NextAction("rehearsal", c) for c in r.conditions]
+    t = by_result.get("time")
+    if t and t.verdict == CONDITIONS:
+        actions += [NextAction("time", c + (": rerun on a quiet machine, or raise --steady-budget" if "unstable" in c else ""))
+                    for c in t.reason.split("; ")]
+    if report.resume.status == "fail":
+        actions.append(NextAction("resume", "make the resumed run match: " + ("; ".join(report.resume.notes)
+                                                                             or "resumed losses differ")))
+    for fmt in report.exit.formats:
+        broken = not fmt.saved or fmt.needs_package or fmt.needs_map_location or fmt.error or (
+            fmt.parity is not None and not fmt.parity.passed)
+        if broken:
+            actions.append(NextAction("exit", f"{fmt.name}: {fmt.fix or fmt.error or 'parity lost after reloading'}"))
+    c = report.cost
+    status = c.break_even.get("status", "")
+    if c.status != NOT_RUN and status and status != "reached":
+        actions.append(NextAction("cost", f"break-even {status}"))
+    if not (f and not f.finding):  # a run that completed without parity or exit cannot be a clean go
+        actions += [NextAction(i.result, f"not measured: {i.reason}") for i in report.verdicts
+                    if i.verdict == NOT_RUN and i.result in ("parity", "exit")]
+    if f and f.finding and not any(a.result in ("parity", "rehearsal") for a in actions):
+        actions.append(NextAction("run", f.message))
+    return actions
+
+
 def decide(report: CheckReport) -> None:
     """Fill ``report.verdicts`` and ``report.verdict``: no-go if any result is no-go, conditions if any is not go."""
     items = [_parity(report), _timing(report), _resume(report), _exit(report), _cost(report), _rehearsal(report)]
     if report.failure and not report.failure.finding:
         items.append(VerdictItem("run", STOPPED, f"stopped: {report.failure.kind}: {report.failure.message}"))
         report.verdicts, report.verdict = items, STOPPED
+        report.next_actions = next_actions(report)
         return
     if report.failure:
         items.append(VerdictItem("run", NO_GO, report.failure.message))
@@ -118,3 +179,4 @@ def decide(report: CheckReport) -> None:
         report.verdict = CONDITIONS
     else:
         report.verdict = GO if decided else NOT_RUN
+    report.next_actions = next_actions(report)

@@ -29,7 +29,7 @@ from typing import Any
 from torchferry.check.config import CheckConfig
 from torchferry.check import timing
 from torchferry.check.rehearsal import RECORD, Recorder
-from torchferry.errors import NonFiniteError, UsageError
+from torchferry.errors import NonFiniteError, OutputError, UsageError, disk_full
 from torchferry.harness.modes import Mode
 from torchferry.harness.window import Window
 from torchferry.harness.worker import Channel, run_case
@@ -102,7 +102,8 @@ class Session:
             )
         self.pristine = self.workload.model  # CPU, initial weights: every run starts from a copy
         first = self.workload.batch("cpu", self.cfg.seed)
-        self.batch_rows = self.rows_of(first)  # the runner checks the split over --nproc before starting the target
+        self.batch_rows = self.rows_of(first)  # the runner checks the split over --nproc before the first step
+        self.channel.send("batch", rows=self.batch_rows)
         if self.world > 1:
             self.shard(first)  # an indivisible batch fails here, on every rank
         self.model = self.fresh()
@@ -155,8 +156,21 @@ class Session:
         return cut(batch)
 
     def fresh(self, fp64: bool = False) -> Any:
+        """A copy of the initial model on this device; in eval mode for forward and generate, as users' inference is."""
         model = copy.deepcopy(self.pristine).to(self.device)
+        if self.cfg.mode != Mode.TRAIN:
+            model.eval()
         return model.to(self.torch.float64) if fp64 else model
+
+    def seed_step(self, index: int) -> None:
+        """Reseed every generator (the CPU's and each device's, through ``torch.manual_seed``) from the check's seed
+        and the step: every compared run (fresh, second reference, float64, resume, probe) draws the same random
+        numbers (dropout masks) at step ``index`` on either device, whatever ran before (docs/check/parity.md)."""
+        self.torch.manual_seed(self.cfg.seed + index)
+
+    def no_grad(self) -> Any:
+        """Inference as users run it (``torch.inference_mode``) in forward and generate; ``no_grad`` in train."""
+        return self.torch.no_grad() if self.cfg.mode == Mode.TRAIN else self.torch.inference_mode()
 
     def batch(self, seed_offset: int, fp64: bool = False) -> Any:
         batch = self.workload.batch(self.device, self.cfg.seed + seed_offset)
@@ -182,10 +196,11 @@ class Session:
     # -- one step of the mode ------------------------------------------------------------
     def step(self, model: Any, opt: Any, index: int, fp64: bool = False, record: bool = False) -> tuple[float, Any]:
         """Run step ``index``, synchronised; returns (seconds, loss or tokens). ``record``: the rehearsal counts it."""
-        torch, mode = self.torch, self.cfg.mode
+        mode = self.cfg.mode
         batch = self.batch(index, fp64)
         if self.world > 1:
             batch = self.shard(batch)
+        self.seed_step(index)
         with self.rehearsal.step(batch) if record and self.rehearsal else contextlib.nullcontext():
             t = time.perf_counter()
             if mode == Mode.TRAIN:
@@ -196,10 +211,10 @@ class Session:
                 opt.step()
                 result = loss
             elif mode == Mode.FORWARD:
-                with torch.no_grad(), self.autocast(fp64):
+                with self.no_grad(), self.autocast(fp64):
                     result = self.workload.forward(model, batch)
             else:
-                with torch.no_grad(), self.autocast(fp64):
+                with self.no_grad(), self.autocast(fp64):
                     result = model.generate(**self.generate_kwargs(model, batch))
             self.devices.synchronize(self.device)
             return time.perf_counter() - t, result
@@ -281,7 +296,6 @@ class Session:
 
     def probe(self, fp64: bool = False, model: Any = None, index: int = 0) -> dict:
         """A hooked forward pass on step ``index``'s batch: per-module outputs in execution order."""
-        torch = self.torch
         model = model if model is not None else self.fresh(fp64)
         modules: dict[str, Any] = {}
 
@@ -296,7 +310,8 @@ class Session:
         handles = [m.register_forward_hook(hook(n or "<model>")) for n, m in model.named_modules()]
         try:
             batch = self.batch(index, fp64)
-            with torch.no_grad(), self.autocast(fp64):
+            self.seed_step(index)
+            with self.no_grad(), self.autocast(fp64):
                 output = self.workload.forward(model, batch)
         finally:
             for h in handles:
@@ -355,6 +370,8 @@ class Session:
                 save(model, path)
                 saved[name] = {"path": str(path)}
             except Exception as exc:  # a format that cannot be saved from this device is a finding
+                if disk_full(exc, path.parent):
+                    raise  # not a finding: the run cannot go on (reported as the output error it is)
                 saved[name] = {"path": str(path), "error": f"{type(exc).__name__}: {exc}", "fix": self.save_fix(name, save, path)}
 
         attempt("torch.save state dict", exit_dir / "state_dict.pt", lambda m, p: self.torch.save(m.state_dict(), p))
@@ -401,7 +418,7 @@ class Session:
         source = dict(self.workload.source)
         if source["kind"] == "module":
             source = {"kind": "file", "path": importlib.util.find_spec(source["module"]).origin, **{
-                k: v for k, v in source.items() if k in ("attr", "options")}}
+                k: v for k, v in source.items() if k in ("attr", "options", "paths")}}
         return {**source, "pretrained": loader}
 
     def flops_per_step(self) -> float | None:
@@ -467,18 +484,24 @@ class Session:
     def host_numerics_run(self) -> dict:
         """The target's run and probe once more, in a process started with host numerics (64-bit values kept at
         64 bits), so that the runner can tell whether the target's 32-bit narrowing explains a parity failure."""
-        from torchferry.device import target
+        from torchferry.device import numerics
 
         model = self.torch.compile(self.model, backend=self.cfg.compile) if self.cfg.compile else self.model
         run = self.run(model)
         run.pop("opt")
         self.torch.save({"run": run, "probe": self.probe()}, self.job["tensors"])
-        return {"numerics": target.numerics()}
+        return {"numerics": numerics()}
 
     def eval_outputs(self, model: Any) -> dict:
+        """The trained model's outputs on the eval batch in eval mode, as the exit loader computes them (no dropout)."""
         batch = self.workload.batch(self.device, self.cfg.eval_seed)
-        with self.torch.no_grad(), self.autocast(False):
-            return to_cpu({k: v for k, v in flatten(self.workload.forward(model, batch)).items() if _floating(v)})
+        training = model.training
+        model.eval()
+        try:
+            with self.torch.inference_mode(), self.autocast(False):
+                return to_cpu({k: v for k, v in flatten(self.workload.forward(model, batch)).items() if _floating(v)})
+        finally:
+            model.train(training)  # the live model goes on with the steady-state steps
 
     def compare_runs(self, a: dict, b: dict, probe_a: dict, probe_b: dict) -> dict:
         """Two reference runs must agree bitwise (the dynamo harness's eager_two_runs_differ check)."""
@@ -529,6 +552,12 @@ def main(argv: list[str]) -> int:
     outcome = run_case(serve)
     if not outcome.ok:  # report the failure to the runner, then exit non-zero
         event = outcome.error_event()
+        if outcome.kind != OutputError.slug and disk_full(outcome.exception, session.outdir):
+            event.update(kind=OutputError.slug, traceback="")  # torch.save says "unexpected pos" for a full disk
+        if event["kind"] == OutputError.slug:
+            event["message"] = (f"the disk holding {session.outdir} is full: the {job['role']} worker could not write "
+                                f"its files ({event['type']}: {event['message']}). Free space there, or pass an "
+                                "--output DIR on a disk with room")
         placement = session.rehearsal.failed(outcome.exception) if session.rehearsal else None
         if placement is not None:  # the user's code mixes devices: a portability failure, not a crash
             event["message"] = (f"portability failure: {placement['op']} at {placement['file']}:{placement['line']} "

@@ -29,15 +29,23 @@ from torchferry.status import ExitStatus
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("archs", nargs="*", metavar="ARCH",
-                        help="model types (llama, gpt2, ...) or config.json files (default: every causal-LM "
-                             "architecture of the installed transformers)")
+    parser.add_argument("archs", nargs="*", metavar="MODEL",
+                        help="model types (llama, gpt2, ...), config.json files or folders holding one, or Hub ids "
+                             "(org/name[@revision]: only the config is fetched) (default: every causal-LM architecture "
+                             "of the installed transformers)")
+    parser.add_argument("--configs", metavar="DIR",
+                        help="a folder of config files, one row each, named by the file (<org>_<name>_config.json also "
+                             "gives the model id), e.g. the vendor's tests/huggingface/configs/huggingface/CausalLM")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let a config's repository code run (configs with an auto_map), as transformers' "
+                             "trust_remote_code; without it such a config is refused (skipped in a sweep)")
     parser.add_argument("--suite", default="causal-lm", metavar="NAME[,NAME...]|all",
                         help="model families: causal-lm, seq2seq, encoder, vision, diffusers; several comma-separated, "
                              "or all (default: causal-lm)")
     parser.add_argument("--method", default="torchferry", choices=("torchferry", "torchneuron"),
-                        help="torchferry: tiny widths, every mode (default); torchneuron: AWS torch-neuronx's own sweep "
-                             "(2 layers at the config's widths, eager attention, one forward+backward at 1x1024 tokens)")
+                        help="torchferry: tiny widths, every mode (default); torchneuron: what AWS torch-neuronx's own "
+                             "sweep does (2 layers at the config's widths, its dtype and dropout, default attention, one "
+                             "forward+backward at 1x1024 tokens)")
     parser.add_argument("--modes",
                         help="comma-separated: forward, generate (greedy, static cache where supported), train; "
                              "ferry check's names (inference, generation, training) also work (default: every mode "
@@ -56,6 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-o", "--output", default="ferry-coverage",
                         help="folder of the store (rows.jsonl) and reports (default: ./ferry-coverage)")
     parser.add_argument("--restart", action="store_true", help="discard the stored rows instead of resuming")
+    parser.add_argument("--repair", action="store_true",
+                        help="drop the store's corrupt lines (named when a run refuses it) and keep its good rows")
     parser.add_argument("--rerun", metavar="CATEGORIES", default="",
                         help="comma-separated categories whose stored rows run again (e.g. error,timeout)")
     parser.add_argument("--baseline", nargs="?", const="auto", metavar="FILE",
@@ -115,6 +125,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.coverage.store import Store
     from torchferry.coverage.sweep import Sweep, suite_of
     from torchferry.errors import FerryError, InterruptedRun
+    from torchferry.harness.signals import stopped_by
     from torchferry.report.coverage import FORMAT, FORMAT_VERSION
     from torchferry.report.meta import Failure, new_meta
 
@@ -123,7 +134,10 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     part = sharding.parse(args.shard) if args.shard else None
     cfg = CoverageConfig.build(args, Path.cwd())  # every usage, device and output error is raised here, before any case
     out = Path(cfg.output)
-    store = Store(out / "rows.jsonl", {**cfg.settings, "environment": environment()}, restart=cfg.restart)
+    store = Store(out / "rows.jsonl", {**cfg.settings, "environment": environment()}, restart=cfg.restart,
+                  repair=args.repair)
+    if store.repaired:
+        env.err(f"ferry coverage: {store.repaired}")
     store.forget(set(cfg.rerun))
     selected = cfg.jobs_list()
     jobs = selected
@@ -157,7 +171,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         sweep.stop()
         error = exc
         if isinstance(exc, KeyboardInterrupt):
-            failure = Failure(kind=InterruptedRun.slug, message="stopped with Ctrl-C; finished rows kept",
+            failure = Failure(kind=InterruptedRun.slug, message=f"stopped by {stopped_by(exc)}; finished rows kept",
                               exit_status=int(ExitStatus.INTERRUPTED), phase="sweep")
         elif isinstance(exc, FerryError):
             failure = Failure(kind=exc.slug, message=str(exc), exit_status=int(exc.exit_status), phase="sweep")
@@ -242,6 +256,10 @@ def merge(args: argparse.Namespace, env: Environment) -> ExitStatus:
     ensure_writable(out)
     stores = [(p, read(p)) for p in paths]
     for p, found in stores:
+        if found.corrupt:
+            n, why = found.corrupt[0]
+            raise UsageError(f"{str(p)!r} has {len(found.corrupt)} corrupt line(s) (line {n}: {why}). Repair that shard's "
+                             "store with its own command line plus --repair (its good rows are kept), then merge again.")
         if found.settings is None or not found.runs:
             raise UsageError(f"{str(p)!r} has no settings or run line (a store from an older "
                              "torchferry, or not a store). Rerun that shard with this torchferry.")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from torchferry.errors import UsageError
+from torchferry.harness import bounds
 from torchferry.harness.modes import Mode, parse_mode
 from torchferry.report.coverage import Category
 
@@ -30,7 +31,9 @@ LIST_TIMEOUT_S = 180.0
 class CoverageConfig:
     suites: tuple[str, ...]  # torchferry.coverage.suites names, in sweep order
     method: str  # torchferry.coverage.methods name
-    archs: tuple[tuple[str, str], ...]  # (suite, model type / architecture name / config.json path (absolute))
+    archs: tuple[tuple[str, str], ...]  # (suite, model type / architecture name / config.json path (absolute) / Hub id)
+    names: dict[str, tuple[str, str | None]]  # spec -> (row name, model id) where the spec is not the name itself
+    trust_remote_code: bool
     source: str  # "user list" or where the full lists came from
     modes: tuple[Mode, ...]  # every mode requested; each suite runs those it has (suite_modes)
     ref: str
@@ -58,7 +61,7 @@ class CoverageConfig:
     def settings(self) -> dict:
         """What makes stored rows comparable: the store's first line."""
         return {"ref": self.ref, "target": self.target, "compile": self.compile, "tol": self.tol, "seed": self.seed,
-                "plugins": list(self.plugins), "method": self.method}
+                "plugins": list(self.plugins), "method": self.method, "trust_remote_code": self.trust_remote_code}
 
     def suite_modes(self, suite: str) -> list[str]:
         """The requested modes that ``suite`` has (and the method runs)."""
@@ -69,13 +72,16 @@ class CoverageConfig:
 
     def jobs_list(self) -> list[dict]:
         modes = {s: self.suite_modes(s) for s in self.suites}
-        return [{"arch": Path(a).stem if a.endswith(".json") else a, "spec": a, "suite": s, "modes": modes[s],
-                 **self.settings, "threads": self.threads, "memory_gib": self.memory_gb} for s, a in self.archs]
+        return [{"arch": self.names.get(a, (a,))[0], "model_id": self.names.get(a, (a, None))[1], "spec": a, "suite": s,
+                 "modes": modes[s], **self.settings, "threads": self.threads, "memory_gib": self.memory_gb}
+                for s, a in self.archs]
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)
         data.update(modes=[str(m) for m in self.modes], rerun=sorted(map(str, self.rerun)), archs=len(self.archs),
-                    suites=list(self.suites), baseline=self.baseline[0] if self.baseline else None)
+                    suites=list(self.suites), baseline=self.baseline[0] if self.baseline else None,
+                    method_settings=_method(self.method, self.trust_remote_code).settings())
+        data.pop("names")
         return data
 
     @classmethod
@@ -91,9 +97,9 @@ class CoverageConfig:
             raise UsageError(f"--method {method.name} applies to the {', '.join(method.suites)} suite only (it is the "
                              f"vendor's own sweep); got --suite {','.join(names)}.")
         modes = _modes(args.modes, [suites.get(n) for n in names], method)
-        if args.jobs < 1 or args.timeout <= 0 or args.memory_gb <= 0:
-            raise UsageError(f"--jobs must be at least 1, --timeout and --memory-gb positive "
-                             f"(got {args.jobs}, {args.timeout:g}, {args.memory_gb:g}).")
+        bounds.check_all({"--jobs": (args.jobs, bounds.COUNT), "--timeout": (args.timeout, bounds.SECONDS),
+                          "--memory-gb": (args.memory_gb, bounds.POSITIVE), "--tol": (args.tol, bounds.POSITIVE),
+                          "--seed": (args.seed, bounds.SEED)})
         target = args.target or devices.default_target()[0]
         for name in (args.ref, target):
             devices.check_usable(name)
@@ -101,11 +107,11 @@ class CoverageConfig:
         for given, path in zip(args.plugin, plugins):
             if not Path(path).is_file():
                 raise UsageError(f"--plugin {given!r}: no such file. Pass a Python file that registers architectures.")
-        if args.archs and len(names) > 1:
+        configs = getattr(args, "configs", None)
+        if (args.archs or configs) and len(names) > 1:
             raise UsageError(f"architectures are named within one suite; got {len(names)} suites ({', '.join(names)}) "
-                             "with ARCH arguments. Pass one --suite with the architectures, or no architectures.")
-        given = tuple(str((cwd / a).resolve()) if a.endswith(".json") else a for a in dict.fromkeys(args.archs))
-        _check_archs(args.archs, given, plugins, suites.get(names[0]))
+                             "with ARCH arguments or --configs. Pass one --suite with the architectures, or none.")
+        given, named = _sources(list(dict.fromkeys(args.archs)), configs, cwd, plugins, suites.get(names[0]))
         rerun = {c.strip() for c in args.rerun.split(",") if c.strip()}
         if rerun - set(map(str, Category)):
             raise UsageError(f"--rerun {args.rerun!r}: unknown categories; valid: {', '.join(map(str, Category))}.")
@@ -118,8 +124,10 @@ class CoverageConfig:
             archs = tuple((names[0], a) for a in given)
         else:
             archs = tuple((n, a) for n in names for a in sorted(suites.get(n).architectures()))
-        source = "user list" if args.archs else "; ".join(f"{n}: {suites.get(n).source}" for n in names)
-        return cls(suites=names, method=method.name, archs=archs, source=source, modes=modes, ref=args.ref, target=target, compile=args.compile, plugins=plugins, tol=args.tol,
+        source = ("user list" + (f" and --configs {configs}" if configs else "") if args.archs
+                  else f"--configs {configs}" if configs else "; ".join(f"{n}: {suites.get(n).source}" for n in names))
+        return cls(suites=names, method=method.name, archs=archs, names=named,
+                   trust_remote_code=bool(getattr(args, "trust_remote_code", False)), source=source, modes=modes, ref=args.ref, target=target, compile=args.compile, plugins=plugins, tol=args.tol,
                    seed=args.seed, jobs=args.jobs, threads=max(1, len(os.sched_getaffinity(0)) // args.jobs),
                    timeout=float(args.timeout), memory_gb=float(args.memory_gb), output=str(output), restart=args.restart,
                    rerun=frozenset(Category(c) for c in rerun),
@@ -171,23 +179,51 @@ def known_types(plugins: tuple[str, ...]) -> set[str]:
         return set(event["data"])
 
 
-def _check_archs(given: list[str], archs: tuple[str, ...], plugins: tuple[str, ...], suite: Any) -> None:
+def _method(name: str, trust_remote_code: bool) -> Any:
+    from torchferry.coverage import methods
+
+    return methods.get(name, trust_remote_code)
+
+
+def _sources(given: list[str], configs: str | None, cwd: Path, plugins: tuple[str, ...],
+             suite: Any) -> tuple[tuple[str, ...], dict[str, tuple[str, str | None]]]:
+    """The specs workers get (model types as given; config files and folders as absolute config.json paths; Hub
+    ids as given, their config fetched into the cache now) and the row names of those whose spec is not their name.
+
+    Every form of torchferry.workloads.model_source is accepted; anything else is refused here, with the forms.
+    """
     import difflib
 
-    for name, path in zip(dict.fromkeys(given), archs):
-        if name.endswith(".json") and not Path(path).is_file():
-            raise UsageError(f"config file {name!r} does not exist. Pass a config.json or a model type.")
-    if suite.name == "diffusers" and any(a.endswith(".json") for a in archs):
-        raise UsageError(f"the diffusers suite builds its own tiny configs; config files are not accepted. "
+    from torchferry.workloads import model_source
+
+    specs: list[str] = []
+    names: dict[str, tuple[str, str | None]] = {}
+    found: list[model_source.ModelSource] = []
+    types: list[str] = []
+    known = known_types(plugins) if plugins else None  # model types a config file may name (None: transformers')
+    for name in given:
+        path = cwd / name
+        if name.endswith(".json") or path.exists() or (model_source.HUB_ID.match(name) and "/" in name):
+            found.append(model_source.resolve(name, cwd, known_types=known))
+        else:
+            types.append(name)
+            specs.append(name)
+    if configs:
+        found += model_source.folder_sources((cwd / configs).resolve(), configs, known)
+    if found and suite.name == "diffusers":
+        raise UsageError(f"the diffusers suite builds its own tiny configs; configs and Hub ids are not accepted. "
                          f"Pass names of: {', '.join(suite.choices(plugins))}.")
-    types = [a for a in archs if not a.endswith(".json")]
-    if not types:
-        return
-    for name in suite.unknown(types, plugins):
-        close = difflib.get_close_matches(name, suite.choices(plugins), n=3)
-        raise UsageError(f"unknown architecture {name!r} for the {suite.name} suite"
-                         + (f"; did you mean {', '.join(close)}?" if close else "")
-                         + " Pass one of the suite's architectures, a config.json, or register it with --plugin.")
+    for source in found:
+        spec = source.spec if source.kind == "hub" else source.config_path
+        specs.append(spec)
+        names[spec] = (source.name, source.hub_id)
+    if types:
+        for name in suite.unknown(types, plugins):
+            close = difflib.get_close_matches(name, suite.choices(plugins), n=3)
+            raise UsageError(f"unknown architecture {name!r} for the {suite.name} suite"
+                             + (f"; did you mean {', '.join(close)}?" if close else "")
+                             + f". A model is named as {model_source.FORMS}; or register an architecture with --plugin.")
+    return tuple(dict.fromkeys(specs)), names
 
 
 def baseline_path(suite: str, device: str, method: str) -> Path:

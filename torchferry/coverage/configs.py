@@ -442,23 +442,45 @@ def shrink(cfg: Any, widths: bool = True, depth_only: bool = False, images: bool
     return cfg
 
 
-def base_config(spec: str) -> Any:
-    """The default config of a model type (``llama``), or a config file (``path/config.json``)."""
-    from transformers import CONFIG_MAPPING
+def base_config(spec: str, method: Any = None) -> Any:
+    """The config of a model spec (torchferry.workloads.model_source): a model type's default, a config file or a
+    Hub id as published (a Hub id from the cache: the command fetched it), remote code only when the method trusts it."""
+    import os
 
-    if spec.endswith(".json") or Path(spec).is_file():
-        data = json.loads(Path(spec).read_text())
-        model_type = data.pop("model_type", None)
-        if model_type not in CONFIG_MAPPING:
-            raise KeyError(f"{spec}: model_type {model_type!r} is not a transformers architecture")
-        return CONFIG_MAPPING[model_type](**{k: v for k, v in data.items() if k != "architectures"})
-    return CONFIG_MAPPING[spec]()
+    from torchferry.workloads import model_source
+
+    source = model_source.resolve(spec, Path.cwd(), environ={**os.environ, "HF_HUB_OFFLINE": "1"})
+    return model_source.load_config(source, trust_remote_code=bool(method and method.trust_remote_code),
+                                    auto_map_needs_trust=bool(method and method.auto_map_needs_trust))
+
+
+def vendor_depth(cfg: Any) -> Any:
+    """The vendor's depth cut and nothing else (``run_fwd_bwd``, torchferry.coverage.methods): 2 layers when the
+    config has more than one, else 2 encoder and 2 decoder layers; widths, dropout, dtype and lists as published."""
+    cfg = copy.deepcopy(cfg)
+    if isinstance(getattr(cfg, "num_hidden_layers", None), int) and cfg.num_hidden_layers > 1:
+        cfg.num_hidden_layers = LAYERS
+    else:
+        cfg.num_encoder_layers = cfg.num_decoder_layers = LAYERS
+    return cfg
+
+
+def run_dtype(cfg: Any, method: Any) -> Any:
+    """The parameters' dtype: the config's own under a method that keeps it (float32 when it names none), else float32."""
+    import torch
+
+    dtype = getattr(cfg, "dtype", None) if method is not None and method.config_dtype else None
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype, None)
+    return dtype if isinstance(dtype, torch.dtype) else torch.float32
 
 
 def variants(spec: str, method: Any = None, images: bool = False) -> list[tuple[str, Any]]:
     """Configs to try in order: full shrink, then depth/vocab/experts only; a method at the config's own widths
     (``--method torchneuron``) gets the depth cut alone. ``images``: vision backbones' rules as well."""
-    base = base_config(spec)
+    base = base_config(spec, method)
+    if method is not None and method.vendor_depth:
+        return [("vendor", vendor_depth(base))]
     if method is not None and not method.shrink_widths:
         return [("depth-2", shrink(base, depth_only=True))]
     return [("tiny", shrink(base, widths=True, images=images)), ("shallow", shrink(base, widths=False, images=images))]

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from torchferry.harness.window import short_path
-from torchferry.report.coverage import BASELINE_VERSION, CATEGORIES, DEFAULT_SUITE, Category, Mark, Row
+from torchferry.report.coverage import BASELINE_VERSION, CATEGORIES, DEFAULT_SUITE, UNMEASURED, Category, Mark, Row
 
 __all__ = ["CATEGORIES", "Category", "baseline_from", "blocking_breaks", "blocking_ops", "compare_baseline", "error_signature",
            "expected_rows", "headline", "ordered", "short_path", "suites_of", "summarise"]
@@ -39,17 +39,19 @@ def _share(part: int, whole: int) -> float | None:
 
 
 def _suite_summary(rows: list[Row], modes: list[str]) -> dict:
-    """Per-mode and all-modes pass counts with their denominators (skipped rows are exclusions),
-    and the prediction counts behind the cross-suite table."""
+    """Per-mode and all-modes pass counts with their denominators, and the prediction counts behind the
+    cross-suite table. Skipped rows are exclusions and host-limited rows (this host's memory or time)
+    are counted apart: neither is a verdict on the target, so neither is in a denominator."""
     by_mode: dict[str, Any] = {}
     for mode in modes:
         mine = [r for r in rows if r.mode == mode]
-        measured = [r for r in mine if r.category != Category.SKIPPED]
+        measured = [r for r in mine if r.category not in UNMEASURED]
         predicted = [r for r in measured if r.op_calls is not None]
         compiled = [r for r in measured if r.fullgraph is not None]
         by_mode[mode] = {
             "pass": sum(r.category == Category.PASS for r in measured), "measured": len(measured), "rows": len(mine),
             "excluded": sorted(r.arch for r in mine if r.category == Category.SKIPPED),
+            "host_limited": sorted(r.arch for r in mine if r.category == Category.HOST_LIMIT),
             "categories": {str(c): n for c, n in Counter(r.category for r in mine).items()},
             "predicted": len(predicted), "fallback_free": sum(not r.fallback_ops for r in predicted),
             "compiled": len(compiled), "fullgraph": sum(bool(r.fullgraph) for r in compiled),
@@ -58,13 +60,15 @@ def _suite_summary(rows: list[Row], modes: list[str]) -> dict:
     for r in rows:
         archs.setdefault(r.arch, {})[r.mode] = r.category
     complete = {a: c for a, c in archs.items() if all(m in c for m in modes)}
-    measured_all = {a: c for a, c in complete.items() if Category.SKIPPED not in c.values()}
+    measured_all = {a: c for a, c in complete.items() if not set(c.values()) & set(UNMEASURED)}
     return {
         "modes": by_mode,
         "all_modes": {
             "pass": sum(all(v == Category.PASS for v in c.values()) for c in measured_all.values()),
             "measured": len(measured_all), "architectures": len(archs), "complete": len(complete),
             "excluded": sorted(a for a, c in complete.items() if Category.SKIPPED in c.values()),
+            "host_limited": sorted(a for a, c in complete.items()
+                                   if Category.HOST_LIMIT in c.values() and Category.SKIPPED not in c.values()),
         },
     }
 
@@ -130,14 +134,19 @@ def headline(summary: dict, device: str, compiled: str | None, versions: dict) -
         for mode, s in present.items():
             share = f" ({100 * s['pass'] / s['measured']:.0f}%)" if s["measured"] else ""
             lines.append(f"{s['pass']} of {s['measured']} {suite} architectures pass on {device} ({mode}, {how}){share}; "
-                         f"{len(s['excluded'])} excluded (skipped)")
+                         f"{len(s['excluded'])} excluded (skipped)" + _host_limited(s))
         a = ss["all_modes"]
         if len(present) > 1:
             share = f" ({100 * a['pass'] / a['measured']:.0f}%)" if a["measured"] else ""
             lines.append(f"{a['pass']} of {a['measured']} {suite} architectures pass on {device} (all modes: "
-                         f"{', '.join(present)}; {how}){share}; {len(a['excluded'])} excluded")
+                         f"{', '.join(present)}; {how}){share}; {len(a['excluded'])} excluded" + _host_limited(a))
     lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     return lines
+
+
+def _host_limited(counts: dict) -> str:
+    n = len(counts.get("host_limited", ()))
+    return f"; {n} host-limited (this host's memory or time ran out: no verdict on the device)" if n else ""
 
 
 def expected_rows(baseline: dict) -> dict[str, str]:

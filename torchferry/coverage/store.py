@@ -21,6 +21,7 @@ from pathlib import Path
 
 from torchferry.errors import OutputError, UsageError
 from torchferry.report.coverage import Category, Row
+from torchferry.report.core import write_atomic
 from torchferry.report.jsonreport import to_data
 
 
@@ -43,38 +44,49 @@ class Contents:
     settings: dict | None = None
     runs: list[dict] = field(default_factory=list)
     rows: dict[str, Row] = field(default_factory=dict)
+    good: list[str] = field(default_factory=list)  # the lines that parsed, in order
+    corrupt: list[tuple[int, str]] = field(default_factory=list)  # (line number, what is wrong with it)
 
 
 def read(path: Path) -> Contents:
-    """A store's contents, without changing it (damaged lines are skipped: their cases run again)."""
+    """A store's contents, without changing it; lines that are not a store line are listed in ``corrupt``."""
     found = Contents()
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         try:
             item = json.loads(line)
-        except json.JSONDecodeError:
+            kind = item.pop("kind", None) if isinstance(item, dict) else None
+            if kind == "meta":
+                found.settings = item
+            elif kind == "run":
+                found.runs.append(item)
+            elif kind == "row":
+                row = Row.from_dict(item)
+                found.rows[row.case] = row
+            else:
+                raise ValueError(f"not a meta, run or row line: {line[:60]!r}")
+        except (ValueError, TypeError, KeyError) as exc:  # JSONDecodeError is a ValueError
+            found.corrupt.append((number, f"{type(exc).__name__}: {str(exc)[:100]}"))
             continue
-        kind = item.pop("kind", None)
-        if kind == "meta":
-            found.settings = item
-        elif kind == "run":
-            found.runs.append(item)
-        elif kind == "row":
-            row = Row.from_dict(item)
-            found.rows[row.case] = row
+        found.good.append(line)
     return found
 
 
 class Store:
-    def __init__(self, path: Path, settings: dict, restart: bool = False) -> None:
+    """``repair``: drop corrupt lines and keep the good rows (else a store with one is refused, the line named);
+    ``repaired`` then says what was dropped."""
+
+    def __init__(self, path: Path, settings: dict, restart: bool = False, repair: bool = False) -> None:
         self.path, self.settings = path, settings
         self._lock = threading.Lock()
         self.rows: dict[str, Row] = {}
+        self.repaired: str | None = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             if restart and path.exists():
                 path.unlink()
             if path.exists():
                 self._repair()
+                self._drop_corrupt(repair)
                 self._load()
             else:
                 self._append({"kind": "meta", **settings})
@@ -88,6 +100,25 @@ class Store:
             data = f.read()
             if data and not data.endswith(b"\n"):
                 f.truncate(data.rfind(b"\n") + 1)
+
+    def _drop_corrupt(self, repair: bool) -> None:
+        """Refuse a store with corrupt lines, naming them; with ``repair``, rewrite it with the good lines only."""
+        found = read(self.path)
+        if not found.corrupt:
+            return
+        lines = "; ".join(f"line {n}: {why}" for n, why in found.corrupt[:3]) + (
+            f"; and {len(found.corrupt) - 3} more" if len(found.corrupt) > 3 else "")
+        if not repair:
+            raise UsageError(f"the store {str(self.path)!r} has {len(found.corrupt)} corrupt line(s) ({lines}). Pass "
+                             f"--repair to drop them and keep its {len(found.rows)} good rows (the cases of the dropped "
+                             "lines run again), or --restart to discard the whole store.")
+        good = found.good
+        if found.settings is None:  # the settings line itself was lost: the rows are taken as this run's settings
+            good = [json.dumps({"kind": "meta", **self.settings}, default=str), *good]
+        write_atomic(self.path, "".join(line + "\n" for line in good))
+        self.repaired = (f"repaired {str(self.path)!r}: dropped {len(found.corrupt)} corrupt line(s) ({lines}); kept "
+                         f"{len(found.rows)} rows" + ("; its settings line was among them, so its rows are taken as "
+                                                      "measured with this run's settings" if found.settings is None else ""))
 
     def _load(self) -> None:
         found = read(self.path)

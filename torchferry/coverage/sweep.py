@@ -3,9 +3,10 @@
 The parent never imports torch or user code for a case. It starts ``python -m
 torchferry.coverage.worker`` through the harness's worker protocol (its own session, so a
 timeout kills the whole process group, children included), gives the start-up and each mode
-their own limit, and turns what it finds into a row: the worker's own row, ``timeout``, or for
-a process that died without sending one, ``oom`` (a SIGKILL this side did not send: the
-kernel's OOM killer) or ``error`` (the signal or exit code, with the log's last line).
+their own limit, and turns what it finds into a row: the worker's own row, ``host-limit`` for a
+mode past ``--timeout`` (this host's time) or a process that died by a SIGKILL this side did not
+send (the kernel's OOM killer: this host's memory), or ``error`` for any other death (the signal
+or exit code, with the log's last line).
 
 ``Sweep.stop()`` (the command calls it on Ctrl-C) kills the running workers at once and starts
 no new one; the rows already stored stay.
@@ -118,8 +119,9 @@ class Sweep:
                     if self.stopping.is_set():
                         raise Stopped() from None
                     phase = "" if started or done else " of process start, imports and model build"
-                    self.stored(Row(**_base(job, mode), category=Category.TIMEOUT, wall_s=round(limit, 3), log=str(log),
-                                    reason=f"no result within {limit:g} s{phase} (process group killed)"))
+                    self.stored(Row(**_base(job, mode), category=Category.HOST_LIMIT, wall_s=round(limit, 3), log=str(log),
+                                    reason=f"no result within {limit:g} s{phase}: this host's time limit (--timeout; "
+                                           "process group killed)"))
                     return done + 1
                 if event["event"] == "ready":
                     started = True
@@ -148,7 +150,7 @@ def suite_of(job: dict) -> str:
 
 
 def _base(job: dict, mode: str) -> dict:
-    return {"arch": job["arch"], "suite": suite_of(job), "mode": mode, "device": job["target"], "ref": job["ref"], "compile": job.get("compile")}
+    return {"arch": job["arch"], "model_id": job.get("model_id"), "suite": suite_of(job), "mode": mode, "device": job["target"], "ref": job["ref"], "compile": job.get("compile")}
 
 
 def _died(job: dict, mode: str, event: dict, log: Path) -> Row:
@@ -156,7 +158,8 @@ def _died(job: dict, mode: str, event: dict, log: Path) -> Row:
     code, tail = event.get("returncode"), _last_line(log)
     base = {**_base(job, mode), "log": str(log)}
     if code == -signal.SIGKILL:
-        return Row(**base, category=Category.OOM, reason=f"killed by SIGKILL (the kernel's OOM killer); last output: {tail}")
+        return Row(**base, category=Category.HOST_LIMIT,
+                   reason=f"killed by SIGKILL (the kernel's OOM killer: this host's memory); last output: {tail}")
     how = f"signal {signal.Signals(-code).name}" if code is not None and code < 0 else f"exit code {code}"
     return Row(**base, category=Category.ERROR,
                reason=f"ProcessCrash: worker died with {how} before sending a row; last output: {tail}")

@@ -35,6 +35,7 @@ from torchferry.report.comparison import Comparison, ComparisonStatus, describe
 from torchferry.report.coverage import Category
 
 PROMPT, NEW_TOKENS = 8, 8
+DEFAULT_MEMORY_GIB = 12  # --memory-gb's default
 MAX_PARAMS = 60_000_000  # the milder shrink variant must stay small enough to run three copies
 SMOKE = (1, 4)  # (batch, length) of the forward that proves a variant runs on the reference
 
@@ -47,6 +48,10 @@ class CompileFailure(Exception):
     """torch.compile (dynamo, AOT or the backend) failed on the target."""
 
 
+class HostLimit(Exception):
+    """This host's memory cannot hold the case: no verdict on the target (the ``host-limit`` category)."""
+
+
 def _is_oom(exc: BaseException) -> bool:
     import torch
 
@@ -54,6 +59,17 @@ def _is_oom(exc: BaseException) -> bool:
         return True
     text = str(exc).lower()
     return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
+
+
+def _is_host_oom(exc: BaseException) -> bool:
+    """The host ran out (the address-space limit, or the CPU allocator), not the target's own capacity: the
+    device raises ``torch.OutOfMemoryError`` naming itself for that (device/csrc/Allocator.cpp ``charge``)."""
+    import torch
+
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc).lower()
+    return "can't allocate memory" in text or not isinstance(exc, torch.OutOfMemoryError)
 
 
 def _is_compile_error(exc: BaseException) -> bool:
@@ -73,49 +89,56 @@ class Case:
 
         self.job, self.torch = job, torch
         self.suite = suites.get(job.get("suite", suites.DEFAULT))
-        self.method = methods.get(job.get("method", methods.TORCHFERRY.name))
+        self.method = methods.get(job.get("method", methods.TORCHFERRY.name), bool(job.get("trust_remote_code")))
         self.mode = job["modes"][0]
         self.first_signature_graphs = 0  # graphs the compiled forward's first input signature compiled
         self.row: dict[str, Any] = {}
         self.start_row(self.mode)
 
     def start_row(self, mode: str) -> None:
-        built = {k: self.row[k] for k in ("model_class", "variant", "params") if k in self.row}
+        built = {k: self.row[k] for k in ("model_class", "variant", "params", "dtype") if k in self.row}
         self.mode = mode
-        self.row = {"arch": self.job["arch"], "suite": self.suite.name, "mode": mode, "device": self.job["target"],
+        self.row = {"arch": self.job["arch"], "model_id": self.job.get("model_id"), "suite": self.suite.name, "mode": mode,
+                    "device": self.job["target"],
                     "ref": self.job["ref"], "compile": self.job.get("compile"), **built}
 
     # -- setup -------------------------------------------------------------------------
     def setup(self) -> None:
         from torchferry.harness import devices
-        from torchferry.harness.parity import Tolerance
 
         for plugin in self.job.get("plugins", []):
             _import_plugin(plugin)
         self.ref = devices.resolve(self.job["ref"])
         self.target = devices.resolve(self.job["target"])
-        self.tolerances = {m: Tolerance.resolve(m, "float32", self.job.get("tol")) for m in Mode}
+        self.tolerance_override = self.job.get("tol")
 
     def build(self) -> None:
         """The first shrink variant that builds and runs a forward on the reference device."""
+        from torchferry.coverage.configs import run_dtype
         from torchferry.coverage.suites.base import Unsupported
+        from torchferry.workloads.model_source import RemoteCodeRefused
 
         torch, spec = self.torch, self.job["spec"]
         try:
             candidates = self.suite.variants(spec, self.method)
+        except RemoteCodeRefused as exc:
+            raise Skip(str(exc)) from exc
         except Exception as exc:  # an unknown type, or a config that needs files/extra packages
             raise Skip(f"cannot build the config: {error_signature(exc)}") from exc
-        limit = self.param_limit()
         problems = []
         for name, cfg in candidates:
+            dtype = run_dtype(cfg, self.method)
+            limit = self.param_limit(dtype)
             try:
                 with torch.device("meta"):
                     meta = self.suite.build(spec, cfg, self.method)
                 params = sum(p.numel() for p in meta.parameters())
+                if params > limit and self.method.copies:
+                    raise HostLimit(f"{params / 1e6:.0f}M parameters in {str(dtype).removeprefix('torch.')}: "
+                                    f"{self.method.copies} copies need {params * self.method.copies * dtype.itemsize / 2**30:.1f} GiB, "
+                                    f"over --memory-gb {self.job.get('memory_gib') or DEFAULT_MEMORY_GIB:g} (this host's limit)")
                 if params > limit:
-                    problems.append(f"{name}: {params / 1e6:.0f}M parameters after shrinking (limit {limit / 1e6:.0f}M"
-                                    + (f" for --memory-gb {self.job['memory_gib']:g}" if self.method.bytes_per_param else "")
-                                    + ")")
+                    problems.append(f"{name}: {params / 1e6:.0f}M parameters after shrinking (limit {limit / 1e6:.0f}M)")
                     continue
                 torch.manual_seed(self.job["seed"])
                 model = self.suite.build(spec, cfg, self.method).eval()
@@ -124,21 +147,25 @@ class Case:
                     model(**self.suite.inputs(model, *SMOKE, self.job["seed"], self.method))
             except Unsupported as exc:
                 raise Skip(f"not measured by the {self.suite.name} suite: {exc}") from exc
+            except HostLimit:
+                raise
             except Exception as exc:
                 if _is_oom(exc):
                     raise
                 problems.append(f"{name}: {error_signature(exc)}")
                 continue
             self.model, self.variant = model, name
-            self.row.update(model_class=type(model).__name__, variant=name, params=params)
+            self.row.update(model_class=type(model).__name__, variant=name, params=params,
+                            dtype=str(dtype).removeprefix("torch."))
             return
         raise Skip("no shrunk config builds and runs on the reference: " + " | ".join(problems))
 
-    def param_limit(self) -> int:
-        """Parameters a case may have: fixed for tiny methods, what ``--memory-gb`` holds at full width."""
-        if not self.method.bytes_per_param:
+    def param_limit(self, dtype: Any) -> int:
+        """Parameters a case may have: fixed for tiny methods; at full width, what ``--memory-gb`` holds in the dtype
+        the case runs in (the method's copies of every parameter, at ``dtype``'s bytes each)."""
+        if not self.method.copies:
             return MAX_PARAMS
-        return int(float(self.job.get("memory_gib") or 12) * 2**30 / self.method.bytes_per_param)
+        return int(float(self.job.get("memory_gib") or DEFAULT_MEMORY_GIB) * 2**30 / (self.method.copies * dtype.itemsize))
 
     def inputs(self, batch: int, seq: int, seed: int = 0) -> dict[str, Any]:
         return self.suite.inputs(self.model, batch, seq, self.job["seed"] + seed, self.method)
@@ -246,27 +273,32 @@ class Case:
         steps = max(1, self.method.optimizer_steps)
 
         def step(model: Any, device: Any, dtype: Any = None) -> dict:
-            model.train()
+            """The steps' losses and the first step's gradients, kept where they are (no copy: a float64 copy of a
+            large vocabulary's gradients would be this host's limit, not the model's)."""
+            model.train()  # dropout as the config has it: every run starts from one seed, so they draw the same masks
             run = self.compiled(model) if device == self.target else model
             opt = torch.optim.SGD(model.parameters(), lr=1e-2)
             inputs = _moved(x, device, dtype)
-            losses = []
+            losses, grads = [], {}
+            torch.manual_seed(self.job["seed"])
             for _ in range(steps):
                 opt.zero_grad(set_to_none=True)
                 loss = self.suite.loss(run(**inputs), inputs, self.job["seed"] + 7)
                 loss.backward()
-                if not losses:
-                    grads = {n: p.grad.detach().cpu() for n, p in model.named_parameters() if p.grad is not None}
+                if not losses and self.method.optimizer_steps:  # the first step's, before the optimizer moves on
+                    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
                 if self.method.optimizer_steps:
                     opt.step()
                 losses.append(loss.detach().cpu())
+            if not self.method.optimizer_steps:  # one forward and backward: the gradients are the parameters' own
+                grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
             return {"losses": torch.stack(losses), "grads": grads}
 
         r = self.on_ref("a training step", lambda: step(ref, self.ref))
         t = self.on_target(lambda: step(target, self.target))
         g = _golden(lambda: step(golden, self.ref, torch.float64), golden)
         comps = [self._compare("loss", r["losses"], t["losses"], g["losses"] if g else None)]
-        for name, grad in r["grads"].items():
+        for name, grad in r["grads"].items():  # parameter by parameter, each streamed (harness.parity.compare)
             if name not in t["grads"]:
                 comps.append(Comparison(f"grad {name}", False, ComparisonStatus.MISSING))
                 continue
@@ -275,9 +307,16 @@ class Case:
 
     def _compare(self, name: str, ref: Any, target: Any, golden: Any | None) -> Any:
         from torchferry.harness import parity
+        from torchferry.harness.parity import Tolerance
 
-        return parity.compare(name, ref.detach().cpu().float(), target.detach().cpu().float(),
-                              golden.detach().cpu() if golden is not None else None, self.tolerances[Mode(self.mode)].tol)
+        dtype = self.row.get("dtype") or "float32"
+        tolerance = Tolerance.resolve(Mode(self.mode), "float32" if dtype in ("float32", "float64") else "bfloat16",
+                                      self.tolerance_override)
+        # both sides judged in one dtype (a float32 result of a 16-bit model stays itself); the rule streams them
+        if ref.dtype != target.dtype:
+            ref, target = ref.float(), target.float()
+        return parity.compare(name, ref.detach(), target.detach(), golden.detach() if golden is not None else None,
+                              tolerance.tol, low_precision=tolerance.low_precision)
 
     # -- the row -----------------------------------------------------------------------
     def run(self) -> dict:
@@ -367,8 +406,13 @@ def row_of(outcome: Outcome, base: dict) -> dict:
         row = {**base, "category": Category.SKIPPED, "reason": outcome.message}
     elif isinstance(outcome.exception, CompileFailure):
         row = {**base, "category": Category.FAIL_COMPILE, "reason": outcome.message}
-    elif outcome.kind == DeviceOutOfMemoryError.slug or _is_oom(outcome.exception):
+    elif isinstance(outcome.exception, HostLimit):
+        row = {**base, "category": Category.HOST_LIMIT, "reason": outcome.message}
+    elif outcome.kind == DeviceOutOfMemoryError.slug or (_is_oom(outcome.exception) and not _is_host_oom(outcome.exception)):
         row = {**base, "category": Category.OOM, "reason": error_signature(outcome.exception)}
+    elif _is_oom(outcome.exception):
+        row = {**base, "category": Category.HOST_LIMIT,
+               "reason": f"this host's memory ran out (--memory-gb): {error_signature(outcome.exception)}"}
     else:
         row = {**base, "category": Category.ERROR, "reason": error_signature(outcome.exception),
                "traceback": outcome.traceback[-4000:]}

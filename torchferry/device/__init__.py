@@ -12,8 +12,8 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.metadata
 import os
+import sys
 import threading
-import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -25,7 +25,8 @@ from torchferry.device.target import (
     host_syncs,
     numerics,
 )
-from torchferry.errors import DeviceConflictError
+from torchferry.device._settings import parse_bytes
+from torchferry.errors import DeviceConflictError, UsageError
 
 DEVICE_NAME = "neuron"
 
@@ -113,24 +114,25 @@ def _autoload() -> None:
     """`torch.backends` entry point: enable the device when TORCHFERRY_DEVICE=neuron.
 
     PyTorch calls this at the end of `import torch`. Without the variable it does
-    nothing, so installing torchferry changes no one's `import torch`.
+    nothing, so installing torchferry changes no one's `import torch`. A bad value of any
+    device variable (an unknown device name, a malformed size) ends the process with one
+    line and exit status 2: PyTorch would wrap the message in its own traceback, ending with
+    a hint about autoloading that does not apply.
     """
-    requested = os.environ.get("TORCHFERRY_DEVICE", "").strip().lower()
-    if not requested:
-        return
-    if requested != DEVICE_NAME:
-        warnings.warn(
-            f"TORCHFERRY_DEVICE={requested!r} is not a device torchferry provides; the only value "
-            f"is '{DEVICE_NAME}'. Nothing was registered.",
-            stacklevel=2,
-        )
-        return
-    if real_neuron_installed():
-        return  # the real torch-neuronx autoloads itself; stand aside
-    enable()
+    from torchferry.device._settings import requested_device
+
+    try:
+        if requested_device(os.environ) is None:
+            return
+        if real_neuron_installed():
+            return  # the real torch-neuronx autoloads itself; stand aside
+        enable()
+    except UsageError as exc:  # a bad variable: one line, not torch's wrapped traceback and its unrelated hint
+        sys.stderr.write(f"torchferry: {exc}\n")
+        raise SystemExit(2) from None
 
 
 __all__ = [
     "DEVICE_NAME", "EagerCompiles", "eager_compiles", "enable", "fallback_reasons", "fallback_summary", "host_syncs",
-    "is_enabled", "numerics", "real_neuron_installed",
+    "is_enabled", "numerics", "parse_bytes", "real_neuron_installed",
 ]

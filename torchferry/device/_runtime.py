@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from torchferry.device import _settings, target
-from torchferry.device.profile import DEFAULT_PROFILE, DeviceProfile, load_profile
+from torchferry.device.profile import DEFAULT_PROFILE, DeviceProfile, expand, load_profile
 
 _C: ModuleType | None = None
 _profile: DeviceProfile | None = None
@@ -56,9 +56,11 @@ def start(profile_name: str | Path | None) -> None:
 
     from torchferry.device import _C as native
 
-    native._init(count, capacity, caching, backward_on_caller)
+    source = _settings.device_memory_source(environ, chosen.name, chosen.sources.get("hbm", chosen.description))
+    native._init(count, capacity, source, caching, backward_on_caller)
     atexit.register(native._release_autograd_workers)
     native._register_cpu_kernels(cpu_kernel_ops(torch))
+    native._register_native_composites(native_composite_ops(torch, chosen))
     target.configure(native, chosen, mode, numerics)
     target.start(native, chosen, environ)
     _C, _profile = native, chosen
@@ -79,6 +81,24 @@ def cpu_kernel_ops(torch: ModuleType) -> list[str]:
         if any(has(name, key) for key in _COMPOSITE_KEYS):
             names.append(name.removeprefix("aten::"))
     return sorted(names)
+
+
+def native_composite_ops(torch: ModuleType, chosen: DeviceProfile) -> list[str]:
+    """Ops the target registers natively that PyTorch decomposes before a backend sees them
+    (CompositeImplicitAutograd, no CPU or device kernel of their own: `linear`, `rms_norm`,
+    `one_hot`, ...). TorchNeuron's registration takes precedence over the composite there, so
+    the device counts each as the op itself, not as its parts (a part may be an op the
+    target does not implement: a false host fallback). `contiguous` has a kernel of its own.
+    """
+    if chosen.native_ops is None:
+        return []
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    names = {name for op in chosen.native_ops.native for name in expand(op)}
+    return sorted(
+        name.removeprefix("aten::") for name in names
+        if has(name, "CompositeImplicitAutograd") and not has(name, "CPU") and not has(name, "PrivateUse1")
+        and not has(name, "AutogradPrivateUse1")
+    )
 
 
 _COMPOSITE_KEYS = (

@@ -102,6 +102,44 @@ def device_memory(environ: Mapping[str, str], default: int) -> int:
     return parse_bytes(text, "TORCHFERRY_DEVICE_MEMORY") if text else default
 
 
+def device_memory_source(environ: Mapping[str, str], profile_name: str, profile_note: str) -> str:
+    """Where the capacity came from, as an out-of-memory error quotes it: the variable, or the device profile."""
+    text = environ.get("TORCHFERRY_DEVICE_MEMORY", "").strip()
+    if text:
+        return f"set by TORCHFERRY_DEVICE_MEMORY={text}"
+    return f"the device profile {profile_name}'s memory_bytes: {profile_note}"
+
+
+DEVICE_NAMES = ("neuron",)  # what TORCHFERRY_DEVICE may name
+
+
+def requested_device(environ: Mapping[str, str]) -> str | None:
+    """The device TORCHFERRY_DEVICE asks autoload to enable, None when unset; an unknown name is an error."""
+    requested = environ.get("TORCHFERRY_DEVICE", "").strip().lower()
+    if requested and requested not in DEVICE_NAMES:
+        raise DeviceSettingError(
+            f"TORCHFERRY_DEVICE={requested!r} is not a device torchferry provides. Valid values: "
+            f"{', '.join(DEVICE_NAMES)}; or unset it to leave `import torch` unchanged."
+        )
+    return requested or None
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """Read every knob of this table once, so that a bad value is refused before anything runs (a DeviceSettingError,
+    or the profile loader's UsageError, naming the variable, the value and the valid values)."""
+    from torchferry.device.profile import DEFAULT_PROFILE, NUMERICS_MODES, profile_path
+
+    requested_device(environ)
+    profile_path(environ.get("TORCHFERRY_PROFILE", "").strip() or DEFAULT_PROFILE)  # found (its contents: at start)
+    visible_device_count(environ)
+    device_memory(environ, 1)
+    fallback_mode(environ)
+    numerics(environ, NUMERICS_MODES[0])
+    memory_caching(environ)
+    backward_thread(environ)
+    standin_enabled(environ)
+
+
 def fallback_mode(environ: Mapping[str, str]) -> str:
     return check_fallback_mode(environ.get("TORCHFERRY_FALLBACK", "warn").strip().lower() or "warn")
 

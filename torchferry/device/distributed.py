@@ -374,7 +374,30 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return self._gloo.monitored_barrier(timeout or self._timeout, wait_all_ranks)
 
 
+def select_local_device(environ: Any) -> int | None:
+    """Make `neuron:LOCAL_RANK` this process's current device, as TorchNeuron's `init_process_group` does.
+
+    TorchNeuron's backend setup (`torch_neuronx/distributed/backend.py`, `_neuron_runtime_setup`) sets the
+    local device start index to LOCAL_RANK, which makes it the process's current device for every thread
+    (`torch_neuronx/csrc/core/NeuronDevice.cpp`, `set_local_device_start_index`: "PyTorch Device ID will always
+    be equal to the local rank"); `device_count()` is then the local world size. So libraries that read
+    `torch.neuron.current_device()` after `init_process_group` (accelerate's `PartialState.set_device`) put each
+    rank on its own core with the script unchanged. A launcher that pins one core per process
+    (`NEURON_RT_VISIBLE_CORES`, one device seen) keeps `neuron:0`. Returns the index chosen (None: unchanged).
+    """
+    local_rank = environ.get("LOCAL_RANK")
+    if local_rank is None or not local_rank.strip().isdigit():
+        return None
+    index = int(local_rank)
+    core = _runtime.core()
+    if index >= core._device_count():
+        return None
+    core._set_device(index)
+    return index
+
+
 def _create(store: dist.Store, rank: int, size: int, timeout: timedelta) -> NeuronProcessGroup:
+    select_local_device(os.environ)
     return NeuronProcessGroup(store, rank, size, collective_timeout(os.environ, timeout))
 
 

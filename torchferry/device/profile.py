@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 from torchferry.errors import UsageError
@@ -22,6 +22,19 @@ from torchferry.errors import UsageError
 PROFILE_DIR = Path(__file__).with_name("profiles")
 DEFAULT_PROFILE = "trn2"
 NUMERICS_MODES = ("target", "host")
+
+# The target's refusals the device reproduces (the profile's [rules], each on unless the
+# profile turns it off): name -> (bit shared with neuron.h `Rule`, what it does, source).
+RULES = {
+    "memory_format": (1, "Tensor.contiguous(memory_format=channels_last or channels_last_3d) on a device "
+                      "tensor raises; creating and cloning in channels_last stay allowed",
+                      "torch_neuronx/python_ops/cast_policy.py (validate_neuron_memory_format), "
+                      "python_ops/contiguous.py, csrc/core/NeuronBindings.cpp (contiguous_autograd_neuron)"),
+    "complex_dtypes": (2, "ops the target compiles raise on complex device tensors; copies, views and "
+                       "host fallbacks work", "torch_neuronx/type_converter_base.py (TORCH_TO_JAX_BASE)"),
+    "unsigned_dtypes": (4, "ops the target compiles raise on uint16/uint32/uint64 device tensors; copies, "
+                        "views and host fallbacks work", "torch_neuronx/type_converter_base.py (TORCH_TO_JAX_BASE)"),
+}
 
 # Classification codes shared with Target.cpp: kind | COMPILES | SYNCS.
 NATIVE, METADATA, HOST_COPY, HOST_PREDICTED = 0, 1, 2, 3
@@ -76,6 +89,11 @@ class DeviceProfile:
     host_fallback: tuple[HostFallback, ...] = ()
     numerics: str = "host"
     native_ops: NativeOps | None = None
+    rules: dict[str, bool] = field(default_factory=dict)
+
+    def rules_mask(self) -> int:
+        """The [rules] in force as the bits the C++ core reads (neuron.h `Rule`)."""
+        return sum(RULES[name][0] for name, on in self.rules.items() if on)
 
     def fallback_reasons(self) -> dict[str, str]:
         """op -> reason for the ops the profile names as host fallbacks: its data-dependent
@@ -100,6 +118,19 @@ class DeviceProfile:
 
     def _native(self, op: str) -> bool:
         return self.native_ops is not None and any(name in self.native_ops.native for name in expand(op))
+
+    def host_reason(self, op: str) -> str | None:
+        """Why the device runs ``op`` (a full ATen name) on the host, or None when the target runs it itself: the
+        classification the C++ core is given (``op_codes``), so a scan and the device never disagree."""
+        codes, reasons, default, default_reason = self._codes
+        code = codes.get(op, default)
+        if code & 3 not in (HOST_COPY, HOST_PREDICTED):
+            return None
+        return reasons.get(op, default_reason) or f"a host fallback in the {self.name} profile"
+
+    @cached_property
+    def _codes(self) -> tuple[dict[str, int], dict[str, str], int, str]:
+        return self.op_codes()
 
     def op_codes(self) -> tuple[dict[str, int], dict[str, str], int, str]:
         """(op -> code, op -> host reason, default code, default reason) for the C++ core."""
@@ -210,7 +241,8 @@ def load_native_ops(path: Path) -> NativeOps:
     return native_ops
 
 
-def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> DeviceProfile:
+def profile_path(name_or_path: str | Path = DEFAULT_PROFILE) -> Path:
+    """The TOML file of a shipped profile's name or of a path; a UsageError naming the shipped ones when absent."""
     path = Path(name_or_path)
     if path.suffix != ".toml":
         path = PROFILE_DIR / f"{name_or_path}.toml"
@@ -220,6 +252,11 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> DeviceProfile:
             f"{', '.join(shipped_profiles())}; or pass the path of a .toml file (see "
             f"{PROFILE_DIR / 'trn2.toml'} for the format)."
         )
+    return path
+
+
+def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> DeviceProfile:
+    path = profile_path(name_or_path)
     text = path.read_text()
     try:
         data = tomllib.loads(text)
@@ -235,12 +272,17 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> DeviceProfile:
             host_fallback=entries,
             numerics=data.get("numerics", "host"),
             native_ops=load_native_ops(path.with_name(data["native_ops"])) if "native_ops" in data else None,
+            rules={name: bool(data.get("rules", {}).get(name, False)) for name in RULES},
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(
             f"device profile {path} is malformed ({type(exc).__name__}: {exc}). It needs `name`, "
             "`memory_bytes`, a [sources] table and [[host_fallback]] entries with op, reason, sources."
         ) from exc
+    for name, value in data.get("rules", {}).items():
+        if name not in RULES or not isinstance(value, bool):
+            raise UsageError(f"device profile {path}:{_line_of(text, name)}: [rules] {name} = {value!r}: "
+                             f"each rule is true or false, and the rules are {', '.join(RULES)}.")
     if profile.numerics not in NUMERICS_MODES:
         raise UsageError(f"device profile {path}:{_line_of(text, 'numerics')}: numerics = "
                          f"{profile.numerics!r} is not one of {', '.join(NUMERICS_MODES)}.")

@@ -6,8 +6,10 @@ TorchNeuron's own API (`torch.neuron.get_fallback_ops()`, ...) does not cover:
 - `eager_compiles()`: the NEFF compilations TorchNeuron's eager mode would pay for, one
   per distinct op signature, persisted in `TORCH_NEURONX_NEFF_CACHE_DIR` so that a
   second process sees a warm cache;
-- `fallback_summary()`: one line naming the host-fallback ops, also printed at exit
-  when there were any (the per-op warnings come once per op).
+- `fallback_summary()`: one line naming the host-fallback ops (the per-op warnings come once per op);
+- `exit_summary()`: that line with the host syncs and the eager compilations (in all, and new after
+  the first optimizer step), printed at exit of any process that ran device ops: what decides the
+  time on the target, for the one-line change (`TORCHFERRY_DEVICE=neuron python train.py`).
 
 These are torchferry functions (`torchferry.device.*`): TorchNeuron has no such names.
 """
@@ -23,13 +25,14 @@ from collections.abc import Mapping
 from types import ModuleType
 
 from torchferry.device import _settings
-from torchferry.device.profile import COMPILES, DeviceProfile
+from torchferry.device.profile import COMPILES, HOST_COPY, HOST_PREDICTED, DeviceProfile
 
 _cache: SignatureCache | None = None
 _fallback_mode = "warn"  # as last configured (tests and the decision test change it)
 _numerics = "host"
 _op_codes: dict[str, int] = {}  # the profile's op codes as handed to the C++ core (profile.op_codes)
 _default_code = 0
+_after_first_step: EagerCompiles | None = None  # the counts when the first optimizer step ended
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ def configure(core: ModuleType, profile: DeviceProfile, fallback: str, numerics:
     codes, reasons, default, default_reason = profile.op_codes()
     numerics = numerics or _numerics
     core._set_target(codes, reasons, default, default_reason, _settings.fallback_code(fallback), profile.name,
-                     numerics == "target")
+                     numerics == "target", profile.rules_mask())
     _fallback_mode, _numerics = fallback, numerics
     _op_codes, _default_code = codes, default
 
@@ -120,13 +123,33 @@ def narrows_64bit(op: str) -> bool:
     return bool(_op_codes.get(op, _default_code) & COMPILES)
 
 
+def runs_on_host(op: str) -> bool:
+    """Whether the target runs `op` (a full ATen name) on the host: a predicted or explicit
+    host fallback of the profile, as the eager device counts it (views never are)."""
+    return _op_codes.get(op, _default_code) & 3 in (HOST_COPY, HOST_PREDICTED)
+
+
 def start(core: ModuleType, profile: DeviceProfile, environ: Mapping[str, str]) -> None:
     """Load the persistent signatures and arrange the exit-time save and summary."""
     global _cache
     commit = profile.native_ops.source_commit if profile.native_ops else profile.name
     _cache = SignatureCache(_settings.neff_cache_dir(environ), commit)
     core._load_persisted_signatures(_cache.load())
+    _mark_first_optimizer_step()
     atexit.register(_at_exit)
+
+
+def _mark_first_optimizer_step() -> None:
+    """Keep the eager-compile counts at the end of the first optimizer step of any optimizer (then stop
+    listening): signatures that appear after it are the ones a steady training loop keeps compiling."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    def mark(*_: object) -> None:
+        global _after_first_step
+        handle.remove()
+        _after_first_step = eager_compiles()
+
+    handle = register_optimizer_step_post_hook(mark)
 
 
 def _core() -> ModuleType:
@@ -163,6 +186,32 @@ def fallback_summary() -> str:
             f"({sum(counts.values())} calls): {shown}{more}; see torch.neuron.get_fallback_ops()")
 
 
+def exit_summary() -> str:
+    """One short paragraph ('' when no device op ran): the host-fallback line, the host syncs and the eager
+    compilations, and where the full report is."""
+    from torchferry.device import _runtime
+
+    compiles = eager_compiles()
+    syncs = host_syncs()
+    if not compiles.signatures and not syncs:
+        return ""
+    first = fallback_summary() or f"torchferry: no op ran as a host fallback on '{_runtime.profile().name}'"
+    causes = sorted(syncs.items(), key=lambda kv: (-kv[1], kv[0]))
+    shown = f" ({', '.join(f'{k} {n}' for k, n in causes[:4])}{', ...' if len(causes) > 4 else ''})" if causes else ""
+    if _after_first_step is None:
+        later = "no optimizer step ran, so none is counted after the first step"
+    else:
+        later = f"{compiles.signatures - _after_first_step.signatures} new after the first optimizer step"
+    return "\n".join([
+        first,
+        f"  host syncs: {sum(syncs.values())}{shown}; eager compilations: {compiles.signatures} op signatures, each "
+        f"a compiled program on the target ({compiles.compilations} cold, {compiles.cache_hits} from the cache), "
+        f"{later}",
+        "  the full report (per step, with the reasons): `ferry check -- python <your script>`, or "
+        "torchferry.device.host_syncs() and torchferry.device.eager_compiles()",
+    ])
+
+
 def fallback_reasons() -> dict[str, str]:
     """op -> why it ran on the host, for the host-fallback ops seen so far."""
     return dict(sorted(_core()._fallback_reasons().items()))
@@ -171,8 +220,8 @@ def fallback_reasons() -> dict[str, str]:
 def _at_exit() -> None:
     try:
         eager_compiles()
-        line = fallback_summary() if _fallback_mode == "warn" else ""
-        if line:
-            print(line, file=sys.stderr)
+        paragraph = exit_summary() if _fallback_mode == "warn" else ""
+        if paragraph:
+            print(paragraph, file=sys.stderr)
     except Exception:  # exiting anyway: never turn a clean exit into an error
         pass

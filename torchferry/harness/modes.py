@@ -13,9 +13,17 @@ from torchferry.errors import UsageError
 
 class Mode(StrEnum):
     TRAIN = "train"  # forward, loss, backward and an optimizer step
-    FORWARD = "forward"  # inference: forward passes under no_grad
+    FORWARD = "forward"  # inference: forward passes
     GENERATE = "generate"  # greedy generation
 
+
+# How the check runs each mode: as users do (inference in eval mode under inference_mode, so that dropout is off
+# and the eval-only paths, such as nn.TransformerEncoderLayer's fast path, are the ones exercised).
+EXECUTION: dict[Mode, str] = {
+    Mode.TRAIN: "model.train(): forward, loss, backward and an AdamW step",
+    Mode.FORWARD: "model.eval() under torch.inference_mode()",
+    Mode.GENERATE: "model.eval() under torch.inference_mode(), greedy",
+}
 
 ALIASES: dict[str, Mode] = {"training": Mode.TRAIN, "inference": Mode.FORWARD, "generation": Mode.GENERATE}
 NAMES: tuple[str, ...] = (*(m.value for m in Mode), *ALIASES)  # every spelling a command line accepts

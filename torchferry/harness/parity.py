@@ -7,7 +7,8 @@ The multiplier is 2 for float32 results and 3 for bfloat16/float16 results, tens
 1000 elements, or tol >= 2e-2 (``same()`` in torch/_dynamo/utils.py). Cosine similarity
 and the allclose verdict are reported beside. The policy is documented in docs/check/parity.md.
 
-The tolerance is resolved once per run (``Tolerance.resolve``) and handed to every judge.
+The tolerance is resolved once per run (``Tolerance.resolve``) and handed to every judge: each
+command assembles its own result from these comparisons (check/parity.py, coverage/worker.py).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchferry.harness.modes import Mode
-from torchferry.report.check import ParityResult, ParityStatus
-from torchferry.report.comparison import Comparison, ComparisonStatus, describe
+from torchferry.report.comparison import Comparison, ComparisonStatus
 
 # (mode, dtype) -> tol, from the HuggingFace suite of the dynamo benchmarks (inference 1e-3,
 # training 1e-2) and TorchBench's `higher_bf16` (1e-2) for bfloat16; bf16 training doubles it.
@@ -63,12 +63,22 @@ def multiplier(dtype: Any, numel: int, tol: float, low_precision: bool) -> float
     return 2.0
 
 
-def _rmse(x: Any, y: Any) -> float:
-    return float(((x.double() - y.double()) ** 2).mean().sqrt())
+CHUNK = 1 << 20  # elements judged at a time: the float64 working set stays ~100 MB whatever the tensor
+
+
+def _chunks(*tensors: Any) -> Any:
+    """Aligned flat slices of ``tensors`` (on the CPU, as float64), ``CHUNK`` elements at a time."""
+    flat = [t.detach().reshape(-1) for t in tensors]
+    for start in range(0, flat[0].numel(), CHUNK):
+        yield [f[start:start + CHUNK].cpu().double() for f in flat]
 
 
 def compare(name: str, ref: Any, target: Any, golden: Any | None, tol: float, low_precision: bool = False) -> Comparison:
-    """Judge ``target`` against ``ref`` with ``golden`` (fp64) as the arbiter; figures always filled."""
+    """Judge ``target`` against ``ref`` with ``golden`` (fp64) as the arbiter; figures always filled.
+
+    Streamed: the tensors are read ``CHUNK`` elements at a time, so a 786M-element embedding gradient
+    is judged without a float64 copy of it (the verdict and figures are those of the whole tensor).
+    """
     import torch
 
     numel = int(target.numel())
@@ -76,26 +86,43 @@ def compare(name: str, ref: Any, target: Any, golden: Any | None, tol: float, lo
         return Comparison(name, False, ComparisonStatus.FAIL_SHAPE, numel=numel)
     if ref.dtype != target.dtype:
         return Comparison(name, False, ComparisonStatus.FAIL_DTYPE, numel=numel)
-    r, t = ref.double(), target.double()
-    ref_finite, tgt_finite = torch.isfinite(r), torch.isfinite(t)
-    if not bool((ref_finite == tgt_finite).all()):
-        return Comparison(name, False, ComparisonStatus.NON_FINITE, numel=numel, tol=tol)
-    close = bool(torch.allclose(t, r, atol=tol, rtol=tol, equal_nan=True))
-    both = ref_finite & tgt_finite
-    zero = bool(both.all()) and not bool(r.any()) and not bool(t.any())
+    with_golden = golden is not None and golden.shape == target.shape
+    close, all_both, any_both, r_nonzero, t_nonzero = True, True, False, False, False
+    dot = r_sq = t_sq = max_abs = sq_t = sq_r = 0.0
+    counted = 0
+    for parts in _chunks(ref, target, *([golden] if with_golden else [])):
+        r, t = parts[0], parts[1]
+        ref_finite, tgt_finite = torch.isfinite(r), torch.isfinite(t)
+        if not bool((ref_finite == tgt_finite).all()):
+            return Comparison(name, False, ComparisonStatus.NON_FINITE, numel=numel, tol=tol)
+        close = close and bool(torch.allclose(t, r, atol=tol, rtol=tol, equal_nan=True))
+        both = ref_finite & tgt_finite
+        all_both = all_both and bool(both.all())
+        rb, tb = r[both], t[both]
+        if rb.numel():
+            any_both = True
+            r_nonzero, t_nonzero = r_nonzero or bool(rb.any()), t_nonzero or bool(tb.any())
+            dot, r_sq, t_sq = dot + float(rb @ tb), r_sq + float(rb @ rb), t_sq + float(tb @ tb)
+            max_abs = max(max_abs, float((tb - rb).abs().max()))
+            if with_golden:
+                gb = parts[2][both]
+                sq_t, sq_r = sq_t + float(((tb - gb) ** 2).sum()), sq_r + float(((rb - gb) ** 2).sum())
+                counted += rb.numel()
+    zero = all_both and not r_nonzero and not t_nonzero
     # cosine is undefined when a side is all zero: None, not torch's 0 (two zero gradients are identical)
-    defined = both.any() and bool(r[both].any()) and bool(t[both].any())
-    cosine = float(torch.nn.functional.cosine_similarity(r[both].flatten(), t[both].flatten(), dim=0)) if defined else None
-    max_abs = float((t[both] - r[both]).abs().max()) if both.any() else 0.0
+    cosine = dot / max((r_sq ** 0.5) * (t_sq ** 0.5), COSINE_EPS) if any_both and r_nonzero and t_nonzero else None
     mult = multiplier(target.dtype, numel, tol, low_precision)
     result = Comparison(name, close, ComparisonStatus.PASS_ALLCLOSE if close else ComparisonStatus.FAIL_ACCURACY, tol=tol, allclose=close,
                         cosine=cosine, max_abs_diff=max_abs, numel=numel, multiplier=mult, zero=zero)
-    if golden is not None and golden.shape == target.shape:
-        g = golden.double()
-        result.rmse_target, result.rmse_ref = _rmse(t[both], g[both]), _rmse(r[both], g[both])
+    if with_golden:
+        result.rmse_target = (sq_t / counted) ** 0.5 if counted else float("nan")
+        result.rmse_ref = (sq_r / counted) ** 0.5 if counted else float("nan")
         if not close and result.rmse_target <= mult * result.rmse_ref + tol / 10:
             result.passed, result.status = True, ComparisonStatus.PASS
     return result
+
+
+COSINE_EPS = 1e-8  # torch.nn.functional.cosine_similarity's eps
 
 
 def compare_dicts(prefix: str, ref: dict, target: dict, golden: dict | None, tol: float, low: bool) -> list[Comparison]:
@@ -107,58 +134,3 @@ def localise(ref: dict, target: dict, golden: dict | None, tol: float, low: bool
     """Per-module outputs in the target's execution order; the first one outside tolerance is named."""
     modules = [compare(k, ref[k], target[k], (golden or {}).get(k), tol, low) for k in target if k in ref]
     return modules, next((m for m in modules if not m.passed), None)
-
-
-def judge(mode: Mode, tolerance: Tolerance, ref: dict, target: dict, determinism: dict | None) -> ParityResult:
-    """The parity result from the two workers' tensors (``ref`` includes the fp64 ``golden`` run).
-
-    A gradient the reference has and the target lacks fails (a target code path that bypasses
-    a parameter must not pass by omission).
-    """
-    import torch
-
-    tol, low = tolerance.tol, tolerance.low_precision
-    golden = ref["golden"]
-    result = ParityResult(tolerance=tolerance.to_dict())
-    result.deterministic = determinism["deterministic"] if determinism else None
-    result.outputs = compare_dicts("", ref["probe"]["outputs"], target["probe"]["outputs"], golden["probe"]["outputs"], tol, low)
-    result.modules, result.first_divergent_module = localise(
-        ref["probe"]["modules"], target["probe"]["modules"], golden["probe"]["modules"], tol, low)
-    failed = [c for c in result.outputs if not c.passed]
-    if mode == Mode.TRAIN:
-        result.gradients = compare_dicts("grad ", ref["run"]["grads"], target["run"]["grads"], golden["run"]["grads"], tol, low)
-        result.gradients += [Comparison(f"grad {k}", False, ComparisonStatus.MISSING)
-                             for k in ref["run"]["grads"] if k not in target["run"]["grads"]]
-        failed += [c for c in result.gradients if not c.passed]
-        losses = {k: v["run"]["losses"] for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
-        curve = compare("loss curve", torch.tensor(losses["ref"]), torch.tensor(losses["target"]),
-                        torch.tensor(losses["fp64"]), tol, low)
-        result.loss_curve = {**losses, "comparison": curve}
-        failed += [] if curve.passed else [curve]
-    if mode == Mode.GENERATE:
-        tokens = {k: v["run"]["tokens"] for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
-        same_shape = tokens["ref"].shape == tokens["target"].shape
-        mismatch = (tokens["ref"] != tokens["target"]).flatten().nonzero() if same_shape else None
-        first = None if mismatch is None or len(mismatch) == 0 else int(mismatch[0])
-        match = same_shape and first is None
-        result.tokens = {"match": match, "first_mismatch": first, "ref": tokens["ref"].tolist(),
-                         "target": tokens["target"].tolist(),
-                         "fp64_matches_ref": bool(tokens["fp64"].shape == tokens["ref"].shape and torch.equal(tokens["fp64"], tokens["ref"]))}
-        if not match:
-            failed.append(Comparison("generated tokens", False, ComparisonStatus.FAIL_ACCURACY))
-    if any(c.status == ComparisonStatus.NON_FINITE for c in failed):
-        result.status = ParityStatus.NON_FINITE
-    elif failed:
-        result.status = ParityStatus.FAIL_ACCURACY
-    elif result.deterministic is False:
-        result.status = ParityStatus.EAGER_TWO_RUNS_DIFFER
-    else:
-        result.status = ParityStatus.PASS
-    if failed:
-        result.notes.append(f"{len(failed)} check(s) outside tolerance; first: {failed[0].name}")
-    if result.deterministic is False:
-        result.notes.append(f"the reference is not deterministic: two runs differ first at {determinism['first_difference']}")
-    if failed and result.first_divergent_module is not None:
-        m = result.first_divergent_module
-        result.notes.append(f"first divergent module: {m.name} ({describe(m)})")
-    return result

@@ -7,6 +7,7 @@ the bad value and what is expected, never a traceback minutes into a run.
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ UTILISATIONS = (0.10, 0.25, 0.40, 0.60)  # fractions of an accelerator's peak FL
 
 
 def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A real, finite number: TOML's ``nan`` and ``inf`` are floats that pass every ``> 0`` test but price nothing."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _check_instance(origin: str, name: str, entry: Any) -> None:
@@ -32,17 +34,21 @@ def _check_instance(origin: str, name: str, entry: Any) -> None:
         raise UsageError(f"{where} lacks {', '.join(missing)}; every entry needs a price_per_hour, a date and a source.")
     price = entry["price_per_hour"]
     if not _number(price) or price <= 0:
-        raise UsageError(f"{where}: price_per_hour = {price!r} ({type(price).__name__}); it must be a positive number "
-                         f"of USD per hour, written without quotes (price_per_hour = 2.5).")
+        raise UsageError(f"{where}: price_per_hour = {price!r} ({type(price).__name__}); it must be a positive, finite "
+                         f"number of USD per hour, written without quotes (price_per_hour = 2.5).")
     accelerators = entry.get("accelerators", 1)
     if not isinstance(accelerators, int) or isinstance(accelerators, bool) or accelerators < 1:
         raise UsageError(f"{where}: accelerators = {accelerators!r}; it must be a whole number of at least 1.")
     for key in ("date", "source"):
         if not isinstance(entry[key], str) or not entry[key].strip():
             raise UsageError(f"{where}: {key} = {entry[key]!r}; it must be a non-empty string.")
+    for key in ("hbm_bandwidth", "link_bandwidth"):
+        if key in entry and not (_number(entry[key]) and entry[key] > 0):
+            raise UsageError(f"{where}: {key} = {entry[key]!r}; it must be a positive, finite number of bytes per second "
+                             f"(the instance's total), written without quotes ({key} = 4.64e13).")
     peaks = entry.get("peak_flops", {})
     if not isinstance(peaks, dict) or not all(_number(v) and v > 0 for v in peaks.values()):
-        raise UsageError(f"{where}: peak_flops = {peaks!r}; it must be a table of positive numbers per dtype "
+        raise UsageError(f"{where}: peak_flops = {peaks!r}; it must be a table of positive, finite numbers per dtype "
                          "(peak_flops = { bfloat16 = 1e15 }).")
     if peaks and not (isinstance(entry.get("peaks_source"), str) and entry["peaks_source"].strip()):
         raise UsageError(f"{where} has peak_flops but no peaks_source; every peak needs its public source "

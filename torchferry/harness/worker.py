@@ -15,9 +15,12 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from torchferry.errors import kind_of
+
+PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep  # torchferry's own files: not the user's frames
 
 
 class Channel:
@@ -62,7 +65,8 @@ class Outcome:
     kind: str | None = None  # None: it succeeded
     type: str = ""
     message: str = ""
-    traceback: str = ""
+    traceback: str = ""  # the whole traceback, torchferry's frames included (for logs)
+    user_traceback: str = ""  # the user's part of it: what the parent shows as the workload's (none of ours)
     seconds: float = 0.0
     exception: BaseException | None = None
 
@@ -71,7 +75,19 @@ class Outcome:
         return self.kind is None
 
     def error_event(self) -> dict:
-        return {"kind": self.kind, "type": self.type, "message": self.message, "traceback": self.traceback}
+        return {"kind": self.kind, "type": self.type, "message": self.message, "traceback": self.user_traceback}
+
+
+def user_traceback(exc: BaseException) -> str:
+    """The traceback of ``exc`` without torchferry's frames: the user's code (and the libraries it called) only.
+
+    Empty when every frame is torchferry's: torchferry raised it itself (a NaN its checks found), and
+    there is no line of the user's to show."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(PACKAGE)]
+    if not frames:
+        return ""
+    return ("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+            + "".join(traceback.format_exception_only(type(exc), exc)))
 
 
 def run_case(fn: Callable[[], Any]) -> Outcome:
@@ -81,5 +97,6 @@ def run_case(fn: Callable[[], Any]) -> Outcome:
         return Outcome(value=fn(), seconds=time.perf_counter() - start)
     except BaseException as exc:  # the parent never has to parse a traceback
         return Outcome(kind=kind_of(exc), type=type(exc).__name__, message=str(exc), exception=exc,
-                       traceback=getattr(exc, "user_traceback", None) or traceback.format_exc(),
+                       traceback=traceback.format_exc(),
+                       user_traceback=getattr(exc, "user_traceback", None) or user_traceback(exc),
                        seconds=time.perf_counter() - start)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from torchferry.env import Environment
 from torchferry.errors import FerryError, UsageError
+from torchferry.harness import bounds
 from torchferry.status import ExitStatus
 
 if TYPE_CHECKING:
@@ -32,8 +33,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     m = parser.add_argument_group("model (one of)")
     m.add_argument("--size", help=f"built-in Llama shape at full size: {', '.join(LLAMA_SIZES)} (default: 8b)")
-    m.add_argument("--config", metavar="FILE.json", help="a transformers config.json (random weights, nothing downloaded)")
-    m.add_argument("--workload", metavar="SPEC", help="a workload spec: path/to/file.py:build or package.module:build")
+    m.add_argument("--config", metavar="MODEL",
+                   help="a transformers model: a config.json or a folder holding one, a model type (llama), or a Hub id "
+                        "org/name[@revision] (only its config is fetched; random weights on the meta device)")
+    m.add_argument("--trust-remote-code", action="store_true",
+                   help="let the config's repository code build the model (configs with an auto_map), as transformers' "
+                        "trust_remote_code; refused without it")
+    m.add_argument("-w", "--workload", metavar="SPEC", help="a workload spec: path/to/file.py:build or package.module:build")
     lay = parser.add_argument_group("layout")
     lay.add_argument("--world", type=int, help="ranks, one per logical core (default: the instance's accelerators)")
     lay.add_argument("--fsdp", type=int, help="FSDP2 sharding degree (default: world / tp)")
@@ -61,9 +67,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
 
+# The trace cuts every parameter into one FSDP shard per rank on a fake process group, so its time grows with the
+# world (docs/plan.md gives the measured times); 1024 ranks are 16 trn2.48xlarge of 64 logical cores.
+MAX_WORLD = 1024
+WORLD = bounds.Bound(low=1, high=MAX_WORLD, whole=True,
+                     why=f"ferry plan traces one rank of the layout, with one shard per rank of every parameter; past "
+                         f"{MAX_WORLD} ranks that takes many minutes.")
+
+
 def _capacity(args: argparse.Namespace) -> dict:
     if args.capacity is not None:
-        from torchferry.device._settings import parse_bytes
+        from torchferry.device import parse_bytes
 
         return {"bytes": parse_bytes(args.capacity, "--capacity"), "source": f"--capacity {args.capacity}"}
     from torchferry.device.profile import load_profile
@@ -81,13 +95,15 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.report.core import ensure_writable
 
     started = time.monotonic()
-    model = resolve(args.size, args.config, args.workload)
+    model = resolve(args.size, args.config, args.workload, args.trust_remote_code)
     table = load_prices(args.prices)
     instance = args.instance or table.get("devices", {}).get("neuron")
     if instance not in table["instances"]:
         raise UsageError(f"--instance {instance!r} is not in the price table. Valid: {', '.join(sorted(table['instances']))}; "
                          "add it with --prices FILE.")
-    world = args.world or table["instances"][instance].get("accelerators", 1)
+    bounds.check_all({"--world": (args.world, WORLD), **{f"--{n.replace('_', '-')}": (getattr(args, n), bounds.COUNT)
+                                                         for n in ("fsdp", "tp", "micro_batch", "batch", "seq_len")}})
+    world = args.world if args.world is not None else table["instances"][instance].get("accelerators", 1)
     layout = make_layout(world, args.fsdp, args.tp, args.checkpointing, args.micro_batch, args.batch, args.seq_len,
                          args.precision, args.optimizer)
     check_model_fits_tp(layout, model.shape())

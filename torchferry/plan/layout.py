@@ -36,13 +36,13 @@ def make_layout(world: int, fsdp: int | None, tp: int | None, checkpointing: str
     for name, value in (("--world", world), ("--fsdp", fsdp), ("--tp", tp), ("--micro-batch", micro_batch),
                         ("--batch", batch), ("--seq-len", seq_len)):
         if value is not None and value < 1:
-            raise UsageError(f"ferry plan: {name} must be at least 1 (got {value}).")
+            raise UsageError(f"{name} must be at least 1 (got {value}).")
     if checkpointing not in CHECKPOINTING:
-        raise UsageError(f"ferry plan: unknown --checkpointing {checkpointing!r}. Valid: {', '.join(CHECKPOINTING)}.")
+        raise UsageError(f"unknown --checkpointing {checkpointing!r}. Valid: {', '.join(CHECKPOINTING)}.")
     if precision not in PRECISIONS:
-        raise UsageError(f"ferry plan: unknown --precision {precision!r}. Valid: {', '.join(PRECISIONS)}.")
+        raise UsageError(f"unknown --precision {precision!r}. Valid: {', '.join(PRECISIONS)}.")
     if optimizer not in OPTIMIZERS:
-        raise UsageError(f"ferry plan: unknown --optimizer {optimizer!r}. Valid: {', '.join(OPTIMIZERS)}.")
+        raise UsageError(f"unknown --optimizer {optimizer!r}. Valid: {', '.join(OPTIMIZERS)}.")
     if fsdp is None and tp is None:
         fsdp, tp = world, 1
     elif tp is None:
@@ -50,14 +50,14 @@ def make_layout(world: int, fsdp: int | None, tp: int | None, checkpointing: str
     elif fsdp is None:
         fsdp = world // tp if world % tp == 0 else None
     if tp is None or fsdp is None or fsdp * tp != world:
-        raise UsageError(f"ferry plan: world size {world} does not factor into FSDP {fsdp or '?'} x TP {tp or '?'}. "
+        raise UsageError(f"world size {world} does not factor into FSDP {fsdp or '?'} x TP {tp or '?'}. "
                          f"Valid FSDP x TP for {world} ranks: {factor_pairs(world)}.")
     if batch is not None and micro_batch is not None:
-        raise UsageError("ferry plan: --batch (global) and --micro-batch (per rank) both set the batch; give one.")
+        raise UsageError("--batch (global) and --micro-batch (per rank) both set the batch; give one.")
     if batch is not None:
         if batch % fsdp:
             near = sorted({max(fsdp, batch // fsdp * fsdp), (batch // fsdp + 1) * fsdp})
-            raise UsageError(f"ferry plan: a global batch of {batch} sequences does not split over the {fsdp} "
+            raise UsageError(f"a global batch of {batch} sequences does not split over the {fsdp} "
                              f"data-parallel ranks (world {world} / TP {tp}). Valid: a multiple of {fsdp}, e.g. "
                              f"{' or '.join(map(str, near))}; or give --micro-batch per rank.")
         micro_batch = batch // fsdp
@@ -75,7 +75,7 @@ def check_model_fits_tp(layout: Layout, shape: dict) -> None:
     if bad:
         valid = [t for t in range(1, layout.world + 1) if layout.world % t == 0
                  and all(not v or v % t == 0 for v in dims.values())]
-        raise UsageError(f"ferry plan: TP {layout.tp} does not divide the model's "
+        raise UsageError(f"TP {layout.tp} does not divide the model's "
                          f"{', '.join(f'{n} ({v})' for n, v in bad.items())}. Valid TP degrees for this model on "
                          f"{layout.world} ranks: {', '.join(map(str, valid))}.")
 
@@ -99,7 +99,7 @@ def search_layouts(base: Layout, shape: dict) -> tuple[list[Layout], list[str]]:
             try:
                 check_model_fits_tp(candidate, shape)
             except UsageError as exc:
-                skipped.append(f"{candidate.label}: {str(exc).removeprefix('ferry plan: ')}")
+                skipped.append(f"{candidate.label}: {exc}")
                 break
             layouts.append(candidate)
     return layouts, skipped

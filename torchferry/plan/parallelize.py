@@ -59,7 +59,7 @@ def apply_layout(model: Any, layout: Layout, mesh: Any) -> Any:
         model.to(storage)
     stack = blocks(model)
     if stack is None:
-        raise UsageError(f"ferry plan: the model ({type(model).__name__}) has no stack of blocks (an nn.ModuleList); "
+        raise UsageError(f"the model ({type(model).__name__}) has no stack of blocks (an nn.ModuleList); "
                          "FSDP2 is applied per block. Build the model's repeated layers in an nn.ModuleList.")
     if layout.tp > 1:
         _tensor_parallel(stack, mesh["tp"])
@@ -86,7 +86,7 @@ def _tensor_parallel(stack: Any, tp_mesh: Any) -> None:
         names = {name for name, _ in block.named_modules()}
         missing = sorted(set(TP_PLAN) - names)
         if missing:
-            raise UsageError(f"ferry plan: tensor parallelism needs Llama-shaped blocks with {', '.join(TP_PLAN)}; "
+            raise UsageError(f"tensor parallelism needs Llama-shaped blocks with {', '.join(TP_PLAN)}; "
                              f"{type(block).__name__} has no {', '.join(missing)}. Use --tp 1 for this model.")
         parallelize_module(block, tp_mesh, {name: styles[style]() for name, style in TP_PLAN.items()})
 

@@ -35,7 +35,7 @@ def fake_world(world: int) -> Iterator[None]:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
-        raise UsageError("ferry plan: this process already has a torch.distributed process group; a plan installs a fake "
+        raise UsageError("this process already has a torch.distributed process group; a plan installs a fake "
                          "one at the planned world size. Run the plan in a process of its own.")
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     try:
@@ -56,11 +56,11 @@ def _untraceable(exc: BaseException) -> UsageError | None:
     for kind, why in reasons.items():
         if isinstance(exc, kind):
             op = getattr(exc, "func", None) or str(exc).splitlines()[0]
-            return UsageError(f"ferry plan: the model cannot be traced on FakeTensor: op {op} failed because {why}. "
+            return UsageError(f"the model cannot be traced on FakeTensor: op {op} failed because {why}. "
                               "A plan steps the model without real data; make the forward independent of tensor values "
                               "(or plan a model that is), or check it with ferry check on a small size.")
     if isinstance(exc, ft.UnsupportedFakeTensorException):
-        return UsageError(f"ferry plan: the model cannot be traced on FakeTensor: {exc.reason}.")
+        return UsageError(f"the model cannot be traced on FakeTensor: {exc.reason}.")
     return None
 
 

@@ -71,7 +71,7 @@ def _rank(rank: int, world: int, port: int, model: dict, layout: dict, out: str)
 def measure(model: ModelSpec, layout: Layout) -> list[dict]:
     """Per-rank peaks of the second step, measured on the built-in device in ``layout.world`` processes."""
     if layout.world > MAX_RANKS:
-        raise UsageError(f"ferry plan --validate: world {layout.world} would start {layout.world} processes here; "
+        raise UsageError(f"--validate: world {layout.world} would start {layout.world} processes here; "
                          f"validate at small scale (--world 2 to {MAX_RANKS}) with a small --config.")
     import torch.multiprocessing as mp
 

@@ -45,6 +45,7 @@ class ModelSpec:
     source: str
     config: dict = field(default_factory=dict)
     spec: str | None = None
+    remote_code: bool = False  # the config's repository code builds it (--trust-remote-code given)
 
     def shape(self) -> dict:
         """The figures printed with the plan (empty for a user workload: its model is code)."""
@@ -54,13 +55,14 @@ class ModelSpec:
         return {"kind": self.kind, "name": self.name, "source": self.source, "shape": self.shape(), "spec": self.spec}
 
 
-def resolve(size: str | None, config: str | None, workload: str | None) -> ModelSpec:
-    """The one model the user named, checked without building anything."""
+def resolve(size: str | None, config: str | None, workload: str | None, trust_remote_code: bool = False) -> ModelSpec:
+    """The one model the user named, checked without building anything (``--config``: any form of
+    torchferry.workloads.model_source but a built-in name; a Hub id's config is fetched, nothing else)."""
     given = [flag for flag, value in (("--size", size), ("--config", config), ("--workload", workload)) if value]
     if len(given) > 1:
-        raise UsageError(f"ferry plan: {' and '.join(given)} both name the model; give one of --size, --config, --workload.")
+        raise UsageError(f"{' and '.join(given)} both name the model; give one of --size, --config, --workload.")
     if config:
-        return _from_config_file(config)
+        return _from_model_source(config, trust_remote_code)
     if workload:
         from torchferry.workloads.protocol import resolve_source
 
@@ -68,32 +70,25 @@ def resolve(size: str | None, config: str | None, workload: str | None) -> Model
         return ModelSpec(kind="workload", name=workload, source=workload, spec=workload)
     size = size or "8b"
     if size not in LLAMA_SIZES:
-        raise UsageError(f"ferry plan: unknown --size {size!r}. Valid: {', '.join(LLAMA_SIZES)}; or pass a transformers "
+        raise UsageError(f"unknown --size {size!r}. Valid: {', '.join(LLAMA_SIZES)}; or pass a transformers "
                          "config with --config FILE.json, or a workload with --workload path/to/file.py:build.")
     entry = LLAMA_SIZES[size]
     return ModelSpec(kind="builtin", name=entry["name"], source=entry["source"], config=dict(entry["config"]))
 
 
-def _from_config_file(path: str) -> ModelSpec:
-    file = Path(path).expanduser()
-    try:
-        data = json.loads(file.read_text())
-    except OSError as exc:
-        raise UsageError(f"ferry plan: --config {path!r} cannot be read ({exc.strerror or exc}); pass the path of a "
-                         "transformers config.json.") from exc
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"ferry plan: --config {path!r} is not JSON ({exc}); pass a transformers config.json.") from exc
-    if not isinstance(data, dict):
-        raise UsageError(f"ferry plan: --config {path!r} holds a JSON {type(data).__name__}, not a config object.")
-    from transformers import CONFIG_MAPPING
+def _from_model_source(spec: str, trust_remote_code: bool) -> ModelSpec:
+    from torchferry.workloads import model_source
 
-    model_type = data.get("model_type")
-    if model_type not in CONFIG_MAPPING:
-        raise UsageError(f"ferry plan: --config {path!r} has model_type {model_type!r}, which this transformers does not "
-                         "know. Valid: a causal-LM model_type such as llama, mistral, qwen2, gemma (see transformers' "
-                         "CONFIG_MAPPING).")
-    return ModelSpec(kind="config", name=data.get("_name_or_path") or f"{model_type} ({file.name})", source=str(file),
-                     config=data)
+    source = model_source.resolve(spec, Path.cwd())
+    source.refuse_untrusted(trust_remote_code)
+    if source.kind == "model-type":
+        from transformers import CONFIG_MAPPING
+
+        data = {**CONFIG_MAPPING[source.model_type]().to_dict(), "model_type": source.model_type}
+        return ModelSpec(kind="config", name=f"{source.model_type} (transformers' default config)", source=spec, config=data)
+    data = json.loads(Path(source.config_path).read_text())
+    return ModelSpec(kind="config", name=source.hub_id or data.get("_name_or_path") or f"{source.model_type} ({source.name})",
+                     source=source.config_path, config=data, remote_code=source.needs_remote_code())
 
 
 def build(model: ModelSpec, options: dict, device: str = "meta") -> tuple[Any, Any]:
@@ -110,12 +105,17 @@ def build(model: ModelSpec, options: dict, device: str = "meta") -> tuple[Any, A
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = dict(model.config)
-    cfg = AutoConfig.for_model(config.pop("model_type"), **{k: v for k, v in config.items() if not k.startswith("_")})
+    if model.remote_code:  # the repository's own config class (the user passed --trust-remote-code)
+        cfg = AutoConfig.from_pretrained(model.source, trust_remote_code=True)
+    else:
+        cfg = AutoConfig.for_model(config.pop("model_type"), **{k: v for k, v in config.items()
+                                                                 if not k.startswith("_") and k != "auto_map"})
     cfg._attn_implementation = "sdpa"
     # Training keeps no KV cache (see batch_and_loss).
     cfg.use_cache = False
     with torch.device(device):
-        built = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+        built = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32,
+                                                 **({"trust_remote_code": True} if model.remote_code else {}))
     return built, None
 
 

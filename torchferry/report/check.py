@@ -20,8 +20,13 @@ in docs/check/report-format.md) on every incompatible change.
   timing, ``timing.warnings`` (unstable figures); cost: ``projection`` (the target at 10/25/40/60%
   of its peak: roofline step, cost per unit, break-even utilisation), ``accelerators_used`` per
   device row; an emulated target's row has no ``cost_per_unit`` or ``utilisation``.
-- 5: ``workload`` says which kind of workload ran: ``{"kind": "build"}`` (a ``build()`` workload) or
-  ``{"kind": "script", command, run_as, launcher, script, module, nproc, seeded, steps_limit, runs}``
+- 5: ``next_actions``: every condition, failure and stop of the verdict with its fix, as one list
+  (``result``, ``action``), in the order the reports show them.
+- 6: ``failure.kind`` is always an error slug (docs/check/errors.md): a target that fails where the
+  reference ran gives the slug of its error (``workload``, ``non-finite``, ...), no longer the parity
+  status (``fail_to_run``/``non_finite``, which stays in ``parity.status``).
+- 7: ``workload`` says which kind of workload ran: ``{"kind": "build"}`` (a ``build()`` workload) or
+  ``{"kind": "script", command, run_as, launcher, script, module, nproc, seeded, steps_recorded, stopped}``
   (`ferry check -- COMMAND`, an unchanged script); ``parity.grad_norm_curve`` (per-step gradient
   norms, scripts); device timing ``run_s`` (process start to exit) and ``warmup_s`` (time the early
   steps took above the steady step).
@@ -37,7 +42,7 @@ from typing import Any
 from torchferry.report.comparison import Comparison
 from torchferry.report.meta import Failure, Meta
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 7
 FORMAT = "torchferry.check"
 
 
@@ -267,6 +272,14 @@ class VerdictItem:
 
 
 @dataclass
+class NextAction:
+    """One thing to do before the move: a condition, failure or stop of ``result``, with its fix."""
+
+    result: str
+    action: str
+
+
+@dataclass
 class CheckReport:
     meta: Meta
     environment: dict
@@ -280,6 +293,7 @@ class CheckReport:
     rehearsal: RehearsalResult = field(default_factory=RehearsalResult)
     verdict: Verdict = Verdict.NOT_RUN
     verdicts: list[VerdictItem] = field(default_factory=list)
+    next_actions: list[NextAction] = field(default_factory=list)  # every condition and failure with its fix
     failure: Failure | None = None  # set when the run stopped early
     progress: list[str] = field(default_factory=list)
 

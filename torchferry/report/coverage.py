@@ -16,6 +16,10 @@ in docs/coverage.md) on every incompatible change. Baseline files have their own
   rankings; ``environment`` holds ``versions`` and ``knobs``; ``config.shard`` (``K/N``) and, for
   ``ferry coverage merge``, ``shards`` (count, merged, missing, stores). Baseline rows are keyed
   ``suite/arch/mode`` (baseline version 2, with ``cost_s``).
+- 4: the ``host-limit`` category (this host's memory or time ran out: out of the pass-rate
+  denominator, counted in the headline) replaces ``timeout``; ``oom`` is the target's own
+  memory; rows carry ``dtype``; per-mode summaries have ``host_limited``; ``config.method_settings``
+  (the method's settings and the file they were taken from).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from enum import StrEnum
 
 from torchferry.report.meta import Failure, Meta
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 FORMAT = "torchferry.coverage"
 DEFAULT_SUITE = "causal-lm"  # rows of stores and baselines that name no suite
 BASELINE_VERSION = 2  # 2: rows keyed suite/arch/mode, cost_s per suite/arch (1: arch/mode, causal-lm only)
@@ -39,9 +43,13 @@ class Category(StrEnum):
     FAIL_COMPILE = "fail-compile"
     FAIL_RECOMPILE = "fail-recompile"
     ERROR = "error"
-    TIMEOUT = "timeout"
-    OOM = "oom"
+    OOM = "oom"  # the target's own memory (its capacity per device) ran out: a device verdict
+    HOST_LIMIT = "host-limit"  # this host's memory or time ran out (or would): not a device verdict, out of the denominator
     SKIPPED = "skipped"  # cannot be measured for a reason that is not the target's fault: out of the denominator
+
+
+# categories that say nothing about the target: the pass rate's denominator leaves them out
+UNMEASURED = (Category.HOST_LIMIT, Category.SKIPPED)
 
 
 CATEGORIES = tuple(Category)
@@ -64,6 +72,7 @@ class Row:
     mode: str
     category: Category
     reason: str
+    model_id: str | None = None  # the Hub model id, when the row's config names one (a Hub id, or an <org>_<name>_config.json)
     suite: str = DEFAULT_SUITE
     device: str = ""
     ref: str = ""
@@ -72,6 +81,7 @@ class Row:
     case_s: float | None = None  # the worker's clock for this mode alone
     model_class: str | None = None
     variant: str | None = None  # the shrink variant that built
+    dtype: str | None = None  # the parameters' dtype the case ran in (the config's own under --method torchneuron)
     params: int | None = None
     checks: int | None = None
     failed_checks: int | None = None

@@ -53,6 +53,16 @@ def _ranking(title: str, entries: list[dict], limit: int) -> list[str]:
     return lines
 
 
+def method_line(config: dict) -> str:
+    """The method and, when the config has them, its settings and the file they were taken from."""
+    ms = config.get("method_settings")
+    if not ms:
+        return f"method: {config['method']}"
+    keys = ("widths", "depth", "dtype", "dropout", "attention", "batch", "seq", "loss", "optimizer_steps", "remote_code")
+    return (f"method: {ms['name']} ({', '.join(f'{k} {ms[k]}' for k in keys if k in ms)}); "
+            f"settings from {ms.get('source') or 'torchferry'}")
+
+
 def render_text(doc: CoverageReport) -> str:
     modes = doc.config["modes"]
     suites: dict[str, dict[str, dict]] = {}
@@ -99,7 +109,7 @@ def render_text(doc: CoverageReport) -> str:
         lines.append(f"shard {doc.config['shard']}: {doc.config['architectures']} architectures of the selection; "
                      "combine the shards with `ferry coverage merge`")
     if doc.config.get("method"):
-        lines.append(f"method: {doc.config['method']}")
+        lines.append(method_line(doc.config))
     lines += doc.headline
     if not doc.shards:
         lines.append(f"wall time {doc.meta.wall_s:.0f} s with {doc.config['jobs']} job(s)")

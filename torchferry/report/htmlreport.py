@@ -17,7 +17,8 @@ from torchferry.report import svg
 from torchferry.report.page import page
 from torchferry.report.text import money
 
-STYLE = ".go{color:#1a7f37} .no-go{color:#cf222e} .go-with-conditions{color:#9a6700} .not-run{color:#777}"
+STYLE = (".go{color:#1a7f37} .no-go{color:#cf222e} .go-with-conditions{color:#9a6700} .not-run{color:#777} "
+         ".verdict{font-size:1.4em;margin:.3em 0} #next-actions li{margin:.25em 0} details summary{cursor:pointer}")
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -34,34 +35,63 @@ def notes(items: list[str]) -> str:
     return "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in items) + "</ul>" if items else ""
 
 
+FLAT = 1e-3  # a chart whose series differ by less than this share of their range (under a pixel) shows nothing
+
+
+def coincide(series: dict[str, list[float]]) -> float | None:
+    """The largest gap between the series when they coincide (a chart of them would show one line), else None."""
+    lists = [[v for v in vs if v is not None and math.isfinite(v)] for vs in series.values()]
+    if len(lists) < 2 or not lists[0] or any(len(vs) != len(lists[0]) for vs in lists):
+        return None
+    flat = [v for vs in lists for v in vs]
+    scale = max(max(flat) - min(flat), max(abs(v) for v in flat), 1e-30)
+    gap = max(abs(a - b) for vs in lists[1:] for a, b in zip(lists[0], vs))
+    return gap if gap <= FLAT * scale else None
+
+
 def _parity(r: CheckReport) -> str:
     p = r.parity
     rows = [[c.name, "pass" if c.passed else "FAIL", c.status, describe(c)] for c in p.outputs + p.gradients]
     if p.loss_curve:
         c = p.loss_curve["comparison"]
         rows.append([c.name, "pass" if c.passed else "FAIL", c.status, describe(c)])
-    plots = []
+    plots, sentences = [], []
     if p.loss_curve:
-        plots.append(svg.line_chart("loss", "Loss curves", {f"ref {r.config['ref']}": p.loss_curve["ref"],
-                                                          f"target {r.config['target']}": p.loss_curve["target"],
-                                                          **({"fp64 golden": p.loss_curve["fp64"]}
-                                                             if "fp64" in p.loss_curve else {})}, "step", "loss"))
+        curves = {f"ref {r.config['ref']}": p.loss_curve["ref"], f"target {r.config['target']}": p.loss_curve["target"],
+                  **({"fp64 golden": p.loss_curve["fp64"]} if "fp64" in p.loss_curve else {})}
+        gap = coincide(curves)
+        if gap is None:
+            plots.append(svg.line_chart("loss", "Loss curves", curves, "step", "loss"))
+        else:
+            sentences.append(f"The loss curves of {', '.join(curves)} coincide over {len(p.loss_curve['ref'])} steps "
+                             f"(largest gap {gap:.3g}), so no chart is drawn.")
     bars = [(m.name, ratio(m)) for m in p.modules]
     bars = [(n, v if v is not None and math.isfinite(v) else None) for n, v in bars]
-    plots.append(svg.bar_chart("module-error", "Per-module error: rmse(target) / rmse(ref) vs fp64", bars, "ratio",
-                               highlight=p.first_divergent_module.name if p.first_divergent_module else None))
+    finite = [v for _, v in bars if v is not None]
+    if finite and all(abs(v - 1) <= FLAT for v in finite):
+        sentences.append(f"Every module's error ratio, rmse(target) / rmse(ref) against fp64, is 1.00 ({len(finite)} "
+                         "modules): the target's error is the reference's, so no chart is drawn.")
+    elif p.modules:
+        plots.append(svg.bar_chart("module-error", "Per-module error: rmse(target) / rmse(ref) vs fp64", bars, "ratio",
+                                   highlight=p.first_divergent_module.name if p.first_divergent_module else None))
     first = (f"<p id=\"first-divergent\">First divergent module: <code>{escape(p.first_divergent_module.name)}</code>: "
              f"{escape(describe(p.first_divergent_module))}</p>") if p.first_divergent_module else ""
     tokens = (f"<p>Generated tokens: {'exact match' if p.tokens['match'] else 'mismatch at ' + str(p.tokens['first_mismatch'])}</p>"
               if p.tokens else "")
+    modules = [[m.name, "pass" if m.passed else "FAIL", describe(m)] for m in p.modules]
+    failing = [row for row in rows if row[1] == "FAIL"] + [[m[0], m[1], "module", m[2]] for m in modules if m[1] == "FAIL"]
+    passed = len(rows) + len(modules) - len(failing)
+    details = (table(["tensor", "result", "status", "figures"], [row for row in rows if row[1] != "FAIL"])
+               + table(["module (execution order)", "result", "figures"], [m for m in modules if m[1] != "FAIL"]))
+    folded = (f'<details id="parity-passing"><summary>{"All " if not failing else ""}{passed} parity checks pass '
+              f"(outputs, gradients, loss curve, {len(modules)} modules in execution order): open to list them</summary>"
+              f"{details}</details>") if passed else ""
     return section("parity", "Parity",
                    f"<p>Status <strong>{escape(p.status)}</strong>; reference deterministic: {p.deterministic}; "
                    f"rule: {escape(str(p.tolerance.get('rule', '')))}; tol {p.tolerance.get('tol')}; "
                    f"multiplier {escape(str(p.tolerance.get('multiplier', '')))}.</p>",
-                   first, tokens, table(["tensor", "result", "status", "figures"], rows),
-                   f'<div class="plots">{"".join(plots)}</div>',
-                   table(["module (execution order)", "result", "figures"],
-                         [[m.name, "pass" if m.passed else "FAIL", describe(m)] for m in p.modules]), notes(p.notes))
+                   first, tokens, table(["failing check", "result", "status", "figures"], failing) if failing else "",
+                   folded, notes(sentences), f'<div class="plots">{"".join(plots)}</div>' if plots else "", notes(p.notes))
 
 
 def _timing(r: CheckReport) -> str:
@@ -112,8 +142,11 @@ def _cost(r: CheckReport) -> str:
 
 def _resume_exit(r: CheckReport) -> str:
     res, ex = r.resume, r.exit
-    resume_plot = svg.line_chart("resume", "Resumed vs uninterrupted loss", {"uninterrupted": res.uninterrupted,
-                                                                             "resumed": res.resumed}, "step after resume", "loss")
+    curves = {"uninterrupted": res.uninterrupted, "resumed": res.resumed}
+    gap = coincide(curves)
+    resume_plot = (svg.line_chart("resume", "Resumed vs uninterrupted loss", curves, "step after resume", "loss")
+                   if gap is None else f"<p>The resumed and uninterrupted losses coincide over {len(res.resumed)} steps "
+                                       f"(largest gap {gap:.3g}), so no chart is drawn.</p>")
     rows = [[f.name, "yes" if f.loads_plain else "no", ", ".join(f.location_tags) or "-",
              ("pass" if f.parity.passed else "FAIL") if f.parity else "-", f.error or "",
              f.fix or (f"not reloaded: {f.skipped}" if f.skipped else "")] for f in ex.formats]
@@ -133,8 +166,13 @@ def _rehearsal(r: CheckReport) -> str:
     if rh.status == "not-run":
         return section("rehearsal", "Rehearsal", "<p>Not rehearsed.</p>", notes(rh.notes))
     new = [] if rh.signatures_step1 is None else [rh.signatures_step1, *rh.new_signatures]
-    plot = svg.bar_chart("eager-signatures", "New eager op signatures per step (one NEFF compilation each, cold)",
-                         [(f"step {i}", float(n)) for i, n in enumerate(new, 1)], "signatures")
+    if new and not any(new[1:]):
+        plot = (f"<p>Eager op signatures (one NEFF compilation each, cold): {new[0]} in step 1, none new in "
+                f"{'the ' + str(len(new) - 1) + ' steps after' if len(new) > 1 else 'a later step (one step run)'}.</p>")
+    else:
+        plot = '<div class="plots">' + svg.bar_chart(
+            "eager-signatures", "New eager op signatures per step (one NEFF compilation each, cold)",
+            [(f"step {i}", float(n)) for i, n in enumerate(new, 1)], "signatures") + "</div>"
     fallbacks = table(["op", "calls", "share of calls", "share of device-op time here", "reason and source"],
                       [[f.op, str(f.calls), f"{f.share_of_calls:.2%}",
                         "-" if f.share_of_time is None else f"{f.share_of_time:.2%}", f.reason] for f in rh.fallbacks])
@@ -145,21 +183,37 @@ def _rehearsal(r: CheckReport) -> str:
                    f"<p>Status <strong>{escape(rh.status)}</strong>: what this emulation predicts about {escape(rh.emulates)} "
                    "(ops, compilations, numerics, memory, placement). Its times are this host's, not the target's.</p>",
                    table(["", ""], [list(row) for row in rehearsal_rows(rh)]),
-                   "<h3>Conditions</h3>" + (notes(rh.conditions) or "<p>None.</p>"),
-                   "<h3>Predicted host fallbacks</h3>" + (fallbacks if rh.fallbacks else "<p>None.</p>"), frames,
-                   f'<div class="plots">{plot}</div>', notes([rh.numerics.note, *rh.notes] if rh.numerics.note else rh.notes))
+                   "<h3>Conditions</h3>" + (notes(rh.conditions) or "<p>The rehearsal predicts no condition of its own"
+                                            + ("; the verdict's conditions come from other results (Next actions)"
+                                               if r.verdict != "go" else "") + ".</p>"),
+                   "<h3>Predicted host fallbacks</h3>" + (fallbacks if rh.fallbacks else "<p>None predicted.</p>"), frames,
+                   plot, notes([rh.numerics.note, *rh.notes] if rh.numerics.note else rh.notes))
+
+
+def _next_actions(r: CheckReport) -> str:
+    """Every condition and failure with its fix, as one list, right under the verdict."""
+    if r.next_actions:
+        items = "".join(f"<li><strong>{escape(a.result)}</strong>: {escape(a.action)}</li>" for a in r.next_actions)
+        return section("next-actions", "Next actions", f"<ol>{items}</ol>")
+    return section("next-actions", "Next actions", "<p>None: every result is go.</p>" if r.verdict == "go" else
+                   f"<p>None listed: the verdict is {escape(r.verdict)} (see the verdict per result).</p>")
 
 
 def render(report: CheckReport) -> str:
+    """Verdict, next actions, the result that decides (the rehearsal for an emulated target, the time for a real
+    one), the verdict per result, then the details."""
     cfg = report.config
     verdicts = table(["result", "verdict", "reason"], [[v.result, v.verdict, v.reason] for v in report.verdicts])
     f = report.failure
     failure = (f'<p class="no-go" id="failure">{"Target failed" if f.finding else "Stopped"} ({escape(f.kind)}'
                f'{", during " + escape(f.phase) if f.phase else ""}): {escape(f.message)}</p>') if f else ""
     env_rows = [[k, str(v)] for k, v in report.environment.items()] + [["format_version", str(report.meta.format_version)]]
+    t = report.timing
+    emulated = bool(report.rehearsal.emulates) or bool(t.target and t.target.emulates)
+    deciding, other = (_rehearsal(report), _timing(report)) if emulated else (_timing(report), _rehearsal(report))
     body = "\n".join([
-        failure, section("verdicts", "Verdict per result", verdicts),
-        _parity(report), _rehearsal(report), _timing(report), _resume_exit(report), _cost(report),
+        failure, _next_actions(report), deciding, section("verdicts", "Verdict per result", verdicts),
+        _parity(report), other, _resume_exit(report), _cost(report),
         section("environment", "Environment and configuration", table(["", ""], env_rows),
                 table(["option", "value"], [[k, str(v)] for k, v in cfg.items()])),
     ])

@@ -183,6 +183,8 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
             f"{cfg['ref']} -> {cfg['target']}")
     if cfg.get("target_reason"):
         add(f"  target: {cfg['target_reason']}")
+    if cfg.get("execution"):
+        add(f"  runs: {cfg['execution']}; every step reseeded from --seed {cfg['seed']} + step")
     if report.verdict == STOPPED:
         add(f"stopped: {report.failure.kind} during {report.failure.phase or 'the run'}; everything measured before "
             "is below and in the report")
@@ -190,6 +192,10 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
         add(f"verdict: {report.verdict.upper()}")
     for item in report.verdicts:
         add(f"  {item.result:<9} {item.verdict:<19} {item.reason}")
+    if report.next_actions:
+        add("next actions:")
+        for number, a in enumerate(report.next_actions, 1):
+            add(f"  {number}. {a.result}: {a.action}")
     p = report.parity
     add("")
     add(f"parity: {p.status} (tol {p.tolerance.get('tol', '-')}, reference deterministic: {p.deterministic})")

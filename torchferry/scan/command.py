@@ -75,14 +75,21 @@ def _write(text: str, output: str, env: Environment) -> None:
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.report.scan import ScanResult, Severity
     from torchferry.scan.rules import RULES
-    from torchferry.scan.sources import WritePolicy, discover, scan_file
+    from torchferry.scan.sources import SKIPPED_DIRS, WritePolicy, discover, scan_file
 
     if args.diff and args.format != "text" and args.output == "-":
         raise UsageError(f"--diff and --format {args.format} would both go to stdout; "
                          "add --output FILE for the report.")
     if (args.force or args.backup) and not args.fix:
         raise UsageError(f"{'--force' if args.force else '--backup'} only applies to --fix; add --fix, or drop it.")
-    files = discover(args.paths)
+    skipped: list[str] = []
+    files = discover(args.paths, skipped)
+    for note in skipped:
+        env.err(f"ferry scan: {note}")
+    if not files:
+        env.err(f"ferry scan: nothing to scan: no Python file or notebook under {', '.join(args.paths)}"
+                + (f" ({len(skipped)} skipped, above)" if skipped else " (scanned: .py and .ipynb files; hidden folders, "
+                   f"{', '.join(sorted(SKIPPED_DIRS))} are left out)") + ".")
     write = WritePolicy(force=args.force, backup=args.backup) if args.fix else None
     results = [scan_file(path, RULES, fix=args.fix or args.diff, write=write) for path in files]
     result = ScanResult(results, rules=tuple(RULES), fixes_applied=args.fix)

@@ -34,21 +34,61 @@ _MAGIC = "#%ferry-magic%"  # marks a masked IPython magic/shell line inside a ce
 _IMPORTS_TORCH = re.compile(r"^\s*import\s+torch\b", re.MULTILINE)
 
 
-def discover(paths: Sequence[str]) -> list[Path]:
-    """The Python files and notebooks under `paths`, in order; a named file is scanned whatever its suffix."""
-    missing = [p for p in paths if not Path(p).exists()]
+def discover(paths: Sequence[str], skipped: list[str] | None = None) -> list[Path]:
+    """The Python files and notebooks under `paths`, in order; a named file is scanned whatever its suffix.
+
+    What cannot be source is never opened as such: a device, FIFO or socket (reading `/dev/zero` never ends, opening
+    a FIFO waits for a writer) and a binary file (a NUL byte in its first block) are left out, each with a line in
+    ``skipped`` saying what it is.
+    """
+    missing = [p for p in paths if not os.path.lexists(p)]
     if missing:
         raise UsageError(f"no such file or directory: {', '.join(missing)}; "
                          "pass existing .py/.ipynb files or directories.")
+    notes = skipped if skipped is not None else []
     found: list[Path] = []
+
+    def keep(path: Path) -> None:
+        why = not_source(path)
+        if why:
+            notes.append(f"{path}: {why}; skipped")
+        else:
+            found.append(path)
+
     for given in map(Path, paths):
-        if given.is_file():
-            found.append(given)
+        if not given.is_dir():
+            keep(given)
             continue
         for root, dirs, files in os.walk(given):
             dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS)
-            found.extend(Path(root) / f for f in sorted(files) if f.endswith((".py", ".ipynb")))
+            for f in sorted(files):
+                if f.endswith((".py", ".ipynb")):
+                    keep(Path(root) / f)
     return list(dict.fromkeys(found))
+
+
+BINARY_PROBE = 8192  # bytes read to tell a binary file (a NUL byte) from source text
+
+
+def not_source(path: Path) -> str | None:
+    """Why ``path`` cannot be a source file (a device, FIFO, socket, binary, unreadable), or None when it can."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    kinds = {stat.S_ISCHR: "a character device", stat.S_ISBLK: "a block device", stat.S_ISFIFO: "a FIFO (named pipe)",
+             stat.S_ISSOCK: "a socket"}
+    for test, kind in kinds.items():
+        if test(mode):
+            return f"{kind}, not a file"
+    if not stat.S_ISREG(mode):
+        return "not a regular file"
+    try:
+        with open(path, "rb") as f:
+            head = f.read(BINARY_PROBE)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    return "a binary file (NUL bytes), not Python source or a notebook" if b"\0" in head else None
 
 
 def _findings(hits: Iterable[RuleHit], path: str, cell: int | None, written: bool) -> Iterator[Finding]:

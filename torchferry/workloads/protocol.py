@@ -12,9 +12,15 @@ object with these attributes, or a ``(model, batch[, loss])`` tuple):
   for a dict, ``model(*batch)`` for a tuple, ``model(batch)`` for a tensor;
 - ``generates`` (optional, default: the model has ``generate``): whether generation mode applies.
 
-Specs: a built-in name (``llama``), ``path/to/file.py:build`` or ``package.module:build``.
+Specs: a built-in name (``llama``), ``path/to/file.py:build`` or ``package.module:build``, or a
+model named as torchferry.workloads.model_source names one (a transformers model type, a config.json
+or a folder holding one, a Hub id ``org/name[@revision]``), built by torchferry.workloads.hub.
 A relative file path is resolved against the caller's working directory once, in the
 parent (``resolve_source``); workers load the resolved source and never re-resolve the spec.
+Imports in the workload resolve as they would for ``python path/to/file.py`` run from the
+caller's folder: the source records the file's own folder and the caller's working folder
+(``paths``), and every process that builds the workload puts them first on ``sys.path``, so
+``from train import Net`` beside the adapter works in workers that run elsewhere.
 
 ``mode`` keeps the protocol's names (``training``, ``inference``, ``generation``): user
 ``build()`` functions compare against them. The harness's own names (torchferry.harness.modes)
@@ -23,6 +29,7 @@ are translated here.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -33,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchferry.errors import MissingDependencyError, UsageError, WorkloadError
+from torchferry.errors import FerryError, MissingDependencyError, UsageError, WorkloadError
 from torchferry.workloads import BUILTIN
 
 OPTION_NAMES = ("size", "batch_size", "seq_len", "mode")
@@ -76,27 +83,88 @@ class Workload:
         return loss
 
 
-def resolve_source(spec: str, cwd: Path | None = None) -> dict:
-    """Where ``spec``'s build function lives, without importing it; a relative path is taken from ``cwd``."""
+def resolve_source(spec: str, cwd: Path | None = None, trust_remote_code: bool = False, weights: bool = False) -> dict:
+    """Where ``spec``'s build function lives, without importing it; a relative path is taken from ``cwd``.
+
+    A named model's config is read (a Hub id's fetched) here, once; its remote code is refused unless trusted, and
+    ``weights`` without a checkpoint to load them from is refused."""
+    if weights and (spec in BUILTIN or ":" in spec):
+        raise UsageError(f"--weights loads a checkpoint's weights; workload {spec!r} builds its own model. Pass a Hub id "
+                         "or a checkpoint folder with --weights, or leave --weights off.")
     if spec in BUILTIN:
         return {"kind": "module", "module": f"torchferry.workloads.{spec}", "attr": "build"}
+    cwd = (cwd or Path.cwd()).resolve()
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
-        raise UsageError(
-            f"unknown workload {spec!r}. Valid: a built-in ({', '.join(BUILTIN)}), 'path/to/file.py:build' "
-            "or 'package.module:build'."
-        )
+        return _model_source(spec, cwd or Path.cwd(), trust_remote_code, weights)
     if target.endswith(".py"):
         path = Path(target).expanduser()
-        path = (path if path.is_absolute() else (cwd or Path.cwd()) / path).resolve()
+        path = (path if path.is_absolute() else cwd / path).resolve()
         if not path.is_file():
             raise UsageError(f"workload file {target!r} does not exist (from {spec!r}); check the path.")
-        return {"kind": "file", "path": str(path), "attr": attr}
-    return {"kind": "module", "module": target, "attr": attr}
+        return {"kind": "file", "path": str(path), "attr": attr, "paths": _unique([str(path.parent), str(cwd)])}
+    return {"kind": "module", "module": target, "attr": attr, "paths": [str(cwd)]}
+
+
+def _unique(paths: list[str]) -> list[str]:
+    return list(dict.fromkeys(paths))
+
+
+def _on_import_path(paths: list[str]) -> None:
+    """Put the workload's folders first on ``sys.path``, as Python puts a script's folder (kept once)."""
+    for folder in reversed(paths):
+        if folder in sys.path:
+            sys.path.remove(folder)
+        sys.path.insert(0, folder)
+
+
+def _local_module(name: str, paths: list[str]) -> Path | None:
+    """The file or package named ``name`` (its top-level part) in one of the workload's folders, if there is one."""
+    top = name.split(".")[0]
+    for folder in paths:
+        for candidate in (Path(folder) / f"{top}.py", Path(folder) / top / "__init__.py", Path(folder) / top):
+            if candidate.exists():
+                return candidate
+    return None
+
+
+def missing_module_error(spec: str, name: str | None, paths: list[str]) -> FerryError:
+    """A workload import that failed on ``name``: "install it" only when no such module is beside the workload."""
+    local = _local_module(name, paths) if name else None
+    if local is not None:
+        return UsageError(
+            f"workload {spec!r} imports {name!r}, which is {local} beside it, but that import failed: {name!r} "
+            "is not a module there (check the spelling of the name it imports)."
+        )
+    return MissingDependencyError(
+        f"workload {spec!r} needs the module {name!r}, which is not installed and is no file beside the workload "
+        f"(looked in {', '.join(paths) or 'the import path'}). Install it (pip install {name}) or choose another "
+        "workload."
+    )
+
+
+def _model_source(spec: str, cwd: Path, trust_remote_code: bool, weights: bool) -> dict:
+    """A named model's build: torchferry.workloads.hub with the resolved source bound to it."""
+    from torchferry.workloads import model_source
+
+    try:
+        source = model_source.resolve(spec, cwd, builtins=BUILTIN)
+    except UsageError as exc:
+        if "none of the forms" not in str(exc):
+            raise
+        raise UsageError(f"unknown workload {spec!r}. Valid: a built-in ({', '.join(BUILTIN)}), 'path/to/file.py:build', "
+                         f"'package.module:build', or a model: {model_source.FORMS}.") from None
+    source.refuse_untrusted(trust_remote_code)
+    if weights and source.kind != "hub" and not (source.kind == "config" and Path(source.config_path).name == "config.json"):
+        raise UsageError(f"--weights: {spec!r} names no weights (a model type or a bare config file). Pass a Hub id or a "
+                         "checkpoint folder with --weights, or leave --weights off for random weights.")
+    return {"kind": "module", "module": "torchferry.workloads.hub", "attr": "build", "model": source.name,
+            "bind": {"model_source": source.to_dict(), "trust_remote_code": trust_remote_code, "weights": weights}}
 
 
 def import_build(source: dict) -> Callable[..., Any]:
     """Import the build function named by ``source`` (a user import error is reported as theirs)."""
+    _on_import_path(source.get("paths", []))
     try:
         if source["kind"] == "file":
             name = f"_ferry_workload_{abs(hash(source['path']))}"
@@ -110,10 +178,7 @@ def import_build(source: dict) -> Callable[..., Any]:
         where = source.get("path") or source.get("module")
         if exc.name and where and exc.name == source.get("module"):
             raise UsageError(f"workload module {where!r} cannot be imported: no module named {exc.name!r}.") from exc
-        raise MissingDependencyError(
-            f"workload {where!r} needs the module {exc.name!r}, which is not installed. "
-            f"Install it (pip install {exc.name}) or choose another workload."
-        ) from exc
+        raise missing_module_error(str(where), exc.name, source.get("paths", [])) from exc
     except Exception as exc:
         raise WorkloadError(
             f"importing workload {source.get('path') or source.get('module')!r} raised {type(exc).__name__}: {exc}",
@@ -125,7 +190,7 @@ def import_build(source: dict) -> Callable[..., Any]:
             f"workload {source.get('path') or source.get('module')!r} has no callable {source['attr']!r}; "
             "define `def build(**options)` returning model, batch and optional loss."
         )
-    return build
+    return functools.partial(build, **source["bind"]) if source.get("bind") else build
 
 
 def load_workload(spec: str, options: dict, source: dict | None = None) -> Workload:
@@ -140,10 +205,7 @@ def load_workload(spec: str, options: dict, source: dict | None = None) -> Workl
     try:
         built = build(**kwargs)
     except ModuleNotFoundError as exc:
-        raise MissingDependencyError(
-            f"workload {spec!r} needs the module {exc.name!r}, which is not installed. "
-            f"Install it (pip install {exc.name}) or choose another workload."
-        ) from exc
+        raise missing_module_error(spec, exc.name, source.get("paths", [])) from exc
     except (UsageError, MissingDependencyError):
         raise
     except Exception as exc:

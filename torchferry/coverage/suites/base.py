@@ -57,14 +57,18 @@ class Suite:
         return configs.variants(spec, method)
 
     def build(self, spec: str, cfg: Any, method: Any) -> Any:
-        """The model with random weights in float32 (the method's attention implementation when it forces one)."""
-        import torch
+        """The model with random weights in float32, or the config's dtype under a method that keeps it (the method's
+        attention implementation when it forces one; its repository's code when the method trusts it)."""
         import transformers
 
+        from torchferry.coverage.configs import run_dtype
+
         extra = {"attn_implementation": method.attention} if method.attention else {}
+        if method.trust_remote_code:
+            extra["trust_remote_code"] = True
         if getattr(cfg, "architectures", []) is None:
             cfg.architectures = []  # the auto classes iterate it when a type maps to several classes (DeiT, LeViT)
-        return with_language(getattr(transformers, self.auto_class).from_config(cfg, dtype=torch.float32, **extra))
+        return with_language(getattr(transformers, self.auto_class).from_config(cfg, dtype=run_dtype(cfg, method), **extra))
 
     def check_inputs(self, model: Any) -> None:
         """Raise Unsupported when the model does not take the inputs this suite feeds."""

@@ -5,7 +5,7 @@ rejects `dynamic=True`, ignores modes other than `default` and keeps compiled ar
 disk. This backend checks that contract (`contract`), lowers the graph as the host's graph
 (`host_graph`) through Inductor's `compile_fx` with forward and backward compilers of its
 own (`_DeviceCompiler`: Inductor's `compile_fx_inner`, its code wrapped to run on device
-tensors), records each compiled graph (`metrics`) and compiles inside torchferry's
+tensors, counting the predicted host fallbacks it holds: `fallbacks`), records each compiled graph (`metrics`) and compiles inside torchferry's
 persistent cache (`cache`).
 
 `neuron_backend` is the `torch_dynamo_backends` entry point named in pyproject.toml.
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchferry.device.compile import cache, contract, host_graph, metrics, numerics
+from torchferry.device.compile import cache, contract, fallbacks, host_graph, metrics, numerics
 
 BACKEND_NAME = "neuron"
 
@@ -43,6 +43,7 @@ class _DeviceCompiler:
         from torch._inductor.compile_fx import compile_fx_inner
 
         numerics.narrow_64bit(gm)  # the target's 32-bit arithmetic, as the eager device computes it
+        host_ops = fallbacks.host_ops(gm) if self.index is not None else []
         before = dict(counters["inductor"])
         start = time.perf_counter_ns()
         # The backward graph is compiled lazily, at the first backward, outside the scope
@@ -66,7 +67,7 @@ class _DeviceCompiler:
             cache_key=cache.graph_key(gm.code, metrics.signature(example_inputs)),
             input_signature=self.signature, kind=kind, compile_id=self.compile_id,
         )
-        return compiled if self.index is None else host_graph.DeviceCode(compiled, self.index)
+        return compiled if self.index is None else host_graph.DeviceCode(compiled, self.index, host_ops)
 
 
 def neuron_backend(

@@ -132,12 +132,14 @@ class DeviceCode:
     graph sorts its results on every call.
     """
 
-    def __init__(self, compiled: Any, index: int) -> None:
+    def __init__(self, compiled: Any, index: int, host_ops: list[str] | None = None) -> None:
         self.compiled, self.index = compiled, index
+        self.host_ops = host_ops or []  # counted per call as predicted host fallbacks (`fallbacks`)
         self._boxed_call = True  # an instance attribute: wrappers copy __dict__ (functools.wraps)
         core = _runtime.core()
         self._host_view, self._adopt = core._host_view, core._adopt_host_results
         self._run = core._call_with_device_memory
+        self._account = core._account_ops
         self._plan: _Plan | None = None
 
     def _host(self, args: list[Any]) -> list[Any]:
@@ -145,6 +147,8 @@ class DeviceCode:
         return [host_view(a) if isinstance(a, torch.Tensor) and not a.is_cpu else a for a in args]
 
     def __call__(self, args: list[Any]) -> list[Any]:
+        if self.host_ops:
+            self._account(self.host_ops)
         plan = self._plan
         if plan is None:
             return self._sort(args)

@@ -17,12 +17,12 @@ from torchferry.device import target
 _NARROW = {torch.int64: torch.int32, torch.float64: torch.float32}
 
 
-def _full_name(op: torch._ops.OpOverload) -> str:
+def full_name(op: torch._ops.OpOverload) -> str:
     name = op._schema.name
     return name if op._overloadname == "default" else f"{name}.{op._overloadname}"
 
 
-def _is_view(op: torch._ops.OpOverload) -> bool:
+def is_view(op: torch._ops.OpOverload) -> bool:
     return any(r.alias_info is not None and not r.alias_info.is_write for r in op._schema.returns)
 
 
@@ -49,7 +49,7 @@ def narrow_64bit(gm: torch.fx.GraphModule) -> int:
         op = node.target
         if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or op is convert:
             continue
-        if _is_view(op) or not target.narrows_64bit(_full_name(op)):
+        if is_view(op) or not target.narrows_64bit(full_name(op)):
             continue
         inputs = [a for a in node.all_input_nodes if _wide(a) is not None]
         if not inputs and _wide(node) is None:

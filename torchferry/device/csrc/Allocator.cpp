@@ -29,6 +29,7 @@ namespace {
 
 struct DeviceMemory {
   int64_t capacity = 0;
+  std::string capacity_source;  // where the capacity came from (the profile or TORCHFERRY_DEVICE_MEMORY), for OOMs
   std::atomic<int64_t> allocated{0};
   std::atomic<int64_t> peak{0};
   std::atomic<int64_t> allocated_total{0};  // cumulative bytes
@@ -87,8 +88,7 @@ void charge(c10::DeviceIndex index, size_t nbytes) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, "neuron:", int(index),
                      " out of memory: tried to allocate ", format_bytes(n), " with ",
                      format_bytes(now - n), " already allocated; the device holds ",
-                     format_bytes(m.capacity),
-                     " (the HBM of one trn2 logical NeuronCore at LNC=2 by default). Reduce the "
+                     format_bytes(m.capacity), " (", m.capacity_source, "). Reduce the "
                      "batch or model size, or set TORCHFERRY_DEVICE_MEMORY (e.g. 48GiB) to "
                      "rehearse a larger device.");
   }
@@ -384,13 +384,15 @@ NeuronAllocator g_allocator;
 
 }  // namespace
 
-void init_devices(c10::DeviceIndex count, int64_t capacity_bytes, bool caching) {
+void init_devices(c10::DeviceIndex count, int64_t capacity_bytes, const std::string& capacity_source,
+                  bool caching) {
   TORCH_CHECK(devices().empty(), "the neuron device is already initialised");
   TORCH_CHECK(count > 0, "neuron device count must be positive, got ", int(count));
   TORCH_CHECK(capacity_bytes > 0, "neuron device capacity must be positive, got ", capacity_bytes);
   for (c10::DeviceIndex i = 0; i < count; ++i) {
     devices().push_back(std::make_unique<DeviceMemory>());
     devices().back()->capacity = capacity_bytes;
+    devices().back()->capacity_source = capacity_source;
   }
   c10::SetAllocator(kNeuron, &g_allocator);
   g_caching = caching;

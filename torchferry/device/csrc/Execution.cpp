@@ -22,6 +22,8 @@
 //     copies are allowed, as on CUDA);
 //   - hashes the eager signature (op, dtypes, shapes, the non-tensor arguments that
 //     change the program) of ops the target compiles, for the NEFF-compile count;
+//   - refuses the dtypes the target has no type for in the ops it compiles (complex,
+//     uint16/32/64: the profile's [rules]);
 //   - under target numerics, gives 64-bit values of ops the target runs natively the
 //     target's 32-bit range and precision (int64 wraps as int32, float64 rounds to
 //     float32), keeping their dtype.
@@ -271,6 +273,7 @@ class HostCall {
     note_device(t.device().index());
     TORCH_CHECK(t.layout() == c10::kStrided, "the neuron device supports strided tensors only, got ",
                 t.layout());
+    if (info_.refuses(t.scalar_type())) throw_unsupported_dtype(info_, t.scalar_type());
     // One host tensor per device tensor: a kernel given the same tensor twice (`mul.out(self,
     // other, out=self)`) must see the alias, or it resizes an `out=` that is also its input
     // and an in-place op changes its self's shape where the CPU raises.
@@ -631,14 +634,50 @@ int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Ten
 // not the fused native_dropout path PyTorch picks for accelerators: the two round
 // differently, and the device must reproduce the CPU's numbers for the same seed.
 // The mask is drawn on the device, so from the neuron generator.
+//
+// On the target, PyTorch's dropout calls the fused `native_dropout` for a PrivateUse1 input
+// with 0 < p < 1 (ATen's is_fused_kernel_acceptable), which TorchNeuron registers natively
+// (torch_mlir/ops): so the call counts as one native `native_dropout`, and the ops it runs
+// through here (bernoulli_, a predicted host fallback on its own) are not counted.
 at::Tensor dropout(const at::Tensor& input, double p, bool train) {
   TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
   if (p == 0 || !train || input.sym_numel() == 0) return input;
   if (p == 1) return input.mul(at::zeros({}, input.options()));
+  static const c10::OperatorHandle native_dropout = op_handle("aten::native_dropout", "");
+  Signature signature;
+  signature.add(input);
+  signature.add(p);
+  signature.add(std::optional<bool>(train));
+  NativeCompositeScope as_native_dropout(native_dropout, signature.value());
   at::Tensor noise = at::empty_like(input);
   noise.bernoulli_(1 - p);
   noise.div_(1 - p);
   return input.mul(noise);
+}
+
+
+// TorchNeuron registers `contiguous` itself, for AutogradPrivateUse1
+// (csrc/core/NeuronBindings.cpp, contiguous_autograd_neuron -> python_ops/contiguous.py
+// contiguous_internal), and refuses every memory format but contiguous and preserve there
+// (python_ops/cast_policy.py, validate_neuron_memory_format), before any CPU fallback.
+// `clone` and `empty` in channels_last stay allowed (csrc/aten/NeuronNativeFunctions.cpp).
+// Tensor.contiguous() returns a tensor already in the format before dispatching, there as here.
+at::Tensor contiguous(const at::Tensor& self, at::MemoryFormat memory_format) {
+  static const c10::OperatorHandle op = op_handle("aten::contiguous", "");
+  // Tracing tensors (Dynamo's fakes, functional wrappers) pass, as TorchNeuron lets them.
+  if (rule_on(kRuleMemoryFormat) && !self.unsafeGetTensorImpl()->is_python_dispatch() &&
+      (memory_format == at::MemoryFormat::ChannelsLast || memory_format == at::MemoryFormat::ChannelsLast3d)) {
+    TORCH_CHECK(false, "aten::contiguous: Neuron tensors only support contiguous or preserve memory format (got ",
+                memory_format, " on ", self.device(), "; TorchNeuron's python_ops/cast_policy.py). Next step: "
+                "call .contiguous() without a memory format, or keep the tensor in the layout it has "
+                "(channels_last tensors can be created, cloned and moved: torch.empty(..., "
+                "memory_format=torch.channels_last), x.clone(memory_format=torch.channels_last))");
+  }
+  Signature signature;
+  signature.add(self);
+  signature.add(static_cast<int64_t>(memory_format));
+  NativeCompositeScope as_contiguous(op, signature.value());
+  return self.is_contiguous(memory_format) ? self : self.clone(memory_format);
 }
 
 }  // namespace torchferry

@@ -45,8 +45,9 @@ py::dict memory_stats(c10::DeviceIndex index) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace torchferry;
   m.doc() = "C++ core of torchferry's built-in neuron device (PrivateUse1).";
-  m.def("_init", [](int count, int64_t capacity, bool caching, bool backward_on_calling_thread) {
-    init_devices(static_cast<c10::DeviceIndex>(count), capacity, caching);
+  m.def("_init", [](int count, int64_t capacity, const std::string& capacity_source, bool caching,
+                    bool backward_on_calling_thread) {
+    init_devices(static_cast<c10::DeviceIndex>(count), capacity, capacity_source, caching);
     set_backward_thread(backward_on_calling_thread);
     register_hooks();
   });
@@ -67,11 +68,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_set_target", [](const std::unordered_map<std::string, int>& codes,
                           const std::unordered_map<std::string, std::string>& reasons,
                           int default_code, const std::string& default_reason, int mode,
-                          const std::string& profile, bool target_numerics) {
+                          const std::string& profile, bool target_numerics, int rules) {
     set_target(codes, reasons, default_code, default_reason, static_cast<FallbackMode>(mode),
-               profile, target_numerics);
+               profile, target_numerics, rules);
   });
   m.def("_register_cpu_kernels", &register_cpu_kernels);
+  m.def("_register_native_composites", &register_native_composites);
+  m.def("_account_ops", &account_ops);
   m.def("_unboxed_ops", &unboxed_op_names);
   // Called at interpreter exit (atexit). The autograd engine's worker thread for
   // each device keeps its last graph task, and with it Python objects from the

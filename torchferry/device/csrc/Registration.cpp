@@ -120,6 +120,39 @@ TORCH_LIBRARY_IMPL(aten, Negative, m) {
 
 TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("dropout", TORCH_FN(dropout));
+  m.impl("contiguous", TORCH_FN(contiguous));
+}
+
+// Also below autograd (inference mode), as TorchNeuron's PrivateUse1 registration.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("contiguous", TORCH_FN(contiguous));
+}
+
+namespace {
+// An op the target registers natively that PyTorch would otherwise decompose before this
+// device saw it: counted as itself (one native call, one eager signature), then run as the
+// CPU runs it, through PyTorch's composite (the CPU dispatch slot holds it).
+void run_native_composite(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  const size_t begin = stack->size() - args.size();
+  Signature signature;
+  for (size_t i = 0; i < args.size(); ++i) signature.add((*stack)[begin + i], args[i]);
+  NativeCompositeScope as_native(op, signature.value());
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+}
+}  // namespace
+
+// Registered above autograd (so the composite's parts still record autograd) and below
+// it (inference mode); the list comes from the profile at start-up (see _runtime.py).
+void register_native_composites(const std::vector<std::string>& op_names) {
+  static std::vector<std::unique_ptr<torch::Library>> libraries;
+  for (const auto key : {c10::DispatchKey::AutogradPrivateUse1, c10::DispatchKey::PrivateUse1}) {
+    auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
+    for (const std::string& name : op_names) {
+      library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&run_native_composite>());
+    }
+    libraries.push_back(std::move(library));
+  }
 }
 
 // Ops for which the CPU has a kernel of its own while PrivateUse1 would inherit a

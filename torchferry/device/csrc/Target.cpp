@@ -26,6 +26,17 @@ struct TargetConfig {
   bool target_numerics = false;
   std::unordered_set<std::string> warned;
 };
+std::atomic<int> g_rules{0};
+// Inside a NativeCompositeScope: the op the target runs as one kernel is already counted.
+thread_local int t_composite_depth = 0;
+
+constexpr uint64_t bit(at::ScalarType type) { return uint64_t{1} << static_cast<int>(type); }
+static_assert(static_cast<int>(at::ScalarType::NumOptions) <= 64, "refused_dtypes is a 64-bit mask");
+// TorchNeuron's dtype tables (torch_neuronx/type_converter_base.py, TORCH_TO_JAX_BASE) have
+// float32/16, bfloat16, int8/16/32/64, uint8, bool and float8_e5m2: no complex type and no
+// unsigned type wider than 8 bits.
+constexpr uint64_t kComplexTypes = bit(at::kComplexHalf) | bit(at::kComplexFloat) | bit(at::kComplexDouble);
+constexpr uint64_t kUnsignedTypes = bit(at::kUInt16) | bit(at::kUInt32) | bit(at::kUInt64);
 
 struct OpEntry {
   OpInfo info;
@@ -96,6 +107,11 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
     info.compiles = false;
   }
   info.target_numerics = g_config.target_numerics && info.compiles;
+  // Copies, views and host fallbacks move bytes; the ops the target compiles need its types.
+  const int rules = g_rules.load(std::memory_order_relaxed);
+  info.refused_dtypes = !info.compiles ? 0
+                                       : ((rules & kRuleComplex) ? kComplexTypes : 0) |
+                                             ((rules & kRuleUnsigned) ? kUnsignedTypes : 0);
   auto reason_it = g_config.reasons.find(info.name);
   entry.reason = reason_it == g_config.reasons.end() ? g_config.default_reason : reason_it->second;
 }
@@ -124,6 +140,7 @@ OpEntry& entry_of(const c10::OperatorHandle& op) {
 const OpInfo& account(const c10::OperatorHandle& op) {
   OpEntry& entry = entry_of(op);
   const OpInfo* info = &entry.info;
+  if (t_composite_depth > 0) return *info;  // part of a native op counted as a whole
   if (!info->on_host()) {
     entry.executed.fetch_add(1, std::memory_order_relaxed);
     if (info->syncs) count_sync(info->name);
@@ -159,6 +176,7 @@ void count_sync(const std::string& what) {
 }
 
 void record_signature(uint64_t signature) {
+  if (t_composite_depth > 0) return;
   // Most calls repeat a signature this thread recorded lately: a direct-mapped table of
   // them counts those without the lock (a signature it has lost is looked up again below).
   thread_local uint64_t recent[1024] = {};
@@ -182,8 +200,9 @@ void record_signature(uint64_t signature) {
 void set_target(const std::unordered_map<std::string, int>& codes,
                 const std::unordered_map<std::string, std::string>& reasons, int default_code,
                 const std::string& default_reason, FallbackMode mode, const std::string& profile,
-                bool target_numerics) {
+                bool target_numerics, int rules) {
   std::lock_guard<std::mutex> lock(g_mutex);
+  g_rules.store(rules, std::memory_order_relaxed);
   g_config.codes = codes;
   g_config.reasons = reasons;
   g_config.default_code = default_code;
@@ -196,6 +215,54 @@ void set_target(const std::unordered_map<std::string, int>& codes,
   for (auto& [schema, entry] : g_ops) {
     const auto handle = c10::Dispatcher::singleton().findOp(schema->operator_name());
     if (handle) classify(*handle, entry);
+  }
+}
+
+bool rule_on(Rule rule) { return (g_rules.load(std::memory_order_relaxed) & rule) != 0; }
+
+namespace {
+const char* python_name(at::ScalarType type) {
+  switch (type) {
+    case at::kComplexHalf: return "torch.complex32";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    case at::kUInt16: return "torch.uint16";
+    case at::kUInt32: return "torch.uint32";
+    case at::kUInt64: return "torch.uint64";
+    default: return c10::toString(type);
+  }
+}
+}  // namespace
+
+void throw_unsupported_dtype(const OpInfo& info, at::ScalarType type) {
+  const bool complex = at::isComplexType(type);
+  TORCH_CHECK_VALUE(false, "Unsupported PyTorch dtype: ", python_name(type), " (", info.name, " on neuron, as on ",
+                    g_config.profile, ": TorchNeuron's dtype tables have no ",
+                    complex ? "complex types" : "unsigned integer types wider than 8 bits",
+                    ", torch_neuronx/type_converter_base.py; copies and views of such tensors work). Next step: ",
+                    complex ? "compute on real tensors, e.g. torch.view_as_real(x) (or .to(torch.float32) for "
+                              "the real part), or run this op on the CPU (x.cpu())"
+                            : "convert first, e.g. x.to(torch.int32), or run this op on the CPU (x.cpu())",
+                    "; a device profile with this rule off (docs/device/fidelity.md) skips the check.");
+}
+
+NativeCompositeScope::NativeCompositeScope(const c10::OperatorHandle& op, uint64_t signature) {
+  if (t_composite_depth == 0) {
+    const OpInfo& info = account(op);
+    if (info.compiles) record_signature(signature ^ info.name_hash);
+  }
+  ++t_composite_depth;
+}
+
+NativeCompositeScope::~NativeCompositeScope() { --t_composite_depth; }
+
+void account_ops(const std::vector<std::string>& op_names) {
+  for (const std::string& name : op_names) {
+    const auto dot = name.find('.', name.find("::"));
+    const auto handle = c10::Dispatcher::singleton().findOp(
+        {dot == std::string::npos ? name : name.substr(0, dot), dot == std::string::npos ? "" : name.substr(dot + 1)});
+    TORCH_CHECK_VALUE(handle.has_value(), "no ATen operator named ", name);
+    account(*handle);
   }
 }
 

@@ -11,7 +11,7 @@
 //
 // The rules stay the boxed path's, and the boxed path itself takes every call that needs
 // one of its rarer ones: a tensor on another device or a non-0-dim CPU tensor (the
-// placement error), a 64-bit value under target numerics, an in-place op whose output
+// placement error), a 64-bit value under target numerics, a dtype the target refuses, an in-place op whose output
 // shares memory with an input, and any op the target runs on the host. The call is
 // accounted once, and its eager signature has the same words either way (`Signature`).
 #include "neuron.h"
@@ -148,6 +148,7 @@ class UnboxedCall {
   bool takes_device_tensor(const at::Tensor& t) {
     if (t.layout() != c10::kStrided) return false;
     if (info_.target_numerics && is_64bit(t)) return false;
+    if (info_.refuses(t.scalar_type())) return false;  // the boxed path raises the target's error
     if (device_ < 0) device_ = t.device().index();
     storages_.push_back(t.storage().unsafeGetStorageImpl());
     return t.device().index() == device_;

@@ -35,7 +35,8 @@ constexpr c10::DeviceType kNeuron = c10::DeviceType::PrivateUse1;
 // ---- Allocator.cpp -------------------------------------------------------
 // Set once by `_C._init` before any tensor exists. With `caching`, freed device blocks
 // are kept for reuse and the process's CPU allocator is wrapped (see KernelMemoryScope).
-void init_devices(c10::DeviceIndex count, int64_t capacity_bytes, bool caching);
+// `capacity_source` says where the capacity came from; out-of-memory errors quote it.
+void init_devices(c10::DeviceIndex count, int64_t capacity_bytes, const std::string& capacity_source, bool caching);
 c10::DeviceIndex device_count() noexcept;
 int64_t device_capacity(c10::DeviceIndex index);
 void check_device_index(c10::DeviceIndex index);
@@ -215,6 +216,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
 void refuse_fused_rnn_cell(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // Dropout draws from the neuron generator and rounds like the CPU path.
 at::Tensor dropout(const at::Tensor& input, double p, bool train);
+// Tensor.contiguous(memory_format): TorchNeuron's own kernel, which refuses channels_last.
+at::Tensor contiguous(const at::Tensor& self, at::MemoryFormat memory_format);
 
 // ---- Target.cpp ----------------------------------------------------------
 // What the target does with each op (from the device profile) and its accounting.
@@ -233,8 +236,37 @@ struct OpInfo {
   bool compiles = false;         // eager mode compiles one program per signature
   bool syncs = false;            // the target reads the output size back (data-dependent)
   bool target_numerics = false;  // 64-bit values take the target's 32-bit range and precision
+  // Bit i set: the target refuses device tensors of ScalarType i in this op (its dtype
+  // tables have no such type; the profile's [rules]); zero for ops it does not compile.
+  uint64_t refused_dtypes = 0;
   bool on_host() const { return kind == OpKind::HostCopy || kind == OpKind::HostPredicted; }
+  bool refuses(at::ScalarType type) const { return (refused_dtypes >> static_cast<int>(type)) & 1; }
 };
+// The device profile's [rules] (profile.py RULES): each a behaviour of the target that
+// the device reproduces unless the profile turns it off.
+enum Rule : int {
+  kRuleMemoryFormat = 1,  // contiguous(memory_format=channels_last[_3d]) is refused
+  kRuleComplex = 2,       // complex dtypes in ops the target compiles are refused
+  kRuleUnsigned = 4,      // uint16/32/64 likewise
+};
+bool rule_on(Rule rule);
+// TorchNeuron's error for a dtype its tables lack, with the way out.
+[[noreturn]] void throw_unsupported_dtype(const OpInfo& info, at::ScalarType type);
+// While alive, the op the target runs as one native kernel (`op`, counted once with its
+// eager signature) is what the accounting sees: the ops this device runs it through
+// (PyTorch's composite, or the CPU's dropout) are neither counted nor warned about.
+class NativeCompositeScope {
+ public:
+  NativeCompositeScope(const c10::OperatorHandle& op, uint64_t signature);
+  ~NativeCompositeScope();
+  NativeCompositeScope(const NativeCompositeScope&) = delete;
+  NativeCompositeScope& operator=(const NativeCompositeScope&) = delete;
+};
+// Ops the target registers natively that PyTorch would decompose before this device saw
+// them (CompositeImplicitAutograd): counted as the op itself (Registration.cpp).
+void register_native_composites(const std::vector<std::string>& op_names);
+// Counts calls of ops by name, as the eager device would (a compiled graph's host ops).
+void account_ops(const std::vector<std::string>& op_names);
 // Counts one call of `op` as executed or fallback; warns once per host-fallback op, or
 // raises under TORCHFERRY_FALLBACK=error. The reference stays valid for the process.
 const OpInfo& account(const c10::OperatorHandle& op);
@@ -244,10 +276,11 @@ void count_sync(const std::string& what);
 void record_signature(uint64_t signature);
 // codes: op name -> kind | compiles << 2 | syncs << 3; reasons: why an op runs
 // on the host; ops in neither table get `default_code` and `default_reason`.
+// rules: the Rule bits in force.
 void set_target(const std::unordered_map<std::string, int>& codes,
                 const std::unordered_map<std::string, std::string>& reasons, int default_code,
                 const std::string& default_reason, FallbackMode mode, const std::string& profile,
-                bool target_numerics);
+                bool target_numerics, int rules);
 std::unordered_map<std::string, int64_t> executed_ops();
 std::unordered_map<std::string, int64_t> fallback_ops();
 std::unordered_map<std::string, std::string> fallback_reasons_seen();

@@ -28,6 +28,8 @@ from torchferry.scan.rules import (
     nccl,
     other_cuda_api,
     pin_memory_device,
+    predicted_fallback,
+    state_dict_save,
     torch_load,
     torchscript,
     triton_kernels,
@@ -61,5 +63,7 @@ RULES: tuple[Rule, ...] = (
     bf16_grad_scaler.RULE,
     cuda_graph_mode.RULE,
     fused_rnn.RULE,
+    state_dict_save.RULE,
+    predicted_fallback.RULE,
 )
 RULES_BY_ID = {rule.id: rule for rule in RULES}

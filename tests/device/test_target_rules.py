@@ -1,0 +1,217 @@
+"""The target's refusals the device reproduces (the profile's [rules]), each with the clean
+twin that must keep passing, and the ops counted as the one native op TorchNeuron runs.
+
+Sources (torch-neuronx snapshot, docs/device/fidelity.md): memory formats
+python_ops/cast_policy.py + python_ops/contiguous.py; dtypes type_converter_base.py;
+native_dropout and the composites TorchNeuron registers: the native table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import pytest
+
+
+@pytest.fixture
+def rules(neuron):
+    """Switch the profile's rules for one test (`rules(memory_format=False)`); back after."""
+    from torchferry.device import _runtime, target
+
+    def set_rules(**changes: bool) -> None:
+        profile = _runtime.profile()
+        target.configure(_runtime.core(), dataclasses.replace(profile, rules={**profile.rules, **changes}), "silent")
+
+    yield set_rules
+    target.configure(_runtime.core(), _runtime.profile(), "warn")
+
+
+@pytest.fixture
+def tracked(neuron):
+    neuron.clear_op_tracking()
+    return neuron
+
+
+# ------------------------------------------------------------------ memory formats
+@pytest.mark.parametrize("fmt, shape", [("channels_last", (2, 3, 4, 5)), ("channels_last_3d", (2, 3, 4, 5, 6))])
+def test_contiguous_in_channels_last_is_refused_with_torchneurons_message_and_the_fix(neuron, fmt, shape):
+    import torch
+
+    x = torch.randn(shape, device="neuron")
+    with pytest.raises(RuntimeError) as error:
+        x.contiguous(memory_format=getattr(torch, fmt))
+    message = str(error.value)
+    assert "aten::contiguous: Neuron tensors only support contiguous or preserve memory format" in message
+    assert ".contiguous() without a memory format" in message
+    torch.randn(shape).contiguous(memory_format=getattr(torch, fmt))  # the CPU's twin passes
+
+
+def test_channels_last_allocation_clone_move_and_plain_contiguous_stay_allowed(neuron):
+    import torch
+
+    cl = torch.channels_last
+    x = torch.randn(2, 3, 4, 5)
+    d = x.to("neuron")
+    assert torch.empty(2, 3, 4, 5, device="neuron", memory_format=cl).is_contiguous(memory_format=cl)
+    cloned = d.clone(memory_format=cl)
+    assert cloned.is_contiguous(memory_format=cl)
+    assert torch.equal(cloned.cpu(), x)
+    # Already in the format: Tensor.contiguous returns it before any kernel, there as here.
+    assert cloned.contiguous(memory_format=cl) is cloned
+    back = cloned.contiguous()
+    assert back.is_contiguous() and torch.equal(back.cpu(), x)
+    assert torch.equal(d.permute(0, 2, 3, 1).contiguous().cpu(), x.permute(0, 2, 3, 1).contiguous())
+
+
+def test_a_profile_without_the_memory_format_rule_lets_channels_last_through(rules):
+    import torch
+
+    rules(memory_format=False)
+    x = torch.randn(2, 3, 4, 5)
+    out = x.to("neuron").contiguous(memory_format=torch.channels_last)
+    assert out.is_contiguous(memory_format=torch.channels_last) and torch.equal(out.cpu(), x)
+
+
+def test_contiguous_counts_as_the_native_op_not_as_its_clone(tracked):
+    import torch
+
+    torch.randn(3, 4, device="neuron").t().contiguous()
+    executed = tracked.get_executed_ops()
+    assert executed.get("aten::contiguous") == 1
+    assert "aten::clone" not in executed
+
+
+# ------------------------------------------------------------------ dtypes
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_a_compiled_op_on_complex_tensors_is_refused_as_torchneuron_refuses_it(neuron, dtype):
+    import torch
+
+    x = torch.randn(4, dtype=getattr(torch, dtype)).to("neuron")  # the copy works
+    for op in (lambda t: t * t, lambda t: t.abs(), lambda t: torch.full_like(t, 1)):
+        with pytest.raises(ValueError) as error:
+            op(x)
+        assert f"Unsupported PyTorch dtype: torch.{dtype}" in str(error.value)
+        assert "view_as_real" in str(error.value)
+
+
+def test_complex_copies_views_and_real_views_twin_pass(neuron):
+    import torch
+
+    x = torch.randn(4, 2)
+    c = torch.view_as_complex(x).to("neuron")
+    assert torch.equal(c.cpu(), torch.view_as_complex(x))
+    assert torch.equal(c[1:3].cpu(), torch.view_as_complex(x)[1:3])  # a view
+    real = torch.view_as_real(c)  # the fix the message names
+    assert torch.equal((real * 2).cpu(), x * 2)
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_wide_unsigned_integers_are_refused_and_uint8_twin_passes(neuron, dtype):
+    import torch
+
+    x = torch.arange(5).to(getattr(torch, dtype)).to("neuron")
+    with pytest.raises(ValueError, match=f"Unsupported PyTorch dtype: torch.{dtype}.*to\\(torch.int32\\)"):
+        x + x
+    assert torch.equal(x.cpu(), torch.arange(5).to(getattr(torch, dtype)))  # the copy works
+    u8 = torch.arange(5, dtype=torch.uint8).to("neuron")
+    assert torch.equal((u8 + u8).cpu(), torch.arange(5, dtype=torch.uint8) * 2)
+    assert torch.equal((x.to(torch.int32) + 1).cpu(), torch.arange(1, 6, dtype=torch.int32))
+
+
+def test_host_fallbacks_keep_complex_inputs_working(neuron):
+    import torch
+
+    # linalg_qr is an explicit CPU fallback of TorchNeuron: no dtype table involved.
+    a = torch.randn(3, 3, dtype=torch.complex64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q, _ = torch.linalg.qr(a.to("neuron"))
+    assert torch.allclose(q.cpu(), torch.linalg.qr(a)[0])
+
+
+def test_profiles_without_the_dtype_rules_compute_complex_and_unsigned(rules):
+    import torch
+
+    rules(complex_dtypes=False, unsigned_dtypes=False)
+    c = torch.randn(4, dtype=torch.complex64)
+    assert torch.equal((c.to("neuron") * c.to("neuron")).cpu(), c * c)
+    u = torch.arange(4).to(torch.uint32)
+    assert torch.equal((u.to("neuron") + u.to("neuron")).cpu(), u + u)
+
+
+# ------------------------------------------------------------------ native ops seen decomposed
+def test_dropout_counts_as_torchneurons_native_dropout_not_a_bernoulli_fallback(tracked):
+    import torch
+
+    x = torch.randn(8, 8, device="neuron")
+    torch.nn.functional.dropout(x, 0.5, training=True)
+    assert tracked.get_executed_ops().get("aten::native_dropout") == 1
+    assert tracked.get_fallback_ops() == {}
+
+
+def test_a_bernoulli_the_user_calls_is_still_a_predicted_fallback(tracked):
+    import torch
+
+    x = torch.full((8,), 0.5, device="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.bernoulli(x)
+    assert any("bernoulli" in op for op in tracked.get_fallback_ops())
+
+
+def test_dropout_draws_what_the_cpu_draws_for_the_same_seed(neuron):
+    import torch
+
+    x = torch.randn(16, 16)
+    torch.manual_seed(3)
+    on_cpu = torch.nn.functional.dropout(x, 0.3, training=True)
+    torch.manual_seed(3)
+    on_device = torch.nn.functional.dropout(x.to("neuron"), 0.3, training=True)
+    assert torch.equal(on_device.cpu(), on_cpu)
+
+
+def test_natively_registered_composites_count_as_themselves(tracked):
+    import torch
+
+    w, x = torch.randn(4, 3, device="neuron"), torch.randn(2, 3, device="neuron", requires_grad=True)
+    torch.nn.functional.linear(x, w).sum().backward()
+    labels = torch.tensor([0, 2, 1], device="neuron")
+    torch.nn.functional.one_hot(labels, 3)
+    executed = tracked.get_executed_ops()
+    assert executed.get("aten::linear") == 1 and executed.get("aten::one_hot") == 1
+    assert x.grad is not None and torch.equal(x.grad.cpu(), w.cpu().sum(0).expand(2, 3))
+    assert "aten::one_hot" not in tracked.get_fallback_ops()
+
+
+def test_composite_registration_leaves_the_results_the_cpus(neuron):
+    import torch
+
+    labels = torch.tensor([0, 2, 1])
+    assert torch.equal(torch.nn.functional.one_hot(labels.to("neuron"), 4).cpu(),
+                       torch.nn.functional.one_hot(labels, 4))
+    with torch.inference_mode():
+        x, w = torch.randn(2, 3), torch.randn(4, 3)
+        assert torch.equal(torch.nn.functional.linear(x.to("neuron"), w.to("neuron")).cpu(),
+                           torch.nn.functional.linear(x, w))
+
+
+# ------------------------------------------------------------------ the profile
+def test_a_rule_that_is_not_a_boolean_or_not_known_is_rejected_with_its_line(tmp_path):
+    from torchferry.device.profile import PROFILE_DIR, load_profile
+    from torchferry.errors import UsageError
+
+    text = (PROFILE_DIR / "trn2.toml").read_text()
+    (tmp_path / "trn2_ops.toml").write_text((PROFILE_DIR / "trn2_ops.toml").read_text())
+    for bad, needle in (("memory_format = 1", "memory_format = 1"), ("memory_format = true\nnhwc = true", "nhwc")):
+        path = tmp_path / "p.toml"
+        path.write_text(text.replace("memory_format = true", bad))
+        with pytest.raises(UsageError, match=f"\\[rules\\] .*{needle.split(' ')[0]}.*true or false"):
+            load_profile(path)
+
+
+def test_the_shipped_profile_turns_every_rule_on_and_each_rule_names_its_source():
+    from torchferry.device.profile import RULES, load_profile
+
+    assert load_profile("trn2").rules == dict.fromkeys(RULES, True)
+    assert all(source for _, _, source in RULES.values())

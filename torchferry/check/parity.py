@@ -1,0 +1,69 @@
+"""The parity result of `ferry check`: the two workers' tensors judged by the harness's parity rule.
+
+The rule itself (per tensor, fp64-relative, and per-module localisation) lives in
+torchferry.harness.parity; this module assembles check's result from it: outputs, gradients (a
+gradient missing on the target fails), the loss curve, generated tokens, the determinism of the
+reference and the first divergent module.
+"""
+
+from __future__ import annotations
+
+from torchferry.harness.modes import Mode
+from torchferry.harness.parity import Tolerance, compare, compare_dicts, localise
+from torchferry.report.check import ParityResult, ParityStatus
+from torchferry.report.comparison import Comparison, ComparisonStatus, describe
+
+
+def judge(mode: Mode, tolerance: Tolerance, ref: dict, target: dict, determinism: dict | None) -> ParityResult:
+    """The parity result from the two workers' tensors (``ref`` includes the fp64 ``golden`` run).
+
+    A gradient the reference has and the target lacks fails (a target code path that bypasses
+    a parameter must not pass by omission).
+    """
+    import torch
+
+    tol, low = tolerance.tol, tolerance.low_precision
+    golden = ref["golden"]
+    result = ParityResult(tolerance=tolerance.to_dict())
+    result.deterministic = determinism["deterministic"] if determinism else None
+    result.outputs = compare_dicts("", ref["probe"]["outputs"], target["probe"]["outputs"], golden["probe"]["outputs"], tol, low)
+    result.modules, result.first_divergent_module = localise(
+        ref["probe"]["modules"], target["probe"]["modules"], golden["probe"]["modules"], tol, low)
+    failed = [c for c in result.outputs if not c.passed]
+    if mode == Mode.TRAIN:
+        result.gradients = compare_dicts("grad ", ref["run"]["grads"], target["run"]["grads"], golden["run"]["grads"], tol, low)
+        result.gradients += [Comparison(f"grad {k}", False, ComparisonStatus.MISSING)
+                             for k in ref["run"]["grads"] if k not in target["run"]["grads"]]
+        failed += [c for c in result.gradients if not c.passed]
+        losses = {k: v["run"]["losses"] for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
+        curve = compare("loss curve", torch.tensor(losses["ref"]), torch.tensor(losses["target"]),
+                        torch.tensor(losses["fp64"]), tol, low)
+        result.loss_curve = {**losses, "comparison": curve}
+        failed += [] if curve.passed else [curve]
+    if mode == Mode.GENERATE:
+        tokens = {k: v["run"]["tokens"] for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
+        same_shape = tokens["ref"].shape == tokens["target"].shape
+        mismatch = (tokens["ref"] != tokens["target"]).flatten().nonzero() if same_shape else None
+        first = None if mismatch is None or len(mismatch) == 0 else int(mismatch[0])
+        match = same_shape and first is None
+        result.tokens = {"match": match, "first_mismatch": first, "ref": tokens["ref"].tolist(),
+                         "target": tokens["target"].tolist(),
+                         "fp64_matches_ref": bool(tokens["fp64"].shape == tokens["ref"].shape and torch.equal(tokens["fp64"], tokens["ref"]))}
+        if not match:
+            failed.append(Comparison("generated tokens", False, ComparisonStatus.FAIL_ACCURACY))
+    if any(c.status == ComparisonStatus.NON_FINITE for c in failed):
+        result.status = ParityStatus.NON_FINITE
+    elif failed:
+        result.status = ParityStatus.FAIL_ACCURACY
+    elif result.deterministic is False:
+        result.status = ParityStatus.EAGER_TWO_RUNS_DIFFER
+    else:
+        result.status = ParityStatus.PASS
+    if failed:
+        result.notes.append(f"{len(failed)} check(s) outside tolerance; first: {failed[0].name}")
+    if result.deterministic is False:
+        result.notes.append(f"the reference is not deterministic: two runs differ first at {determinism['first_difference']}")
+    if failed and result.first_divergent_module is not None:
+        m = result.first_divergent_module
+        result.notes.append(f"first divergent module: {m.name} ({describe(m)})")
+    return result

@@ -1,0 +1,87 @@
+"""TF027: `torch.save(model.state_dict(), path)` of a model that lives on the accelerator, without `.cpu()`.
+
+`torch.save` records every storage with the device it was saved from. A state dict of a model on
+`neuron` gives a file whose storages are tagged `neuron:0`, and `torch.load(path)` on a machine
+without that device fails ("don't know how to restore data location ... tagged with neuron:0")
+unless every reader passes `map_location`. `ferry check` finds the same at run time (its exit
+result, "loads only with map_location"). A dict comprehension that calls `.cpu()` is the fix
+and is not reported. Reported only in a source that puts its model on a device: a `.to(x)`
+other than `.to("cpu")` or a dtype, `.cuda()`, or a library that places it (transformers'
+`Trainer`, accelerate's `Accelerator`); a script that loads and re-saves on the CPU is fine.
+The rewrite is not made: a reader's `map_location` is an equal fix.
+"""
+
+from collections.abc import Iterator
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+from torchferry.report.scan import Hit, Rule, Severity
+from torchferry.scan.rewrite import positional
+
+
+def _state_dicts(value: cst.BaseExpression) -> Iterator[cst.Call]:
+    """The `X.state_dict()` calls saved as they are: `value` itself, or values of a dict literal."""
+    if isinstance(value, cst.Dict):
+        for element in value.elements:
+            if isinstance(element, cst.DictElement):
+                yield from _state_dicts(element.value)
+    elif (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+          and value.func.attr.value == "state_dict" and not value.args):
+        yield value
+
+
+PLACERS = ("transformers.Trainer", "transformers.Seq2SeqTrainer", "accelerate.Accelerator", "trl.SFTTrainer")
+KEEPS_HOST = {"cpu", "torch.float32", "torch.float16", "torch.bfloat16", "torch.float64"}
+
+
+def _places_on_device(call: cst.Call, ctx) -> bool:
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+        return True
+    if isinstance(func, cst.Attribute) and func.attr.value == "to" and call.args:
+        first = call.args[0].value
+        written = first.evaluated_value if isinstance(first, cst.SimpleString) else ctx.qualname(first)
+        return written not in KEEPS_HOST
+    return (ctx.qualname(func) or "") in PLACERS
+
+
+def _moves_to_device(ctx) -> bool:
+    """Whether the source puts anything on a device (checked once per `torch.save`, which is rare)."""
+    found: list[bool] = []
+
+    class _Moves(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> bool:
+            if not found and _places_on_device(call, ctx):
+                found.append(True)
+            return not found
+
+    ctx.module.visit(_Moves())
+    return bool(found)
+
+
+def check(node: cst.Call, ctx) -> Iterator[Hit]:
+    if ctx.qualname(node.func) != "torch.save":
+        return
+    args = positional(node)
+    if not args or not any(True for _ in _state_dicts(args[0].value)) or not _moves_to_device(ctx):
+        return
+    for call in _state_dicts(args[0].value):
+        owner = get_full_name_for_node(call.func.value) or "the model"
+        yield Hit(call, message=(
+            f"`torch.save({owner}.state_dict(), ...)` keeps each tensor's device: saved on the accelerator "
+            "(`neuron` on TorchNeuron), the file's storages are tagged with it, and `torch.load` on a machine "
+            "without that device fails unless it passes `map_location`."))
+
+
+RULE = Rule(
+    id="TF027",
+    name="device-state-dict-save",
+    severity=Severity.WARNING,
+    summary="A state dict is saved straight from the model (`torch.save(model.state_dict(), path)`): on the "
+    "accelerator its storages keep the device tag, and the file loads elsewhere only with `map_location`.",
+    fix="`torch.save({k: v.cpu() for k, v in model.state_dict().items()}, path)` (the same for optimizer state), "
+    'or load with `torch.load(path, map_location="cpu")` everywhere',
+    node_types=(cst.Call,),
+    check=check,
+)
