@@ -3,6 +3,7 @@
     ferry check                      # tiny Llama training, cpu -> default target, ./ferry-report/
     ferry check -w gpt2 --mode generate --target cuda
     ferry check -w path/to/my_model.py:build --dtype bfloat16
+    ferry check -- python train.py ARGS   # the user's own, unchanged training script (check/script.py)
 
 Light at import: torch is imported inside ``run``.
 """
@@ -43,9 +44,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     w.add_argument("--batch-size", type=int, help="batch size (default: the workload's)")
     w.add_argument("--seq-len", type=int, help="sequence length in tokens (default: the workload's)")
     w.add_argument("--dtype", choices=DTYPES, default="float32", help="float32, or bfloat16 autocast (default: float32)")
-    w.add_argument("--steps", type=int, default=8, help="optimizer steps / forward calls / generate calls (default: 8)")
+    w.add_argument("--steps", type=int, default=None,
+                   help="optimizer steps / forward calls / generate calls (default: 8); with `-- COMMAND`, stop the "
+                        "script cleanly after N optimizer steps (default: run it to its end)")
     w.add_argument("--new-tokens", type=int, default=8, help="tokens per generate call, greedy (default: 8)")
-    w.add_argument("--seed", type=int, default=1337, help="seed of weights and batches (default: 1337)")
+    w.add_argument("--seed", type=int, default=None,
+                   help="seed of weights and batches (default: 1337); with `-- COMMAND`, the seed given to a script "
+                        "that does not seed its RNGs")
     w.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate in train mode (default: 1e-3)")
     d = parser.add_argument_group("devices")
     d.add_argument("--ref", default="cpu", help="reference device (default: cpu)")
@@ -79,9 +84,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     o = parser.add_argument_group("output")
     o.add_argument("-o", "--output", default="ferry-report", help="report folder (default: ./ferry-report)")
     o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument("script_command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                        help="check your own, unchanged training script: `-- python train.py ARGS`, `-- python -m pkg "
+                             "ARGS`, `-- torchrun ... train.py ARGS` or `-- accelerate launch ... train.py ARGS`")
 
 
 def environment(cfg) -> dict:  # noqa: ANN001 - CheckConfig, imported lazily
+    return {**environment_of(cfg.ref, cfg.target, cfg.target_reason, cfg.seed),
+            "seeds": {"weights_and_batches": cfg.seed, "eval_batch": cfg.eval_seed}}
+
+
+def environment_of(ref: str, target: str, target_reason: str, seed: int) -> dict:
+    """The report's environment block: versions, host and the devices compared."""
     import importlib.metadata as md
 
     import torch
@@ -96,8 +110,7 @@ def environment(cfg) -> dict:  # noqa: ANN001 - CheckConfig, imported lazily
         "python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(),
         "torch": torch.__version__, "transformers": version("transformers"), "safetensors": version("safetensors"),
         "torchferry": __version__, "cpu_threads": torch.get_num_threads(),
-        "devices": {"ref": cfg.ref, "target": cfg.target, "target_reason": cfg.target_reason},
-        "seeds": {"weights_and_batches": cfg.seed, "eval_batch": cfg.eval_seed},
+        "devices": {"ref": ref, "target": target, "target_reason": target_reason}, "seeds": {"start": seed},
     }
 
 
@@ -127,6 +140,10 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.report.check import FORMAT, FORMAT_VERSION
     from torchferry.report.meta import new_meta
 
+    if args.script_command:
+        from torchferry.check import script_runner
+
+        return script_runner.run(args, env)
     cfg = CheckConfig.build(args, Path.cwd())  # every usage, device and output error is raised here, before any worker
     meta = new_meta(FORMAT, FORMAT_VERSION, getattr(args, "_argv", ()))
     with output_lock(Path(cfg.output), meta.command) as took_over:  # one writer per output folder

@@ -23,6 +23,8 @@ from torchferry.harness.parity import Tolerance
 EVAL_SEED_OFFSET = 10_000  # the exit check's eval batch: a seed no timed step uses
 WARMUP_ENV = "TORCHFERRY_CHECK_WARMUP"  # 0 skips the warm-up process (check/warm.py); the tests set it
 DTYPES = ("float32", "bfloat16")
+DEFAULT_STEPS = 8  # a build() workload's optimizer steps / forward calls / generate calls
+DEFAULT_SEED = 1337
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,6 +95,9 @@ class CheckConfig:
     @classmethod
     def build(cls, args: argparse.Namespace, cwd: Path) -> CheckConfig:
         """Validate the command line and resolve every derived value; raises a typed error before any worker."""
+        # --steps and --seed default to None on the command line (for a script, no --steps means "to its end")
+        args = argparse.Namespace(**{**vars(args), "steps": DEFAULT_STEPS if args.steps is None else args.steps,
+                                     "seed": DEFAULT_SEED if args.seed is None else args.seed})
         from torchferry.harness import bounds, devices
         from torchferry.harness.prices import instance_for, load_prices
         from torchferry.report.core import ensure_writable

@@ -26,7 +26,8 @@ from torchferry.report.check import CostResult, DeviceTiming, ResultStatus, Timi
 
 
 def unit_scale(unit: str) -> tuple[float, str]:
-    return (1e6, "1M tokens") if unit == "tokens" else (1e3, "1k samples")
+    """How many units one priced unit holds, and its name (an unchanged script's unit is its optimizer step)."""
+    return (1e6, "1M tokens") if unit == "tokens" else (1e3, f"1k {unit}" if unit == "steps" else "1k samples")
 
 
 def instance_entry(table: dict, instance: str) -> dict:

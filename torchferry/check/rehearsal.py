@@ -41,6 +41,7 @@ from torchferry.check.config import CheckConfig
 from torchferry.device.profile import SCALAR_READS
 from torchferry.errors import FerryError
 from torchferry.harness.parity import localise
+from torchferry.harness.window import HOST_COPY
 from torchferry.report.check import (
     CompiledFrame,
     CompileRehearsal,
@@ -321,7 +322,7 @@ def _eager(r: RehearsalResult, steps: list[dict]) -> None:
     data_dependent: dict[str, int] = {}
     for syncs in r.host_syncs_per_step:
         for cause, n in syncs.items():
-            if cause not in SCALAR_READS:
+            if cause not in SCALAR_READS and not cause.endswith(HOST_COPY):  # copies are shown, not judged
                 data_dependent[cause] = data_dependent.get(cause, 0) + n
     if data_dependent:
         named = ", ".join(f"{cause} x{n / len(steps):g}/step" for cause, n in sorted(data_dependent.items()))

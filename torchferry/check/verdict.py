@@ -23,6 +23,9 @@ from torchferry.report.comparison import describe
 
 def _parity(report: CheckReport) -> VerdictItem:
     p = report.parity
+    if p.status == "pass" and p.grad_norm_curve:
+        return VerdictItem("parity", GO, f"loss and gradient-norm curves and final parameters within the rule: "
+                                         f"{p.tolerance.get('rule')}")
     if p.status == "pass":
         return VerdictItem("parity", GO, f"outputs, gradients, loss curve and tokens within the fp64-relative rule (tol {p.tolerance.get('tol')})")
     if p.status == "eager_two_runs_differ":
@@ -71,7 +74,8 @@ def _exit(report: CheckReport) -> VerdictItem:
         return VerdictItem("exit", GO, f"all formats reload on {e.loader_device} without torchferry and keep parity")
     if e.status == "conditions":
         tagged = [f.name for f in e.formats if f.needs_map_location]
-        return VerdictItem("exit", CONDITIONS, f"{', '.join(tagged)} load only with map_location (device-tagged storages)")
+        reasons = [f"{', '.join(tagged)} load only with map_location (device-tagged storages)"] if tagged else []
+        return VerdictItem("exit", CONDITIONS, "; ".join(reasons + e.notes[-1:]))
     if e.status == "fail":
         bad = [f"{f.name}: {f.error or f.fix or 'parity lost'}" for f in e.formats
                if not f.saved or f.needs_package or (f.error and not f.needs_map_location) or (f.parity and not f.parity.passed)]

@@ -25,6 +25,11 @@ in docs/check/report-format.md) on every incompatible change.
 - 6: ``failure.kind`` is always an error slug (docs/check/errors.md): a target that fails where the
   reference ran gives the slug of its error (``workload``, ``non-finite``, ...), no longer the parity
   status (``fail_to_run``/``non_finite``, which stays in ``parity.status``).
+- 7: ``workload`` says which kind of workload ran: ``{"kind": "build"}`` (a ``build()`` workload) or
+  ``{"kind": "script", command, run_as, launcher, script, module, nproc, seeded, steps_recorded, stopped}``
+  (`ferry check -- COMMAND`, an unchanged script); ``parity.grad_norm_curve`` (per-step gradient
+  norms, scripts); device timing ``run_s`` (process start to exit) and ``warmup_s`` (time the early
+  steps took above the steady step).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from typing import Any
 from torchferry.report.comparison import Comparison
 from torchferry.report.meta import Failure, Meta
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 FORMAT = "torchferry.check"
 
 
@@ -85,6 +90,7 @@ class ParityResult:
     outputs: list[Comparison] = field(default_factory=list)
     gradients: list[Comparison] = field(default_factory=list)
     loss_curve: dict = field(default_factory=dict)  # ref, target, fp64 lists + comparison
+    grad_norm_curve: dict = field(default_factory=dict)  # scripts: per-step gradient norms, ref and target + comparison
     tokens: dict = field(default_factory=dict)  # match, ref, target, first_mismatch
     modules: list[Comparison] = field(default_factory=list)  # execution order
     first_divergent_module: Comparison | None = None
@@ -114,6 +120,8 @@ class DeviceTiming:
     emulates: str | None = None  # the device profile an emulating device stands for: its times are the host's
     stability: dict = field(default_factory=dict)  # steady state: cv, round_spread, stable, limits (check/timing.py)
     profile_trace: str | None = None  # the torch.profiler Chrome trace of this device (--profile)
+    run_s: float | None = None  # scripts: process start -> exit, the whole run
+    warmup_s: float | None = None  # scripts: what the early steps took above the steady step
 
 
 @dataclass
@@ -289,6 +297,7 @@ class CheckReport:
     meta: Meta
     environment: dict
     config: dict  # the resolved CheckConfig, as written into the report
+    workload: dict = field(default_factory=lambda: {"kind": "build"})  # build() workload, or an unchanged script
     parity: ParityResult = field(default_factory=ParityResult)
     timing: TimingResult = field(default_factory=TimingResult)
     resume: ResumeResult = field(default_factory=ResumeResult)

@@ -58,7 +58,7 @@ def _parity(r: CheckReport) -> str:
     plots, sentences = [], []
     if p.loss_curve:
         curves = {f"ref {r.config['ref']}": p.loss_curve["ref"], f"target {r.config['target']}": p.loss_curve["target"],
-                  "fp64 golden": p.loss_curve["fp64"]}
+                  **({"fp64 golden": p.loss_curve["fp64"]} if "fp64" in p.loss_curve else {})}
         gap = coincide(curves)
         if gap is None:
             plots.append(svg.line_chart("loss", "Loss curves", curves, "step", "loss"))

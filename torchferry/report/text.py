@@ -49,6 +49,9 @@ def _timing_rows(ref: DeviceTiming | None, target: DeviceTiming | None, steps: i
         ("steady CV / round spread", *pair(stability)),
         ("throughput", *pair(lambda t: f"{t.throughput_per_s:,.0f} {t.unit}/s" if t.throughput_per_s else "-")),
         ("peak memory", *pair(lambda t: mib(t.peak_memory))),
+        *([("warm-up above steady (steps)", *pair(lambda t: seconds(t.warmup_s))),
+           ("whole run (process start -> exit)", *pair(lambda t: seconds(t.run_s)))]
+          if (ref and ref.run_s is not None) or (target and target.run_s is not None) else []),
         ("fallback ops (share of calls)", *pair(
             lambda t: "not tracked" if t.fallback_share is None else f"{sum(t.fallback_ops.values())} ({t.fallback_share:.1%})")),
     ]
@@ -169,8 +172,15 @@ def rehearsal_rows(r: RehearsalResult) -> list[tuple[str, str]]:
 def render(report: CheckReport, paths: list[str] | None = None) -> str:
     cfg, lines = report.config, []
     add = lines.append
-    add(f"ferry check: {cfg['workload']} ({cfg['mode']}, {cfg['dtype']}, {cfg['steps']} steps, size {cfg['size']}) "
-        f"{cfg['ref']} -> {cfg['target']}")
+    w = report.workload
+    if w.get("kind") == "script":
+        add(f"ferry check: {' '.join(w['command'])} (unchanged script via {w['launcher']}, {cfg['steps']} optimizer steps"
+            f"{', stopped by --steps' if cfg.get('steps_limit') else ''}) {cfg['ref']} -> {cfg['target']}")
+        if w.get("seeded"):
+            add(f"  seeded: {w['seeded']}")
+    else:
+        add(f"ferry check: {cfg['workload']} ({cfg['mode']}, {cfg['dtype']}, {cfg['steps']} steps, size {cfg['size']}) "
+            f"{cfg['ref']} -> {cfg['target']}")
     if cfg.get("target_reason"):
         add(f"  target: {cfg['target_reason']}")
     if cfg.get("execution"):
@@ -194,9 +204,11 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
     if p.gradients:
         worst = max(p.gradients, key=lambda c: (not c.passed, c.max_abs_diff or 0))
         add(f"  gradients: {sum(c.passed for c in p.gradients)}/{len(p.gradients)} pass; worst {worst.name}: {describe(worst)}")
-    if p.loss_curve:
-        c = p.loss_curve["comparison"]
-        add(f"  loss curve: {'pass' if c.passed else 'FAIL'}; {describe(c)}")
+    for name, recorded in (("loss curve", p.loss_curve), ("gradient norms", p.grad_norm_curve)):
+        if recorded:
+            c = recorded["comparison"]
+            rule = f" ({recorded['rule']}, {len(recorded['target'])} values)" if "rule" in recorded else ""
+            add(f"  {name}: {'pass' if c.passed else 'FAIL'}{rule}; {describe(c)}")
     if p.tokens:
         add(f"  generated tokens: {'exact match' if p.tokens['match'] else 'MISMATCH at index ' + str(p.tokens['first_mismatch'])}")
     if p.first_divergent_module is not None:

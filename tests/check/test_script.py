@@ -1,0 +1,374 @@
+"""`ferry check -- COMMAND`: the user's own, unchanged script, cpu -> the built-in neuron.
+
+Fast tests: the command's validation (usage errors before anything starts) and the child
+environments. Slow tests run the command end to end (one run per module-scoped fixture, judged
+by several tests): the plain loop example, the planted failure scripts.
+
+The children record through torchferry's second ``torch.backends`` entry point
+(``torchferry_record``); an install that predates it (an editable install not refreshed since)
+cannot record, and the end-to-end tests say so in their skip reason.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from ferryrun import ferry
+
+from torchferry.check.script import parse_command
+from torchferry.errors import UsageError
+from torchferry.harness.script_env import script_environment
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+PLANTED = Path(__file__).with_name("scripts")
+RECORDER_INSTALLED = any(e.name == "torchferry_record" for e in importlib.metadata.entry_points(group="torch.backends"))
+needs_recorder = pytest.mark.skipif(
+    not RECORDER_INSTALLED, reason="the torchferry_record entry point is not installed in this environment: refresh the "
+                                   "install (pip install --no-build-isolation -e .) so that children record")
+
+
+# -- validation ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("argv, words", [
+    (["check", "--"], "no command after `--`"),
+    (["check", "--", "  "], "no command after `--`"),
+    (["check", "--", "python", "no/such/train.py"], "does not exist"),
+    (["check", "--", "python"], "runs no script file or module"),
+    (["check", "--", "python", "-c", "print(1)"], "runs no script file or module"),
+    (["check", "--", "accelerate", "config"], "only `accelerate launch"),
+    (["check", "--", "no-such-launcher-xyz", "train.py"], "no such command or file"),
+])
+def test_bad_commands_are_usage_errors_before_anything_starts(argv, words, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = ferry(*argv)
+    assert code == 2, err
+    assert words in err
+    assert not (tmp_path / "ferry-report").exists()  # nothing ran, nothing was written
+
+
+def test_mode_other_than_train_is_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.py").write_text("pass\n")
+    code, _, err = ferry("check", "--mode", "forward", "--", "python", "t.py")
+    assert code == 2 and "applies to build() workloads" in err
+
+
+def test_parse_recognises_the_launchers(tmp_path):
+    (tmp_path / "train.py").write_text("pass\n")
+    plain = parse_command(["--", "python", "train.py", "--lr", "1"], tmp_path)
+    assert (plain.launcher, plain.script, plain.argv[0]) == ("python", str(tmp_path / "train.py"), sys.executable)
+    assert plain.argv[1:] == ("train.py", "--lr", "1")
+    module = parse_command(["python", "-m", "pkg.train", "--x"], tmp_path)
+    assert (module.launcher, module.module, module.script) == ("python", "pkg.train", None)
+    torchrun = parse_command(["torchrun", "--nproc-per-node", "2", "train.py"], tmp_path)
+    assert (torchrun.launcher, torchrun.nproc, torchrun.script) == ("torchrun", 2, str(tmp_path / "train.py"))
+    with pytest.raises(UsageError, match="does not exist"):
+        parse_command(["torchrun", "--nproc-per-node=2", "missing.py"], tmp_path)
+
+
+def test_child_environments_make_the_usual_detection_find_each_device():
+    base = {"CUDA_VISIBLE_DEVICES": "0", "TORCHFERRY_DEVICE": "neuron", "PATH": "/bin"}
+    cpu = script_environment("cpu", base, builtin=False)
+    assert cpu["CUDA_VISIBLE_DEVICES"] == "" and "TORCHFERRY_DEVICE" not in cpu and cpu["ACCELERATE_USE_CPU"] == "true"
+    builtin = script_environment("neuron", base, builtin=True)
+    assert builtin["TORCHFERRY_DEVICE"] == "neuron" and builtin["CUDA_VISIBLE_DEVICES"] == ""
+    real = script_environment("cuda", base, builtin=False)
+    assert real["CUDA_VISIBLE_DEVICES"] == "0" and "TORCHFERRY_DEVICE" not in real and real["PATH"] == "/bin"
+
+
+def test_hard_coded_cuda_stops_before_running_with_the_scan_finding(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = ferry("check", "--target", "neuron", "-o", "rep", "--", "python", str(PLANTED / "cuda_call.py"))
+    assert code == 3, err
+    assert "cuda_call.py:5: TF001" in out and "ferry scan --fix" in out
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["verdict"] == "no-go" and report["failure"]["kind"] == "workload" and report["failure"]["finding"]
+    assert report["failure"]["message"].startswith("portability failure: the script names CUDA")
+    assert report["workload"]["kind"] == "script"
+    assert not (tmp_path / "rep" / "work" / "ref.log").exists()  # stopped before any child ran
+
+
+def test_curve_rules_exact_band_and_non_finite():
+    from torchferry.check.script_judge import curve
+
+    exact = curve("loss", [1.0, 0.9], [1.0, 0.9], None, exact=True, tol=1e-2)
+    assert exact["comparison"].passed and exact["rule"] == "exact"
+    off = curve("loss", [1.0, 0.9], [1.0, 0.9000001], None, exact=True, tol=1e-2)
+    assert not off["comparison"].passed and off["first_difference"] == 1
+    # band: 3 x the largest seed-to-seed spread (0.1 at step 0) allows 0.25 at step 1, where the spread is 0
+    band = curve("loss", [2.0, 1.5], [2.05, 1.75], [2.1, 1.5], exact=False, tol=1e-2)
+    assert band["comparison"].passed and band["rule"] == "band"
+    outside = curve("loss", [2.0, 1.5], [2.05, 1.85], [2.1, 1.5], exact=False, tol=1e-2)
+    assert not outside["comparison"].passed and outside["first_difference"] == 1
+    nan = curve("loss", [2.0, 1.5], [2.0, float("nan")], None, exact=True, tol=1e-2)
+    assert nan["comparison"].status == "non_finite"
+    short = curve("loss", [2.0, 1.5], [2.0], None, exact=True, tol=1e-2)
+    assert not short["comparison"].passed
+
+
+def test_checkpoints_group_a_hugging_face_folder_and_keep_the_last_write(tmp_path):
+    from torchferry.check.script_judge import checkpoints
+
+    folder = tmp_path / "checkpoint-4"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors", "optimizer.pt"):
+        (folder / name).write_text("x")
+    (tmp_path / "model.pt").write_text("x")
+    record = {"checkpoints": [
+        {"path": str(tmp_path / "model.pt"), "how": "torch.save", "step": 2},
+        {"path": str(folder / "model.safetensors"), "how": "safetensors", "step": 4},
+        {"path": str(folder / "optimizer.pt"), "how": "torch.save", "step": 4},
+        {"path": str(tmp_path / "model.pt"), "how": "torch.save", "step": 4},
+        {"path": str(tmp_path / "gone.pt"), "how": "torch.save", "step": 4}]}
+    found = {Path(c["path"]).name: (c["kind"], c["how"], c["step"]) for c in checkpoints([record])}
+    assert found == {"checkpoint-4": ("folder", "save_pretrained", 4), "model.pt": ("file", "torch.save", 4)}
+
+
+# -- end to end ----------------------------------------------------------------------------------
+def check(tmp_path: Path, *command: str, options: tuple[str, ...] = ()) -> tuple[int, str, str, dict]:
+    code, out, err = ferry("check", "--target", "neuron", "-o", str(tmp_path / "rep"), *options, "--", *command)
+    report_path = tmp_path / "rep" / "report.json"
+    return code, out, err, json.loads(report_path.read_text()) if report_path.is_file() else {}
+
+
+@pytest.fixture(scope="module")
+def plain_loop(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("loop")
+    return tmp, *check(tmp, "python", str(EXAMPLES / "train_loop.py"), "--steps", "6", "--save-every", "3",
+                       "--seq-len", "16", "--out", str(tmp / "out"))
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_plain_loop_converges_within_the_references_band(plain_loop):
+    """Dropout on the device draws from the device's own generator (as on every accelerator), so the curves are
+    not the CPU's bit for bit: the reference runs again under another seed and the target must stay in that band."""
+    tmp, code, out, err, report = plain_loop
+    assert code == 0, out + err
+    assert report["workload"]["kind"] == "script" and report["workload"]["launcher"] == "python"
+    assert report["verdict"] in ("go", "go-with-conditions")
+    p = report["parity"]
+    assert p["status"] == "pass", p["notes"]
+    assert p["loss_curve"]["rule"] == "band" and len(p["loss_curve"]["ref"]) == 6
+    assert p["loss_curve"]["ref_again"] != p["loss_curve"]["ref"]  # the second reference ran under another seed
+    assert any("bernoulli" in line or "dropout" in line for line in report["progress"])
+    assert p["outputs"][0]["name"] == "final parameters" and p["outputs"][0]["passed"]
+    assert (tmp / "rep" / "report.html").is_file()
+    assert "unchanged script via python" in out
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_same_kernels_and_no_device_randomness_give_exactly_equal_curves(tmp_path):
+    code, out, err, report = check(tmp_path, "python", str(PLANTED / "exact.py"))
+    assert code == 0, out + err
+    p = report["parity"]
+    assert p["status"] == "pass" and p["loss_curve"]["rule"] == "exact"
+    assert p["loss_curve"]["ref"] == p["loss_curve"]["target"] and len(p["loss_curve"]["ref"]) == 4
+    assert p["grad_norm_curve"]["ref"] == p["grad_norm_curve"]["target"]
+    assert p["outputs"][0]["passed"] and p["outputs"][0]["allclose"]
+    assert not (tmp_path / "rep" / "work" / "ref-repeat").exists()  # exact: the reference ran once
+    assert "the script does not seed its RNGs" in " ".join(p["notes"])  # exact.py does not seed: torchferry did
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_plain_loop_checkpoints_reload_on_the_cpu(plain_loop):
+    tmp, code, out, err, report = plain_loop
+    e = report["exit"]
+    paths = {Path(f["path"]).name: f for f in e["formats"]}
+    assert set(paths) == {"checkpoint.pt", "model.pt"}
+    assert e["torchferry_absent"] is True
+    # saved on the device as users do: the storages carry the device's tag, so the reference needs map_location
+    assert all(f["needs_map_location"] and not f["error"] for f in paths.values())
+    assert paths["model.pt"]["parity"]["passed"]  # holds the target's final parameters exactly
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_plain_loop_rehearsal_counts_the_scripts_own_steps(plain_loop):
+    tmp, code, out, err, report = plain_loop
+    r = report["rehearsal"]
+    assert r["status"] != "not-run" and r["emulates"]
+    assert r["signatures_step1"] > 0  # the first step compiles every op signature of the script
+    assert len(r["new_signatures"]) == 5 and sum(r["new_signatures"]) == 0  # steps 2..6 repeat step 1's shapes
+    t = report["timing"]
+    assert t["target"]["emulates"] and t["target"]["run_s"] > 0 and len(t["target"]["steps"]) == 5
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_steps_stops_the_script_after_n_optimizer_steps(tmp_path):
+    code, out, err, report = check(tmp_path, "python", str(EXAMPLES / "train_loop.py"), "--steps", "50",
+                                   "--seq-len", "8", "--out", str(tmp_path / "out"), options=("--steps", "2"))
+    assert code == 0, out + err
+    assert report["workload"]["stopped"] == "--steps 2" and report["workload"]["steps_recorded"] == 2
+    assert len(report["parity"]["loss_curve"]["target"]) == 2
+    assert "no checkpoint holds the target's final parameters" in " ".join(report["exit"]["notes"]) or \
+        report["exit"]["status"] == "not-run"
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_placement_error_on_the_target_is_a_finding_at_the_users_line(tmp_path):
+    code, out, err, report = check(tmp_path, "python", str(PLANTED / "placement.py"))
+    assert code == 3, out + err
+    assert report["verdict"] == "no-go" and report["failure"]["finding"]
+    assert "placement.py:12" in report["failure"]["message"]
+    assert report["rehearsal"]["placement"]["line"] == 12
+    assert report["timing"]["ref"]["time_to_n_s"] is not None  # the reference's figures are kept
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_loss_that_goes_nan_on_the_target_only_is_non_finite(tmp_path):
+    code, out, err, report = check(tmp_path, "python", str(PLANTED / "nan_on_target.py"))
+    assert code == 3, out + err
+    assert report["parity"]["status"] == "non_finite"
+    assert "backward call 3" in report["parity"]["notes"][0]
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_checkpoint_that_pickles_a_device_object_fails_the_exit(tmp_path):
+    code, out, err, report = check(tmp_path, "python", str(PLANTED / "device_pickle.py"), str(tmp_path / "ckpt.pt"))
+    assert code == 3, out + err
+    [fmt] = report["exit"]["formats"]
+    assert report["exit"]["status"] == "fail" and fmt["error"] and "device" in fmt["fix"]
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_no_backward_says_the_script_does_no_training(tmp_path):
+    code, out, err, report = check(tmp_path, "python", str(PLANTED / "no_backward.py"))
+    assert code == 2 and "does no training" in err and "--mode forward" in err
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_no_optimizer_step_judges_the_recorded_losses(tmp_path):
+    code, out, err, report = check(tmp_path, "python", str(PLANTED / "no_step.py"))
+    assert code == 0, out + err
+    assert report["parity"]["status"] == "pass" and len(report["parity"]["loss_curve"]["target"]) == 3
+    assert report["parity"]["loss_curve"]["rule"] == "exact"
+    assert any("no optimizer step" in n for n in report["parity"]["notes"])
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_timeout_ends_a_script_that_waits_and_keeps_what_was_recorded(tmp_path):
+    code, out, err, report = check(tmp_path, "python", str(PLANTED / "reads_stdin.py"), options=("--timeout", "60"))
+    assert code == 8, out + err
+    assert report["verdict"] == "stopped" and report["failure"]["kind"] == "timeout"
+    assert len(report["timing"]["ref"]["steps"]) == 1  # two steps recorded: one step-to-step time
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_failing_reference_is_the_users_error_with_their_traceback(tmp_path):
+    code, out, err, report = check(tmp_path, "python", str(PLANTED / "ref_fails.py"))
+    assert code == 4
+    assert "the data folder is empty" in err and "ref_fails.py" in err
+    assert report["failure"]["kind"] == "workload"
+
+
+# -- the example scripts, each at a tiny size ----------------------------------------------------
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_hf_trainer_example(tmp_path):
+    """Trainer finds the device itself; Llama has no dropout, so the curves are exactly the CPU's."""
+    code, out, err, report = check(tmp_path, "python", str(EXAMPLES / "train_hf_trainer.py"), "--max-steps", "4",
+                                   "--save-steps", "4", "--out", str(tmp_path / "out"))
+    assert code == 0, out + err
+    p = report["parity"]
+    assert p["status"] == "pass" and p["loss_curve"]["rule"] == "exact"
+    assert p["loss_curve"]["ref"] == p["loss_curve"]["target"] and len(p["loss_curve"]["ref"]) == 4
+    folders = [f for f in report["exit"]["formats"] if f["name"].endswith("(save_pretrained)")]
+    assert {Path(f["path"]).name for f in folders} == {"checkpoint-4", "final"}
+    assert all(f["loads_plain"] and f["parity"]["passed"] for f in folders)  # from_pretrained on the CPU, final weights
+    assert report["rehearsal"]["signatures_step1"] > 0 and sum(report["rehearsal"]["new_signatures"]) == 0
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_accelerate_example(tmp_path):
+    code, out, err, report = check(tmp_path, "python", str(EXAMPLES / "train_accelerate.py"), "--steps", "4",
+                                   "--out", str(tmp_path / "out"))
+    assert code == 0, out + err
+    assert report["parity"]["status"] == "pass"
+    assert len(report["parity"]["grad_norm_curve"]["target"]) == 4  # accumulation: one step per 2 backward calls
+    assert len(report["parity"]["loss_curve"]["target"]) == 8
+    assert [Path(f["path"]).name for f in report["exit"]["formats"]] == ["model.pt"]
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_trl_sft_example(tmp_path):
+    code, out, err, report = check(tmp_path, "python", str(EXAMPLES / "train_trl_sft.py"), "--max-steps", "3",
+                                   "--out", str(tmp_path / "out"))
+    assert code == 0, out + err
+    assert report["parity"]["status"] == "pass" and len(report["parity"]["loss_curve"]["target"]) == 3
+    assert any(f["name"].endswith("(save_pretrained)") and f["loads_plain"] for f in report["exit"]["formats"])
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+@pytest.mark.multiproc
+def test_torchrun_fsdp2_example(tmp_path):
+    code, out, err, report = check(tmp_path, "torchrun", "--nproc-per-node", "2", str(EXAMPLES / "train_fsdp2.py"),
+                                   "--steps", "3", "--out", str(tmp_path / "out"))
+    assert code == 0, out + err
+    assert report["workload"]["launcher"] == "torchrun" and report["workload"]["nproc"] == 2
+    assert report["parity"]["status"] == "pass" and len(report["parity"]["loss_curve"]["target"]) == 3
+    ranks = sorted(json.loads(p.read_text())["rank"] for p in (tmp_path / "rep" / "work" / "target").glob("record-*.json"))
+    assert ranks == [0, 1]  # both ranks recorded
+    assert [Path(f["path"]).name for f in report["exit"]["formats"]] == ["model.pt"]
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
+def test_ctrl_c_stops_the_children_and_writes_the_report(tmp_path):
+    """SIGINT to ferry (a terminal's Ctrl-C): the running child is stopped (SIGTERM: its recorders write what they
+    have) and the report is written with it."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "torchferry", "check", "--target", "neuron", "-o", str(tmp_path / "rep"),
+                             "--", "python", str(PLANTED / "reads_stdin.py")], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    log = tmp_path / "rep" / "work" / "ref.log"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (log.is_file() and "waiting for input" in log.read_text()):
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert report["verdict"] == "stopped" and report["failure"]["kind"] == "interrupted"
+    [record] = [json.loads(p.read_text()) for p in (tmp_path / "rep" / "work" / "ref").glob("record-*.json")]
+    assert record["stopped"] == "terminated" and record["steps"] == 2
+    assert len(report["timing"]["ref"]["steps"]) == 1  # what the reference measured is in the report

@@ -1,0 +1,129 @@
+"""The script recorders (harness/script_recorder.py) in a plain CPU process.
+
+Each test runs a small script in a fresh interpreter whose environment switches the recorders on;
+the script calls ``autoload()`` itself right after ``import torch`` (what the ``torch.backends``
+entry point does in an installed torchferry), so these tests do not depend on the install.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchferry.harness import script_recorder as rec
+
+PRELUDE = """
+import torch
+from torchferry.harness import script_recorder
+script_recorder.autoload()
+"""
+TRAIN = """
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for step in range({steps}):
+    opt.zero_grad()
+    loss = ((model(x) - y) ** 2).mean()
+    loss.backward()
+    opt.step()
+"""
+
+
+def run_script(tmp_path: Path, body: str, *, env: dict | None = None, timeout: float = 120) -> tuple[int, list[dict]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    script = tmp_path / "s.py"
+    script.write_text(PRELUDE + textwrap.dedent(body))
+    folder = tmp_path / "records"
+    full_env = {**os.environ, rec.RECORD_ENV: str(folder), **(env or {})}
+    full_env.pop("TORCHFERRY_DEVICE", None)
+    proc = subprocess.run([sys.executable, str(script)], env=full_env, cwd=tmp_path, timeout=timeout,
+                          capture_output=True, text=True)
+    records = [json.loads(p.read_text()) for p in sorted(folder.glob("record-*.json"))]
+    return proc.returncode, records
+
+
+@pytest.mark.timeout(300)
+def test_losses_steps_grad_norms_and_parameters_are_recorded(tmp_path):
+    code, [r] = run_script(tmp_path, TRAIN.format(steps=3))
+    assert code == 0
+    assert r["steps"] == 3 and len(r["losses"]) == 3 and r["loss_steps"] == [0, 1, 2]
+    assert len(r["grad_norms"]) == 3 and all(n > 0 for n in r["grad_norms"])
+    assert len(r["step_ends_s"]) == 3 and r["stopped"] is None and r["device"] == "cpu"
+    assert r["parameters"]["count"] == 2 and len(r["parameters"]["digests"]) == 2
+    assert r["rehearsal"] is None  # the CPU emulates nothing
+    assert r["script_seeded"] is False
+
+
+@pytest.mark.timeout(300)
+def test_steps_stops_cleanly_after_n_optimizer_steps(tmp_path):
+    code, [r] = run_script(tmp_path, TRAIN.format(steps=50) + "\nraise RuntimeError('not reached')\n",
+                           env={rec.STEPS_ENV: "2"})
+    assert code == 0
+    assert r["steps"] == 2 and r["stopped"] == "--steps 2" and len(r["losses"]) == 2
+
+
+@pytest.mark.timeout(300)
+def test_checkpoints_from_torch_save_and_safetensors_are_recorded(tmp_path):
+    body = TRAIN.format(steps=1) + """
+torch.save(model.state_dict(), "a.pt")
+from safetensors.torch import save_file
+save_file({k: v.contiguous() for k, v in model.state_dict().items()}, "b.safetensors")
+"""
+    code, [r] = run_script(tmp_path, body)
+    assert code == 0
+    assert [(Path(c["path"]).name, c["how"], c["step"]) for c in r["checkpoints"]] == [
+        ("a.pt", "torch.save", 1), ("b.safetensors", "safetensors", 1)]
+
+
+@pytest.mark.timeout(300)
+def test_seeding_at_start_and_the_scripts_own_seed(tmp_path):
+    _, [a] = run_script(tmp_path / "a", TRAIN.format(steps=1), env={rec.SEED_ENV: "5"})
+    _, [b] = run_script(tmp_path / "b", TRAIN.format(steps=1), env={rec.SEED_ENV: "5"})
+    assert a["seed"] == 5 and a["script_seeded"] is False
+    assert a["losses"] == b["losses"]  # seeded at start: the unseeded script repeats itself
+    _, [own] = run_script(tmp_path / "c", "torch.manual_seed(0)\n" + TRAIN.format(steps=1))
+    assert own["script_seeded"] is True
+
+
+@pytest.mark.timeout(300)
+def test_seed_offset_changes_the_scripts_own_seed(tmp_path):
+    body = "torch.manual_seed(0)\n" + TRAIN.format(steps=1)
+    _, [a] = run_script(tmp_path / "a", body)
+    _, [b] = run_script(tmp_path / "b", body, env={rec.SEED_OFFSET_ENV: "1"})
+    assert a["losses"] != b["losses"]  # another initialisation: the reference's second run differs
+
+
+@pytest.mark.timeout(300)
+def test_an_uncaught_error_is_recorded_with_the_users_line(tmp_path):
+    body = TRAIN.format(steps=1) + "x = torch.ones(2) @ torch.ones(3)\n"
+    code, [r] = run_script(tmp_path, body)
+    assert code == 1
+    e = r["error"]
+    assert e["file"].endswith("s.py") and e["code"] == "x = torch.ones(2) @ torch.ones(3)" and e["step"] == 1
+    assert "Traceback" in e["traceback"] and r["stopped"] == "error" and r["steps"] == 1
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_writes_what_was_recorded(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text(PRELUDE + TRAIN.format(steps=2) + "\nimport sys\nprint('ready', flush=True)\nsys.stdin.readline()\n")
+    env = {**os.environ, rec.RECORD_ENV: str(tmp_path / "records")}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == -signal.SIGTERM
+    [r] = [json.loads(p.read_text()) for p in (tmp_path / "records").glob("record-*.json")]
+    assert r["stopped"] == "terminated" and r["steps"] == 2
+
+
+@pytest.mark.timeout(300)
+def test_a_process_that_does_no_training_writes_no_record(tmp_path):
+    code, records = run_script(tmp_path, "y = torch.ones(2) * 2\n")
+    assert code == 0 and records == []  # launchers and helper processes leave no record

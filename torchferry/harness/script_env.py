@@ -1,0 +1,59 @@
+"""Child-process environments that make an unchanged script's own device detection find one device.
+
+A training script finds its device through ``torch.accelerator``, Hugging Face's detection
+(accelerate's ``PartialState``), ``ACCELERATE_TORCH_DEVICE`` or ``LOCAL_RANK``. None of these can be
+told a device name, so the child's environment decides what they see:
+
+- ``cpu``: every accelerator hidden (``HIDDEN_ACCELERATORS``), the built-in device not loaded,
+  accelerate told to use the CPU;
+- a device registered by a package that loads at ``import torch`` through an environment variable
+  (``AUTOLOAD``: torchferry's built-in ``neuron``, whose ``torch_neuronx`` stand-in is what Hugging
+  Face's detection finds): that variable set, the other accelerators hidden;
+- any other device (a real accelerator): the environment as it is, since the script finds it already.
+
+The table names device types and variables as data; nothing here branches on a device's name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from torchferry.harness import devices
+from torchferry.harness.devices import BACKEND_PROVIDERS
+
+# the variables that hide each accelerator family from a process ("" = none visible)
+HIDDEN_ACCELERATORS = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": "",
+                       "ZE_AFFINITY_MASK": ""}
+# provider package -> the variables that load it at `import torch` (its torch.backends entry point)
+AUTOLOAD = {"torchferry.device": {"TORCHFERRY_DEVICE": "neuron"}}
+CPU_FLAGS = {"ACCELERATE_USE_CPU": "true"}
+
+
+def script_environment(device: str, base: Mapping[str, str], builtin: bool) -> dict[str, str]:
+    """The environment in which a script's usual device detection finds ``device``.
+
+    ``builtin``: whether ``device`` is to be the built-in emulation (not a real backend installed here).
+    """
+    env = {k: v for k, v in base.items() if k not in AUTOLOAD_VARIABLES and k not in CPU_FLAGS}
+    device_type = device.split(":")[0]
+    if device_type == "cpu":
+        return {**env, **HIDDEN_ACCELERATORS, **CPU_FLAGS}
+    providers = BACKEND_PROVIDERS.get(device_type, ())
+    loaders = [AUTOLOAD[p] for p in providers if p in AUTOLOAD]
+    if builtin and loaders:
+        return {**env, **HIDDEN_ACCELERATORS, **loaders[0]}
+    return env
+
+
+AUTOLOAD_VARIABLES = frozenset(k for variables in AUTOLOAD.values() for k in variables)
+
+
+def builtin_emulation(device: str) -> str | None:
+    """What ``device`` emulates when it is to be torchferry's built-in device here (no real backend installed),
+    else None. Asks the provider table and the device package's own test, registering nothing."""
+    from torchferry.device import real_neuron_installed  # not find_spec: the stand-in answers that
+
+    providers = BACKEND_PROVIDERS.get(device.split(":")[0], ())
+    if any(p in AUTOLOAD for p in providers) and not real_neuron_installed() and devices.builtin_device_present():
+        return f"{device.split(':')[0]} (built-in emulation)"
+    return None
