@@ -161,6 +161,27 @@ def test_the_exit_paragraph_adds_host_syncs_and_eager_compilations_after_the_fir
     assert "`ferry check -- python <your script>`" in where and "torchferry.device.host_syncs()" in where
 
 
+def test_the_first_step_mark_leaves_other_global_optimizer_hooks_working(run_python, tmp_path):
+    # a user's (or ferry check's recorder's) global post-hook beside the device's first-step mark: the
+    # mark once removed itself mid-iteration and every optimizer.step() raised "OrderedDict mutated"
+    result = run_python(
+        """
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+        calls = []
+        register_optimizer_step_post_hook(lambda *a: calls.append(1))
+        m = torch.nn.Linear(4, 4).to("neuron")
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(3):
+            m(torch.ones(2, 4, device="neuron")).sum().backward()
+            opt.step()
+        print("user hook calls", len(calls))
+        """, env={"TORCHFERRY_DEVICE": "neuron", "TORCHFERRY_CACHE_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert "user hook calls 3" in result.stdout
+    assert "new after the first optimizer step" in result.stderr
+
+
 def test_fallback_error_mode_names_the_op_and_the_knob(neuron, fallback_mode):
     fallback_mode("error")
     x = torch.tensor([1.0, 0.0], device="neuron")

@@ -144,16 +144,19 @@ def start(core: ModuleType, profile: DeviceProfile, environ: Mapping[str, str]) 
 
 
 def _mark_first_optimizer_step() -> None:
-    """Keep the eager-compile counts at the end of the first optimizer step of any optimizer (then stop
-    listening): signatures that appear after it are the ones a steady training loop keeps compiling."""
+    """Keep the eager-compile counts at the end of the first optimizer step of any optimizer: signatures
+    that appear after it are the ones a steady training loop keeps compiling. The hook stays registered
+    and does nothing after the first step: removing it from inside the call would mutate the global hook
+    table while `Optimizer.step` iterates over it ("OrderedDict mutated during iteration" as soon as
+    another global hook, such as `ferry check -- ...`'s recorder, is registered)."""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     def mark(*_: object) -> None:
         global _after_first_step
-        handle.remove()
-        _after_first_step = eager_compiles()
+        if _after_first_step is None:
+            _after_first_step = eager_compiles()
 
-    handle = register_optimizer_step_post_hook(mark)
+    register_optimizer_step_post_hook(mark)
 
 
 def _core() -> ModuleType:
