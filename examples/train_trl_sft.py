@@ -37,7 +37,8 @@ def main() -> None:
     data = Dataset.from_dict({"text": texts * 4})
     sft = SFTConfig(output_dir=args.out, max_steps=args.max_steps, per_device_train_batch_size=4, learning_rate=1e-3,
                     logging_steps=1, save_steps=args.max_steps, report_to="none", seed=0, max_length=32,
-                    disable_tqdm=True, dataloader_num_workers=0)
+                    disable_tqdm=True, dataloader_num_workers=0,
+                    bf16=False)  # SFTConfig defaults to bf16, which a CPU-only reference refuses
     SFTTrainer(model=model, args=sft, train_dataset=data, processing_class=tokenizer).train()
 
 
