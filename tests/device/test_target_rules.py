@@ -203,7 +203,8 @@ def test_a_rule_that_is_not_a_boolean_or_not_known_is_rejected_with_its_line(tmp
     from torchferry.errors import UsageError
 
     text = (PROFILE_DIR / "trn2.toml").read_text()
-    (tmp_path / "trn2_ops.toml").write_text((PROFILE_DIR / "trn2_ops.toml").read_text())
+    for table in ("trn2_ops.toml", "trn2_known_issues.toml"):  # the tables trn2.toml names beside it
+        (tmp_path / table).write_text((PROFILE_DIR / table).read_text())
     for bad, needle in (("memory_format = 1", "memory_format = 1"), ("memory_format = true\nnhwc = true", "nhwc")):
         path = tmp_path / "p.toml"
         path.write_text(text.replace("memory_format = true", bad))
