@@ -21,7 +21,9 @@ PLOTS = ("loss", "module-error", "eager-signatures", "warmup", "time-to-n", "cos
 
 def test_terminal_summary_leads_with_the_verdict_and_prints_assumptions(report):
     out = text.render(report, ["r.json"])
-    assert "verdict: NO-GO" in out.splitlines()[:3]
+    lines = out.splitlines()
+    # the verdict follows the run's header (what ran, how the target was chosen, how the mode runs) at once
+    assert lines[0].startswith("ferry check: ") and lines[3] == "verdict: NO-GO", lines[:4]
     assert "first divergent module: block" in out
     assert "assumption: cpu priced as g6e.xlarge" in out and "NO published on-demand price" in out
     assert "fix: save .cpu()" in out and out.rstrip().endswith("report: r.json")

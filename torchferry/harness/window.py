@@ -287,7 +287,10 @@ def compile_records(module: Any) -> list[Mapping[str, Any]] | None:
     ``NeuronCompilationMetrics``), read as plain dicts.
     """
     api = sys.modules.get("torchferry.device")
-    ours = getattr(api, COMPILE_METRICS_API, None) if getattr(api, "is_enabled", lambda: False)() else None
+    # torchferry's function describes its own device only: a window on another device (the CPU reference in
+    # a process where the built-in device is also enabled) reads that device's module, never ours
+    own_module = getattr(api, "is_enabled", lambda: False)() and module is getattr(sys.modules.get("torch"), api.DEVICE_NAME, None)
+    ours = getattr(api, COMPILE_METRICS_API, None) if own_module else None
     metrics = ours if callable(ours) else getattr(module, "get_dynamo_metrics", None)
     if not callable(metrics):
         return None
