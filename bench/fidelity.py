@@ -13,9 +13,12 @@ device with the rule on and off, and counts:
 
 Patterns: `memory_format` calls `input.contiguous(memory_format=torch.channels_last)`
 (4-D inputs; channels_last_3d for 5-D) before the op; `complex_dtypes` runs the complex64
-samples; `unsigned_dtypes` the uint16/uint32/uint64 samples of ops whose OpInfo lists them.
-Empty inputs and overlapping in-place writes have no rule (docs/device/fidelity.md says
-why) and are not measured.
+samples; `unsigned_dtypes` the uint16/uint32/uint64 samples of ops whose OpInfo lists them;
+`empty_inputs` the float32 samples with an empty tensor among the input and positional
+arguments (twins: the same op's samples with none), where "changed" means the device's
+result now differs from the CPU's (the target's zeros), not an error.
+`overlapping_writes` lets through writes the CPU refuses, so it has no CPU-passing sample to
+change; its tests are in tests/device/test_target_rules.py.
 
     python bench/fidelity.py                      # every OpInfo, 2 samples per op and dtype
     python bench/fidelity.py -k "add,mul,conv" --samples 4 --json fidelity.json
@@ -47,10 +50,13 @@ import torch  # noqa: E402
 import conformance_harness as harness  # noqa: E402
 
 JSON_VERSION = 1
+# rule -> what the device's failure says when the rule changes a sample (None: any failure,
+# for a rule that changes results rather than refusing).
 REFUSALS = {
     "memory_format": "Neuron tensors only support contiguous or preserve memory format",
     "complex_dtypes": "Unsupported PyTorch dtype",
     "unsigned_dtypes": "Unsupported PyTorch dtype",
+    "empty_inputs": None,
 }
 
 
@@ -73,11 +79,11 @@ def set_rules(**rules: bool) -> None:
     target.configure(_runtime.core(), dataclasses.replace(profile, rules={**profile.rules, **rules}), "silent")
 
 
-def samples(op: Any, dtype: torch.dtype, limit: int) -> Iterator[Any]:
-    """The op's first `limit` CPU samples for `dtype`, moved to the device (generating them on
-    the device would itself run the device's ops in that dtype)."""
+def samples(op: Any, dtype: torch.dtype, limit: int, keep: Callable[[Any], bool] | None = None) -> Iterator[Any]:
+    """The op's first `limit` CPU samples for `dtype` (of those `keep` accepts), moved to the device
+    (generating them on the device would itself run the device's ops in that dtype)."""
     try:
-        generated = op.sample_inputs("cpu", dtype, requires_grad=False)
+        generated = (s for s in op.sample_inputs("cpu", dtype, requires_grad=False) if keep is None or keep(s))
         for i, sample in enumerate(generated):
             if i >= limit:
                 return
@@ -111,9 +117,25 @@ def cases(rule: str, op: Any) -> tuple[list[tuple[Callable, torch.dtype]], list[
     cpu_dtypes = op.supported_dtypes("cpu")
     if rule == "memory_format":
         return [(in_format(op, "channels_last"), torch.float32)], [(in_format(op, None), torch.float32)]
+    if rule == "empty_inputs":
+        return ([(op, torch.float32)], [(op, torch.float32)]) if torch.float32 in cpu_dtypes else ([], [])
     wanted = [torch.complex64] if rule == "complex_dtypes" else [torch.uint16, torch.uint32, torch.uint64]
     pattern = [(op, d) for d in wanted if d in cpu_dtypes]
     return pattern, ([(op, torch.float32)] if pattern and torch.float32 in cpu_dtypes else [])
+
+
+def has_empty_input(sample: Any) -> bool:
+    """Whether the input or a positional argument is a tensor with no elements."""
+    return any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in (sample.input, *sample.args))
+
+
+def in_pattern(rule: str, sample: Any) -> bool:
+    """Whether a sample of the rule's pattern dtype carries the pattern (the twins are the others)."""
+    if rule == "memory_format":
+        return isinstance(sample.input, torch.Tensor) and sample.input.dim() in (4, 5)
+    if rule == "empty_inputs":
+        return has_empty_input(sample)
+    return True
 
 
 def measure(rule: str, ops: list[Any], limit: int) -> Tally:
@@ -125,22 +147,22 @@ def measure(rule: str, ops: list[Any], limit: int) -> Tally:
             continue
         tried = False
         for fn, dtype in pattern:
-            for sample in samples(op, dtype, limit):
-                if rule == "memory_format" and not (isinstance(sample.input, torch.Tensor) and sample.input.dim() in (4, 5)):
+            for sample in samples(op, dtype, limit, has_empty_input if rule == "empty_inputs" else None):
+                if not in_pattern(rule, sample):
                     continue
                 tried = True
                 tally.samples += 1
                 off, on, reason = judge(fn, sample, rule)
                 if off in harness.PASSING:
                     tally.cpu_passing += 1
-                    if on == harness.FAIL and refusal in reason:
+                    if on == harness.FAIL and (refusal is None or refusal in reason):
                         tally.changed += 1
                         tally.changed_ops.add(op.name)
         if not tried:
             continue
         tally.ops += 1
         for fn, dtype in twins:
-            for sample in samples(op, dtype, limit):
+            for sample in samples(op, dtype, limit, (lambda s: not has_empty_input(s)) if rule == "empty_inputs" else None):
                 off, on, reason = judge(fn, sample, rule)
                 if off in harness.PASSING:
                     tally.twin_cpu_passing += 1

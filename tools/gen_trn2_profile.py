@@ -231,13 +231,18 @@ REASON_KINDS = (
     ("slow", r"long compilation|timeout"),
     ("accuracy", r"mismatch"),
 )
+# The dtypes a reason or a test name can scope a skip to (TorchNeuron's op tests run float32 and
+# bfloat16, tests/vertical/neuron_op_db.py NEURON_DEFAULT_DTYPES; PyTorch's device-generic test names
+# end in the dtype they run, test_x_neuron_bfloat16).
+SCOPE_DTYPES = ("bfloat16", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
+                "complex64", "complex128")
 # Spec files whose test names describe a scenario, not an op: their skips are listed, never mapped.
 SCENARIO_SPEC_FOLDERS = ("dynamo/", "distributed/")
 
 
 @dataclass
 class KnownIssues:
-    issues: dict[str, dict[str, str]] = field(default_factory=dict)  # aten op -> reason, kind, scope, source
+    issues: dict[str, dict] = field(default_factory=dict)  # aten op -> reason, kind, scope, source, dtypes
     test_only: dict[str, str] = field(default_factory=dict)         # aten op -> why it is not warned about
     unobservable: dict[str, str] = field(default_factory=dict)      # aten op -> why the device never sees it
     reproduced: dict[str, str] = field(default_factory=dict)        # aten op -> why the host fails it the same way
@@ -250,6 +255,19 @@ def reason_kind(reason: str) -> str:
         if re.search(pattern, reason, flags=re.I):
             return kind
     raise SystemExit(f"unclassified skip reason {reason!r}: add it to REASON_KINDS in {Path(__file__).name}")
+
+
+def dtypes_of(text: str) -> list[str]:
+    """The dtypes a skip is scoped to, as the vendor's words name them, or [] (every dtype).
+
+    A reason that names a dtype is about the runs in that dtype ("bfloat16 gradient mismatch"). In a
+    comparison ("dtype mismatch bfloat16 vs float32") the dtype after "vs" is what the other side
+    returned, not a dtype the test ran the op in: TorchNeuron's correctness test compares the CPU's
+    result with the device's (tests/vertical/test_neuron_ops_correctness.py, assert_close(cpu_out,
+    neuron_out)), and a float32 run gives float32 on both sides. A test name's dtype suffix
+    (test_x_neuron_float64) scopes its skip the same way."""
+    words = re.findall(r"(vs\.?\s+)?\b(" + "|".join(SCOPE_DTYPES) + r")\b", text)
+    return sorted({dtype for versus, dtype in words if not versus})
 
 
 def literal_dicts(source: str, names: tuple[str, ...]) -> dict[str, dict]:
@@ -321,7 +339,7 @@ def known_issues(snapshot: Snapshot, aten_ops: set[str]) -> KnownIssues:
     found = KnownIssues()
     checked_views = bounds_checked_views(snapshot)
 
-    def add(op: str, reason: str, scope: str, source: str) -> None:
+    def add(op: str, reason: str, scope: str, source: str, dtypes: list[str]) -> None:
         kind = reason_kind(reason)
         if kind == "test_only":
             found.test_only[op] = f"{reason} ({scope}; {source}): about the test, not the op"
@@ -337,12 +355,14 @@ def known_issues(snapshot: Snapshot, aten_ops: set[str]) -> KnownIssues:
         else:
             previous = found.issues.get(op)
             if previous is None:
-                found.issues[op] = {"reason": reason, "kind": kind, "scope": scope, "source": source}
+                found.issues[op] = {"reason": reason, "kind": kind, "scope": scope, "source": source, "dtypes": dtypes}
             else:  # one op skipped twice: keep each distinct reason, scope and file, the harder kind first
                 for key, value in (("reason", reason), ("scope", scope), ("source", source)):
                     if value not in previous[key].split("; "):
                         previous[key] += f"; {value}"
                 previous["kind"] = min(previous["kind"], kind, key=("fails", "slow", "accuracy").index)
+                # every dtype unless both skips are scoped
+                previous["dtypes"] = sorted(set(previous["dtypes"]) | set(dtypes)) if previous["dtypes"] and dtypes else []
 
     tables = literal_dicts(snapshot.read(SKIP_XFAIL_FILE), ("NEURON_SKIP_OPS", "NEURON_XFAIL_OPS"))
     for table, entries in sorted(tables.items()):
@@ -353,7 +373,8 @@ def known_issues(snapshot: Snapshot, aten_ops: set[str]) -> KnownIssues:
             scope = f"{verb} in {', '.join(tests) if tests else 'every op test class'}"
             source = f"{SKIP_XFAIL_FILE} ({table})"
             if any(o == op or o.startswith(op + ".") for o in aten_ops):
-                add(op, config.get("reason") or verb, scope, source)
+                reason = config.get("reason") or verb
+                add(op, reason, scope, source, dtypes_of(reason))
             else:
                 found.unmapped[f"{SKIP_XFAIL_FILE}: {name}"] = "names no ATen op of this torch"
     for path, where, test, reason in spec_skips(snapshot):
@@ -365,7 +386,8 @@ def known_issues(snapshot: Snapshot, aten_ops: set[str]) -> KnownIssues:
         elif (op := op_of_test(test, aten_ops)) is None:
             found.unmapped[key] = f"{reason}: the test name names no ATen op"
         else:
-            add(op, reason, f"skip of {where}.{test}", path)
+            suffix = re.search(r"_neuron_(\w+)$", test)
+            add(op, reason, f"skip of {where}.{test}", path, dtypes_of(reason) or dtypes_of(suffix[1] if suffix else ""))
     return found
 
 
@@ -381,7 +403,8 @@ def render_known_issues(snapshot: Snapshot, found: KnownIssues, torch_version: s
 # {SPECS_DIR}*.json), with the vendor's reason and the file it comes from. A workload that runs one
 # gets one warning per op and the rehearsal lists it (docs/device/fidelity.md, "Known issues").
 # kind: fails (the op does not run there), slow (compiling or running it is slow enough to be
-# skipped), accuracy (results differ from the CPU's).
+# skipped), accuracy (results differ from the CPU's). dtypes: the dtypes the vendor's reason or test
+# name scopes the skip to (the device warns only when the op runs in one); absent: every dtype.
 source_repository = "{REPOSITORY}"
 source_commit = "{snapshot.commit}"
 torch_version = "{torch_version}"
@@ -390,6 +413,8 @@ torch_version = "{torch_version}"
         entry = found.issues[op]
         lines.append(f'[known_issues."{op}"]')
         lines += [f"{key} = {toml_string(entry[key])}" for key in ("kind", "reason", "scope", "source")]
+        if entry["dtypes"]:
+            lines.append(f"dtypes = {json.dumps(entry['dtypes'])}")
         lines.append("")
     for name in ("test_only", "unobservable", "reproduced", "unmapped"):
         entries = getattr(found, name)

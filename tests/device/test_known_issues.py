@@ -52,14 +52,63 @@ print(json.dumps(out))
 """
 
 
-@pytest.fixture(scope="module")
-def twins():
-    """Both models, run once in a fresh process (the warnings come once per op and process)."""
+# Known issues scoped to a dtype: TorchNeuron's op tests skip `_log_softmax` for a "bfloat16 gradient
+# mismatch" and `div` for a "correctness mismatch bfloat16". The same classifier head trains in float32 (first, so
+# that a warning it gave could not be hidden by the once-per-op rule) and then in bfloat16.
+_DTYPE_TWINS = """
+import json, warnings
+import torch, torchferry.device
+torchferry.device.enable()
+
+out = {}
+for dtype in (torch.float32, torch.bfloat16):
+    torch.neuron.clear_op_tracking()
+    scale = torch.nn.Parameter(torch.linspace(0.5, 1.5, 10, device="neuron", dtype=dtype))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(2):
+            x = torch.linspace(-1.0, 1.0, 40, device="neuron", dtype=dtype).reshape(4, 10)
+            loss = -torch.log_softmax(x * scale / 3.0, dim=-1)[:, 0].sum()
+            loss.backward()
+    out[str(dtype)] = {"warnings": [str(w.message) for w in caught if "known issue" in str(w.message)],
+                       "issues": torchferry.device.known_issues()}
+print(json.dumps(out))
+"""
+
+
+def _run_fresh(script: str) -> dict:
+    """The JSON the script prints last, run in a fresh process (the warnings come once per op and process)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHFERRY_", "NEURON_RT_"))}
-    result = subprocess.run([sys.executable, "-c", _TWINS], capture_output=True, text=True, timeout=240,
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240,
                             env={**env, "TORCHFERRY_FALLBACK": "silent"})
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def dtype_twins():
+    return _run_fresh(_DTYPE_TWINS)
+
+
+def test_a_float32_model_gets_no_warning_about_bfloat16_only_issues(dtype_twins):
+    assert dtype_twins["torch.float32"] == {"warnings": [], "issues": []}
+
+
+def test_the_same_model_in_bfloat16_gets_them_once_each_with_their_dtype(dtype_twins):
+    bf16 = dtype_twins["torch.bfloat16"]
+    assert sorted(w.split(" ")[0] for w in bf16["warnings"]) == ["aten::_log_softmax", "aten::div"]
+    (log_softmax,) = [w for w in bf16["warnings"] if w.startswith("aten::_log_softmax")]
+    assert "bfloat16 gradient mismatch" in log_softmax and "in bfloat16 only" in log_softmax
+    issues = {i["op"]: i for i in bf16["issues"]}
+    assert issues.keys() == {"aten::_log_softmax", "aten::div"}
+    assert issues["aten::_log_softmax"]["dtypes"] == ["bfloat16"] and issues["aten::_log_softmax"]["calls"] == 2
+    assert issues["aten::div"]["overloads"] == ["aten::div.Tensor"]
+
+
+@pytest.fixture(scope="module")
+def twins():
+    """Both models, run once in a fresh process."""
+    return _run_fresh(_TWINS)
 
 
 def test_a_model_that_uses_remainder_gets_one_warning_naming_reason_and_source(twins):
@@ -67,7 +116,7 @@ def test_a_model_that_uses_remainder_gets_one_warning_naming_reason_and_source(t
     assert warning.startswith("aten::remainder is a known issue of TorchNeuron 98154b8")
     assert "neuronx-cc compilation error" in warning and "tests/vertical/skip_xfail_ops.py" in warning
     (issue,) = twins["remainder"]["issues"]
-    assert (issue["op"], issue["kind"]) == ("aten::remainder", "fails")
+    assert (issue["op"], issue["kind"], issue["dtypes"]) == ("aten::remainder", "fails", [])
     assert issue["calls"] >= 3 and issue["overloads"] == ["aten::remainder.Tensor"]
     assert issue["source"] == "tests/vertical/skip_xfail_ops.py (NEURON_SKIP_OPS)"
 
@@ -83,6 +132,10 @@ def test_the_shipped_table_comes_from_the_snapshot_of_the_native_op_table():
     assert known is not None and known.source_commit == profile.native_ops.source_commit
     ops = {issue.op: issue for issue in known.issues}
     assert ops["aten::clamp_min"].reason == "StableHLO broadcast_dimensions mismatch"
+    # dtype scopes as the vendor's reasons give them; none where the reason names no dtype
+    assert ops["aten::_log_softmax"].dtypes == ("bfloat16",) and ops["aten::clamp_min"].dtypes == ()
+    assert ops["aten::mm"].dtypes == ("bfloat16",)  # "dtype mismatch bfloat16 vs float32": float32 is the other side
+    assert ops["aten::addmm"].dtypes == ()  # "correctness/dtype mismatch" names no dtype: every dtype
     assert ops["aten::replication_pad2d"].kind == "slow"  # a spec skip: "Long compilation"
     assert "aten::native_dropout" not in ops  # the vendor skips it for comparing random output: a test matter
     assert all(issue.kind in KNOWN_ISSUE_KINDS for issue in known.issues)
@@ -94,4 +147,13 @@ def test_a_known_issue_of_an_unknown_kind_is_a_clear_error(tmp_path):
     table.write_text('source_commit = "abc"\n[known_issues."aten::remainder"]\nkind = "flaky"\nreason = "r"\n'
                      'scope = "s"\nsource = "f"\n')
     with pytest.raises(UsageError, match=r"issues.toml:2: known issue 'aten::remainder' has kind 'flaky'; valid kinds: fails"):
+        load_known_issues(table)
+
+
+def test_a_known_issue_with_an_unknown_dtype_is_a_clear_error(tmp_path):
+    table = tmp_path / "issues.toml"
+    table.write_text('source_commit = "abc"\n[known_issues."aten::remainder"]\nkind = "fails"\nreason = "r"\n'
+                     'scope = "s"\nsource = "f"\ndtypes = ["bf16"]\n')
+    with pytest.raises(UsageError, match=r"issues.toml:2: known issue 'aten::remainder' has dtypes \['bf16'\], not "
+                                         r"torch dtype names"):
         load_known_issues(table)

@@ -217,3 +217,95 @@ def test_the_shipped_profile_turns_every_rule_on_and_each_rule_names_its_source(
 
     assert load_profile("trn2").rules == dict.fromkeys(RULES, True)
     assert all(source for _, _, source in RULES.values())
+
+
+# ------------------------------------------------------------------ empty inputs
+# TorchNeuron's torch-mlir kernel computes nothing when a positional tensor argument is empty and
+# returns zeros of the result's shape (python_ops/torch_mlir/kernel.py, _handle_empty_tensors), except
+# for the reductions and index ops python_ops/shared/config.py names, which keep the CPU's answer.
+def test_an_op_with_an_empty_input_gives_the_targets_zeros_with_one_warning(neuron):
+    import torch
+
+    bias, x, w = torch.tensor([1.0, 2.0, 3.0]), torch.empty(4, 0), torch.empty(0, 3)
+    assert torch.equal(torch.addmm(bias, x, w), bias.expand(4, 3))  # the CPU: the bias
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        on_device = torch.addmm(bias.to("neuron"), x.to("neuron"), w.to("neuron"))
+        again = torch.addmm(bias.to("neuron"), x.to("neuron"), w.to("neuron"))
+    assert torch.equal(on_device.cpu(), torch.zeros(4, 3)) and torch.equal(again.cpu(), torch.zeros(4, 3))
+    (warning,) = [str(c.message) for c in caught if "empty tensor input" in str(c.message)]
+    assert warning.startswith("aten::addmm was called with an empty tensor input and gave zeros")
+    assert "_handle_empty_tensors" in warning and "empty_inputs = false" in warning
+    # a loss over an empty batch: the CPU's NaN, the target's 0
+    logits, target = torch.empty(0, 5), torch.empty(0, dtype=torch.long)
+    assert torch.nn.functional.cross_entropy(logits, target).isnan()
+    assert torch.nn.functional.cross_entropy(logits.to("neuron"), target.to("neuron")).item() == 0.0
+
+
+def test_clean_twins_of_empty_inputs_keep_the_cpus_results(neuron):
+    import torch
+
+    bias, x, w = torch.tensor([1.0, 2.0, 3.0]), torch.randn(4, 2), torch.randn(2, 3)
+    d = torch.addmm(bias.to("neuron"), x.to("neuron"), w.to("neuron"))  # nothing empty
+    assert torch.equal(d.cpu(), torch.addmm(bias, x, w))
+    empty = torch.empty(0, 3, device="neuron")
+    assert torch.equal(empty.sum(0).cpu(), torch.zeros(3))  # a reduction: its identity, as the CPU
+    assert empty.mean(0).cpu().isnan().all()  # NaN on both
+    assert torch.equal(torch.relu(empty).cpu(), torch.empty(0, 3))  # an empty result stays empty
+    out = torch.empty(0, device="neuron")  # an empty out= is not an input
+    torch.mul(torch.ones(3, device="neuron"), 2.0, out=out)
+    assert torch.equal(out.cpu(), torch.full((3,), 2.0))
+    y = torch.ones(3, device="neuron")  # in place: the CPU's result (what the target writes is not in its source)
+    y.index_add_(0, torch.empty(0, dtype=torch.long, device="neuron"), torch.empty(0, device="neuron"))
+    assert torch.equal(y.cpu(), torch.ones(3))
+
+
+def test_a_profile_without_the_empty_inputs_rule_computes_what_the_cpu_computes(rules):
+    import torch
+
+    rules(empty_inputs=False)
+    bias = torch.tensor([1.0, 2.0, 3.0])
+    d = torch.addmm(bias.to("neuron"), torch.empty(4, 0, device="neuron"), torch.empty(0, 3, device="neuron"))
+    assert torch.equal(d.cpu(), bias.expand(4, 3))
+
+
+# ------------------------------------------------------------------ overlapping writes
+# The CPU refuses to write into a tensor whose elements share memory; TorchNeuron has no such check, so
+# PyTorch's own tests that expect the error (test_silu_inplace_overlap, ...) fail on Trainium.
+def test_an_in_place_op_on_an_expanded_tensor_writes_through_with_one_warning(neuron):
+    import torch
+
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        torch.ones(1, 3).expand(2, 3).add_(1)  # the CPU
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        base = torch.ones(1, 3, device="neuron")
+        expanded = base.expand(2, 3)
+        result = expanded.add_(1)
+        torch.nn.functional.silu(torch.zeros(1, device="neuron").expand(4), inplace=True)
+        base.expand(2, 3).add_(1)
+    assert result is expanded
+    assert torch.equal(base.cpu(), torch.full((1, 3), 3.0))  # each shared location kept one written value
+    messages = [str(c.message) for c in caught if "share one memory location" in str(c.message)]
+    assert [m.split(" ")[0] for m in messages] == ["aten::add_.Tensor", "aten::silu_"]  # once per op
+    assert "overlapping_writes = false" in messages[0] and ".clone()" in messages[0]
+
+
+def test_clean_twins_of_overlapping_writes_keep_the_cpus_results(neuron):
+    import torch
+
+    x = torch.ones(1, 3).expand(2, 3).clone()
+    d = x.to("neuron")
+    d.add_(1)
+    assert torch.equal(d.cpu(), x + 1)
+    strided = torch.arange(12.0, device="neuron").reshape(3, 4)[:, ::2]  # non-contiguous, no overlap
+    strided.mul_(2)
+    assert torch.equal(strided.cpu(), torch.arange(12.0).reshape(3, 4)[:, ::2] * 2)
+
+
+def test_a_profile_without_the_overlapping_writes_rule_raises_the_cpus_error(rules):
+    import torch
+
+    rules(overlapping_writes=False)
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        torch.ones(1, 3, device="neuron").expand(2, 3).add_(1)

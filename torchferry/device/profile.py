@@ -36,11 +36,31 @@ RULES = {
                        "host fallbacks work", "torch_neuronx/type_converter_base.py (TORCH_TO_JAX_BASE)"),
     "unsigned_dtypes": (4, "ops the target compiles raise on uint16/uint32/uint64 device tensors; copies, "
                         "views and host fallbacks work", "torch_neuronx/type_converter_base.py (TORCH_TO_JAX_BASE)"),
+    "empty_inputs": (8, "an op the target runs through its torch-mlir kernel, called with an empty tensor input, "
+                     "returns zeros of the result's shape (reductions and scatter excepted; in-place ops untouched)",
+                     "torch_neuronx/python_ops/torch_mlir/kernel.py (TorchMlirKernel.__call__, "
+                     "_handle_empty_tensors), python_ops/shared/config.py (ReductionOps, IndexOps)"),
+    "overlapping_writes": (16, "an op the target compiles writes into a tensor whose elements share memory (an "
+                           "expanded tensor) with a warning once per op, where the CPU raises",
+                           "torch_neuronx (no overlap check anywhere in the package: python_ops/torch_mlir/kernel.py "
+                           "writes results into the tensor given; the CPU's TensorIterator runs "
+                           "assert_no_internal_overlap)"),
 }
 
-# Classification codes shared with Target.cpp: kind | COMPILES | SYNCS.
+# Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS.
 NATIVE, METADATA, HOST_COPY, HOST_PREDICTED = 0, 1, 2, 3
-COMPILES, SYNCS = 4, 8
+COMPILES, SYNCS, EMPTY_ZEROS = 4, 8, 16
+# TorchNeuron's torch-mlir kernel skips the computation when a positional tensor argument is empty
+# (torch_mlir/kernel.py, TorchMlirKernel.__call__ -> _handle_empty_tensors): reductions return their
+# identity (sum 0, prod 1, mean/std/var NaN: what the CPU computes) or fail over to the CPU (max, min,
+# amax, amin, argmax, argmin, std_mean, var_mean: "no identity value"), scatter and scatter_add with an
+# empty index return the input (as the CPU), and every other op returns zeros of the result's shape
+# (`_create_zeros_like_original`). By base name, as python_ops/shared/config.py (ReductionOps, IndexOps)
+# matches them.
+TORCH_MLIR_SOURCES = "python_ops/torch_mlir/"
+EMPTY_NOT_ZEROS = frozenset({"sum", "add", "prod", "product", "all", "any", "norm", "mean", "std", "var",
+                             "max", "min", "amax", "amin", "argmax", "argmin", "std_mean", "var_mean",
+                             "scatter", "scatter_add"})
 
 # Ops through which this device realises an op the target implements itself; they
 # are judged as that op.
@@ -98,10 +118,14 @@ class KnownIssue:
     reason: str
     scope: str  # which of the vendor's tests skip it
     source: str  # the vendor's file(s)
+    # The dtypes the vendor's reason scopes it to ("bfloat16 gradient mismatch"): the op is a known
+    # issue only when it runs on a device tensor of one of them. Empty: in every dtype.
+    dtypes: tuple[str, ...] = ()
 
     def warning(self, commit: str) -> str:
+        where = f"; in {', '.join(self.dtypes)} only" if self.dtypes else ""
         return (f"{self.op} is a known issue of TorchNeuron {commit[:7]}: {self.reason} ({self.kind}: "
-                f"{KNOWN_ISSUE_KINDS[self.kind]}; {self.scope}; source: {self.source}). Listed by "
+                f"{KNOWN_ISSUE_KINDS[self.kind]}{where}; {self.scope}; source: {self.source}). Listed by "
                 "torchferry.device.known_issues() (one warning per op); test this op on the real device.")
 
 
@@ -120,6 +144,13 @@ class KnownIssues:
     def warnings(self) -> dict[str, str]:
         """Every ATen overload name -> the warning its first call gives (one text per vendor op)."""
         return {name: issue.warning(self.source_commit) for name, issue in self.by_op().items()}
+
+    def dtype_scopes(self) -> dict[str, list[object]]:
+        """Every ATen overload name of a dtype-scoped issue -> its `torch.dtype`s."""
+        import torch
+
+        return {name: [getattr(torch, d) for d in issue.dtypes]
+                for name, issue in self.by_op().items() if issue.dtypes}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,7 +238,32 @@ class DeviceProfile:
             for op, delegate in structured_delegates().items():
                 if op not in codes and delegate in codes:
                     codes[op] = codes[delegate]
+            for op in empty_zeros_ops(self.native_ops.native):
+                codes[op] = codes.get(op, default) | EMPTY_ZEROS
         return codes, reasons, default, default_reason
+
+
+def empty_zeros_ops(native: dict[str, str]) -> list[str]:
+    """The ops that give zeros on the target when a positional tensor argument is empty: those it runs
+    through its torch-mlir kernel (themselves, or their structured delegate: `div.Tensor` runs `div.out`),
+    but the reductions and index ops of EMPTY_NOT_ZEROS and the in-place variants (whether TorchNeuron
+    writes the zeros into `self` is not in its source)."""
+    import torch
+
+    mlir = {op for op, source in native.items() if TORCH_MLIR_SOURCES in source}
+    delegates = structured_delegates()
+    found = []
+    for op in sorted(aten_ops()):
+        if op not in mlir and delegates.get(op) not in mlir:
+            continue
+        if op.split("::")[-1].split(".")[0].lower() in EMPTY_NOT_ZEROS:
+            continue
+        name, _, overload = op.partition(".")
+        schema = torch._C._get_schema(name, overload)
+        if any(a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only for a in schema.arguments):
+            continue  # in place
+        found.append(op)
+    return found
 
 
 @cache
@@ -288,7 +344,8 @@ def load_known_issues(path: Path) -> KnownIssues:
     text = path.read_text()
     try:
         data = tomllib.loads(text)
-        issues = tuple(KnownIssue(op=op, kind=e["kind"], reason=e["reason"], scope=e["scope"], source=e["source"])
+        issues = tuple(KnownIssue(op=op, kind=e["kind"], reason=e["reason"], scope=e["scope"], source=e["source"],
+                                  dtypes=tuple(e.get("dtypes", ())))
                        for op, e in sorted(data["known_issues"].items()))
         known = KnownIssues(path=path, source_commit=data["source_commit"], issues=issues)
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
@@ -305,7 +362,17 @@ def load_known_issues(path: Path) -> KnownIssues:
         if not expand(issue.op):
             raise UsageError(f"{path}:{line}: known issue {issue.op!r} names no ATen op of this torch. Fix the name "
                              "or regenerate the table with tools/gen_trn2_profile.py for this torch version.")
+        bad = [d for d in issue.dtypes if not _is_dtype_name(d)]
+        if bad:
+            raise UsageError(f"{path}:{line}: known issue {issue.op!r} has dtypes {bad!r}, not torch dtype names "
+                             "(e.g. \"bfloat16\", \"float16\"). Fix the names, or drop `dtypes` to mean every dtype.")
     return known
+
+
+def _is_dtype_name(name: object) -> bool:
+    import torch
+
+    return isinstance(name, str) and isinstance(getattr(torch, name, None), torch.dtype)
 
 
 def profile_path(name_or_path: str | Path = DEFAULT_PROFILE) -> Path:

@@ -139,7 +139,7 @@ def start(core: ModuleType, profile: DeviceProfile, environ: Mapping[str, str]) 
     core._load_persisted_signatures(_cache.load())
     _mark_first_optimizer_step()
     if profile.known_issues is not None:
-        core._set_known_issues(profile.known_issues.warnings())
+        core._set_known_issues(profile.known_issues.warnings(), profile.known_issues.dtype_scopes())
     atexit.register(_at_exit)
 
 
@@ -226,8 +226,9 @@ def fallback_reasons() -> dict[str, str]:
 
 def known_issues() -> list[dict[str, object]]:
     """The target's known issues among the ops run since the last `torch.neuron.clear_op_tracking()`,
-    one record per vendor op (``op``, ``kind``, ``reason``, ``scope``, ``source``, ``calls``,
-    ``overloads``), most calls first. Empty when the profile has no known-issue table.
+    one record per vendor op (``op``, ``kind``, ``reason``, ``scope``, ``source``, ``dtypes``, ``calls``,
+    ``overloads``), most calls first. An issue scoped to dtypes (``dtypes`` not empty: "bfloat16
+    gradient mismatch") counts only the calls that ran on a device tensor of one of them. Empty when the profile has no known-issue table.
 
     The records are evidence from the vendor's own CI (its tests skip these ops), not a failure
     measured here: the device runs them with the CPU's kernels. See docs/device/fidelity.md."""
@@ -237,18 +238,20 @@ def known_issues() -> list[dict[str, object]]:
     if known is None:
         return []
     core, by_op = _core(), known.by_op()
-    calls: dict[str, int] = {}  # vendor op -> calls of its overloads
+    calls: dict[str, int] = {}  # vendor op -> calls of its overloads (in its dtypes, where scoped)
     overloads: dict[str, list[str]] = {}
-    for counts in (core._executed_ops(), core._fallback_ops()):
+    scoped = core._known_issue_calls()
+    for counts in (core._executed_ops(), core._fallback_ops(), scoped):
         for name, n in sorted(counts.items()):
-            if name in by_op:
+            if name in by_op and bool(by_op[name].dtypes) == (counts is scoped):
                 op = by_op[name].op
                 calls[op] = calls.get(op, 0) + n
                 if name not in overloads.setdefault(op, []):
                     overloads[op].append(name)
     issues = {issue.op: issue for issue in known.issues}
     return [{"op": op, "kind": issues[op].kind, "reason": issues[op].reason, "scope": issues[op].scope,
-             "source": issues[op].source, "calls": calls[op], "overloads": sorted(overloads[op])}
+             "source": issues[op].source, "dtypes": list(issues[op].dtypes), "calls": calls[op],
+             "overloads": sorted(overloads[op])}
             for op in sorted(calls, key=lambda op: (-calls[op], op))]
 
 

@@ -33,7 +33,11 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
 at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& min,
                       const at::Scalar& max, at::Tensor& out) {
   static const c10::OperatorHandle op = op_handle("aten::histc", "out");
-  count_op(op);
+  const OpInfo& info = account(op);
+  if (info.checks(self.scalar_type())) {
+    if (info.refuses(self.scalar_type())) throw_unsupported_dtype(info, self.scalar_type());
+    note_known_issue(info);
+  }
   const bool integral = at::isIntegralType(self.scalar_type(), /*includeBool=*/true);
   at::Tensor host_self = host_view_of(self);
   at::Tensor counts = at::_ops::histc::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU),

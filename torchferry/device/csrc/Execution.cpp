@@ -30,6 +30,7 @@
 #include "neuron.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -133,7 +134,14 @@ class HostCall {
       arg_ = &args[i];
       if (info_.compiles) signature_.add(iv, args[i]);
       if (iv.isTensor()) {
+        // TorchNeuron's torch-mlir kernel looks at its positional tensor arguments only.
+        if (info_.empty_zeros && !args[i].kwarg_only() && iv.toTensor().defined() && iv.toTensor().numel() == 0) {
+          empty_input_ = true;
+        }
         iv = to_host(iv.toTensor(), writes);
+        if (writes && info_.writes_through_overlap && at::has_internal_overlap(iv.toTensor()) == at::MemOverlap::Yes) {
+          overlapping_writes_.push_back({begin + i, iv.toTensor(), at::Tensor()});
+        }
       } else if (iv.isList()) {
         const auto kind = args[i].type()->kind();
         if (kind == c10::TypeKind::ListType) convert_list(iv, writes);
@@ -273,7 +281,10 @@ class HostCall {
     note_device(t.device().index());
     TORCH_CHECK(t.layout() == c10::kStrided, "the neuron device supports strided tensors only, got ",
                 t.layout());
-    if (info_.refuses(t.scalar_type())) throw_unsupported_dtype(info_, t.scalar_type());
+    if (info_.checks(t.scalar_type())) {
+      if (info_.refuses(t.scalar_type())) throw_unsupported_dtype(info_, t.scalar_type());
+      known_issue_dtype_ = true;
+    }
     // One host tensor per device tensor: a kernel given the same tensor twice (`mul.out(self,
     // other, out=self)`) must see the alias, or it resizes an `out=` that is also its input
     // and an in-place op changes its self's shape where the CPU raises.
@@ -337,6 +348,41 @@ class HostCall {
  public:
   // Whether the call indexes with a boolean mask (its shape depends on the data).
   bool indexes_with_mask() const { return index_mask_; }
+  // The target writes through a written argument whose elements share memory, where the CPU's
+  // kernel refuses it: the kernel writes a compact copy, which goes back element by element
+  // (a shared location keeps one of the values written).
+  bool writes_overlapping() const { return !overlapping_writes_.empty(); }
+  void unshare_overlapping_writes(torch::jit::Stack* stack) {
+    for (OverlappingWrite& w : overlapping_writes_) {
+      w.compact = at::empty(w.shared.sizes(), w.shared.options());
+      w.compact.copy_(w.shared);
+      (*stack)[w.slot] = c10::IValue(w.compact);
+    }
+  }
+  void write_through_overlapping(size_t num_returns, torch::jit::Stack* stack) {
+    for (OverlappingWrite& w : overlapping_writes_) {
+      const at::Tensor& shared = w.shared;
+      if (shared.numel() > 0) {
+        at::Tensor offsets = at::zeros(shared.sizes(), shared.options().dtype(at::kLong));
+        c10::SmallVector<int64_t, 6> shape(shared.dim(), 1);
+        for (int64_t d = 0; d < shared.dim(); ++d) {
+          shape[d] = shared.size(d);
+          offsets.add_(at::arange(shared.size(d), offsets.options()).mul_(shared.stride(d)).view(shape));
+          shape[d] = 1;
+        }
+        const int64_t extent = offsets.max().item<int64_t>() + 1;
+        shared.as_strided({extent}, {1}, shared.storage_offset())
+            .index_put_({offsets.reshape(-1)}, w.compact.reshape(-1));
+      }
+      for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+        if ((*stack)[i].isTensor() && (*stack)[i].toTensor().is_same(w.compact)) (*stack)[i] = c10::IValue(shared);
+      }
+    }
+  }
+  // Whether a positional tensor argument is empty (the target returns zeros: info.empty_zeros).
+  bool has_empty_input() const { return empty_input_; }
+  // Whether a device tensor has a dtype the op's known issue is scoped to.
+  bool runs_known_issue_dtype() const { return known_issue_dtype_; }
 
  private:
 
@@ -388,6 +434,14 @@ class HostCall {
   std::string foreign_device_, foreign_argument_;
   Signature signature_;
   bool index_mask_ = false;
+  bool known_issue_dtype_ = false;
+  bool empty_input_ = false;
+  struct OverlappingWrite {
+    size_t slot;        // its place on the stack
+    at::Tensor shared;  // the host view whose elements share memory
+    at::Tensor compact; // what the kernel writes instead
+  };
+  c10::SmallVector<OverlappingWrite, 1> overlapping_writes_;
   c10::DeviceIndex device_ = -1;
   c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 4> aliases_;  // host alias, device
   c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 2> adopted_;  // kernel output, device
@@ -497,6 +551,21 @@ void Signature::add(const c10::IValue& iv, const c10::Argument& arg) {
   }
 }
 
+namespace {
+// The target's result for an empty positional input: zeros of each result's shape (its
+// torch-mlir kernel computes nothing). Written through host views: not a device op.
+void zero_results(const OpInfo& info, size_t num_returns, torch::jit::Stack* stack) {
+  bool zeroed = false;
+  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+    const c10::IValue& iv = (*stack)[i];
+    if (!iv.isTensor() || !iv.toTensor().defined() || iv.toTensor().numel() == 0) continue;
+    host_view_of(iv.toTensor()).zero_();
+    zeroed = true;
+  }
+  if (zeroed) warn_empty_zeros(info);
+}
+}  // namespace
+
 void execute_on_host_kernels(const c10::OperatorHandle& op, c10::DispatchKeySet /*keys*/,
                              torch::jit::Stack* stack) {
   settle_device_threading();
@@ -509,15 +578,22 @@ void run_on_host_kernels(const c10::OperatorHandle& op, const OpInfo& info, torc
   call.convert_arguments(schema, stack);
   ProfiledOp profiled(op, info.on_host(), call.device());
   if (info.compiles) record_signature(call.signature() ^ info.name_hash);
+  if (call.runs_known_issue_dtype()) note_known_issue(info);
   if (call.indexes_with_mask() && !is_masked_fill(info, schema, *stack)) {
     count_sync(info.name + " (boolean mask)");
   }
+  if (call.writes_overlapping()) call.unshare_overlapping_writes(stack);
   {
     KernelMemoryScope kernel_memory(call.device());
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   }
+  if (call.writes_overlapping()) {
+    call.write_through_overlapping(schema.returns().size(), stack);
+    warn_overlapping_write(info);
+  }
   call.write_back_mutations();
   call.convert_results(schema.returns().size(), stack);
+  if (call.has_empty_input()) zero_results(info, schema.returns().size(), stack);
 }
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,

@@ -116,6 +116,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_clear_op_tracking", &clear_op_tracking);
   m.def("_fallback_reasons", &fallback_reasons_seen);
   m.def("_set_known_issues", &set_known_issues);
+  m.def("_known_issue_calls", &known_issue_calls);
   m.def("_host_syncs", &host_syncs);
   m.def("_eager_compile_counts", &eager_compile_counts);
   m.def("_load_persisted_signatures", &load_persisted_signatures);

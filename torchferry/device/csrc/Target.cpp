@@ -10,6 +10,7 @@
 #include "neuron.h"
 
 #include <atomic>
+#include <deque>
 #include <mutex>
 #include <unordered_set>
 
@@ -51,6 +52,17 @@ std::unordered_map<const c10::FunctionSchema*, OpEntry> g_ops;
 // so the overloads of one vendor op warn once). Read only when an op is first met.
 std::unordered_map<std::string, std::string> g_known_issues;
 std::unordered_set<std::string> g_known_issues_warned;
+// Known issues scoped to dtypes ("bfloat16 gradient mismatch"), one slot per overload: they warn
+// on the first call that runs in one of their dtypes, counted without the lock. Slots are made by
+// set_known_issues only (at start-up) and never move (a deque).
+struct ScopedIssue {
+  std::string name;
+  std::string warning;
+  uint64_t dtypes = 0;
+  std::atomic<int64_t> calls{0};
+};
+std::deque<ScopedIssue> g_scoped_issues;
+std::unordered_map<std::string, int> g_scoped_issue_slot;
 std::unordered_map<std::string, int64_t> g_syncs;
 TargetConfig g_config;
 
@@ -116,6 +128,11 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
   info.refused_dtypes = !info.compiles ? 0
                                        : ((rules & kRuleComplex) ? kComplexTypes : 0) |
                                              ((rules & kRuleUnsigned) ? kUnsignedTypes : 0);
+  info.empty_zeros = (rules & kRuleEmptyInputs) && (code & kCodeEmptyZeros) && !info.on_host();
+  info.writes_through_overlap = (rules & kRuleOverlappingWrites) && info.compiles && !info.on_host();
+  auto scoped = g_scoped_issue_slot.find(info.name);
+  info.known_issue = scoped == g_scoped_issue_slot.end() ? -1 : scoped->second;
+  info.checked_dtypes = info.refused_dtypes | (info.known_issue < 0 ? 0 : g_scoped_issues[info.known_issue].dtypes);
   auto reason_it = g_config.reasons.find(info.name);
   entry.reason = reason_it == g_config.reasons.end() ? g_config.default_reason : reason_it->second;
 }
@@ -282,10 +299,84 @@ void account_ops(const std::vector<std::string>& op_names) {
   }
 }
 
-void set_known_issues(const std::unordered_map<std::string, std::string>& warnings) {
+void set_known_issues(const std::unordered_map<std::string, std::string>& warnings,
+                      const std::unordered_map<std::string, std::vector<at::ScalarType>>& dtypes) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  g_known_issues = warnings;
+  g_known_issues.clear();
+  g_scoped_issues.clear();
+  g_scoped_issue_slot.clear();
+  for (const auto& [name, warning] : warnings) {
+    auto scope = dtypes.find(name);
+    if (scope == dtypes.end() || scope->second.empty()) {
+      g_known_issues[name] = warning;
+      continue;
+    }
+    ScopedIssue& issue = g_scoped_issues.emplace_back();
+    issue.name = name;
+    issue.warning = warning;
+    for (at::ScalarType type : scope->second) issue.dtypes |= bit(type);
+    g_scoped_issue_slot[name] = static_cast<int>(g_scoped_issues.size()) - 1;
+  }
   g_known_issues_warned.clear();
+  for (auto& [schema, entry] : g_ops) {  // ops already met take their new slots
+    const auto handle = c10::Dispatcher::singleton().findOp(schema->operator_name());
+    if (handle) classify(*handle, entry);
+  }
+}
+
+namespace {
+// Warns once per op and topic (rare paths only: they take the lock).
+void warn_once(const std::string& key, const std::string& message) {
+  static std::unordered_set<std::string> warned;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (!warned.insert(key).second) return;
+  }
+  TORCH_WARN(message);
+}
+}  // namespace
+
+void warn_overlapping_write(const OpInfo& info) {
+  warn_once("overlap " + info.name,
+            info.name + " wrote into a tensor some of whose elements share one memory location (an expanded "
+            "tensor, e.g. x.expand(...).add_(1)). The CPU refuses this (\"unsupported operation: more than one "
+            "element of the written-to tensor refers to a single memory location\"); TorchNeuron has no such "
+            "check (no overlap check in torch_neuronx 98154b8: its kernels compute the result, then write it "
+            "into the tensor), so on '" + g_config.profile + "' the write goes through and each shared "
+            "location keeps one of the values written, as here. Next step: write into a tensor that owns its "
+            "elements (x = x.expand(...).clone()), which behaves the same on every device; a profile with "
+            "overlapping_writes = false restores the CPU's error (docs/device/fidelity.md).");
+}
+
+void warn_empty_zeros(const OpInfo& info) {
+  warn_once("empty " + info.name,
+            info.name + " was called with an empty tensor input and gave zeros, as TorchNeuron's torch-mlir "
+            "kernel does on '" + g_config.profile + "' (torch_neuronx/python_ops/torch_mlir/kernel.py, "
+            "_handle_empty_tensors: no computation, zeros of the result's shape), where the CPU computes the "
+            "op (addmm gives its bias, nll_loss NaN, index_add its input). Next step: skip the op when an "
+            "input is empty (if x.numel() == 0: ...), or compute it on the CPU; a profile with "
+            "empty_inputs = false computes what the CPU computes (docs/device/fidelity.md).");
+}
+
+void note_known_issue(const OpInfo& info) {
+  ScopedIssue& issue = g_scoped_issues[info.known_issue];
+  if (issue.calls.fetch_add(1, std::memory_order_relaxed) != 0) return;
+  std::string warning;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_known_issues_warned.insert(issue.warning).second) warning = issue.warning;
+  }
+  if (!warning.empty()) TORCH_WARN(warning);
+}
+
+std::unordered_map<std::string, int64_t> known_issue_calls() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  std::unordered_map<std::string, int64_t> out;
+  for (const ScopedIssue& issue : g_scoped_issues) {
+    const int64_t calls = issue.calls.load(std::memory_order_relaxed);
+    if (calls > 0) out[issue.name] = calls;
+  }
+  return out;
 }
 
 std::unordered_map<std::string, int64_t> executed_ops() {
@@ -326,6 +417,7 @@ void clear_op_tracking() {
     entry.executed = 0;
     entry.fallback = 0;
   }
+  for (ScopedIssue& issue : g_scoped_issues) issue.calls = 0;
   g_syncs.clear();
 }
 

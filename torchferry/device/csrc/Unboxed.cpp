@@ -16,6 +16,8 @@
 // accounted once, and its eager signature has the same words either way (`Signature`).
 #include "neuron.h"
 
+#include <ATen/MemoryOverlap.h>
+
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/addcdiv_ops.h>
 #include <ATen/ops/addcmul_ops.h>
@@ -82,7 +84,12 @@ class UnboxedCall {
     return takes_device_tensor(t);
   }
   // A written argument (the self of an in-place op) must be on the device.
-  bool takes(at::Tensor& t) { return t.defined() && t.device().type() == kNeuron && takes_device_tensor(t); }
+  // One whose elements share memory (an expanded tensor) takes the boxed path, which writes
+  // through where the target does (the overlapping_writes rule) or raises the CPU's error.
+  bool takes(at::Tensor& t) {
+    return t.defined() && t.device().type() == kNeuron && takes_device_tensor(t) &&
+           at::has_internal_overlap(t) != at::MemOverlap::Yes;
+  }
   bool takes(const std::optional<at::Tensor>& t) { return !t.has_value() || takes(*t); }
   bool takes(const at::ITensorListRef& list) {
     for (const at::Tensor& t : list) {
@@ -100,6 +107,8 @@ class UnboxedCall {
   bool self_shares_storage() const {
     return std::find(storages_.begin() + 1, storages_.end(), storages_.front()) != storages_.end();
   }
+
+  bool runs_known_issue_dtype() const { return known_issue_dtype_; }
 
   at::Tensor host(const at::Tensor& t) {
     if (!t.defined() || t.device().type() != kNeuron) return t;
@@ -148,13 +157,18 @@ class UnboxedCall {
   bool takes_device_tensor(const at::Tensor& t) {
     if (t.layout() != c10::kStrided) return false;
     if (info_.target_numerics && is_64bit(t)) return false;
-    if (info_.refuses(t.scalar_type())) return false;  // the boxed path raises the target's error
+    if (info_.empty_zeros && t.numel() == 0) return false;  // the boxed path gives the target's zeros
+    if (info_.checks(t.scalar_type())) {
+      if (info_.refuses(t.scalar_type())) return false;  // the boxed path raises the target's error
+      known_issue_dtype_ = true;
+    }
     if (device_ < 0) device_ = t.device().index();
     storages_.push_back(t.storage().unsafeGetStorageImpl());
     return t.device().index() == device_;
   }
 
   const OpInfo& info_;
+  bool known_issue_dtype_ = false;  // a device tensor has a dtype of the op's known issue
   c10::DeviceIndex device_ = -1;
   c10::SmallVector<c10::StorageImpl*, 4> storages_;                  // of the device tensors taken
   c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> views_;  // host alias, device
@@ -197,6 +211,7 @@ struct Unboxed<Op, R(A...)> {
     const bool fast = !info.on_host() && (call.takes(args) && ...) && call.device() >= 0 &&
                       !(kInPlace && call.self_shares_storage());
     if (!fast) return run_boxed<R>(op, info, args...);
+    if (call.runs_known_issue_dtype()) note_known_issue(info);
     if (info.compiles) {
       Signature signature;
       (signature.add(args), ...);

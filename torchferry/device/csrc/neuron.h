@@ -239,8 +239,18 @@ struct OpInfo {
   // Bit i set: the target refuses device tensors of ScalarType i in this op (its dtype
   // tables have no such type; the profile's [rules]); zero for ops it does not compile.
   uint64_t refused_dtypes = 0;
+  // Bit i set: a device tensor of ScalarType i needs a look: a refused dtype, or one of the
+  // dtypes of the op's dtype-scoped known issue (`known_issue`). One test per tensor.
+  uint64_t checked_dtypes = 0;
+  int known_issue = -1;  // its dtype-scoped known issue (Target.cpp), or -1
+  // The target returns zeros when a positional tensor argument is empty (empty_inputs rule).
+  bool empty_zeros = false;
+  // The target writes into a written argument whose elements share memory where the CPU
+  // refuses (overlapping_writes rule): ops it compiles.
+  bool writes_through_overlap = false;
   bool on_host() const { return kind == OpKind::HostCopy || kind == OpKind::HostPredicted; }
   bool refuses(at::ScalarType type) const { return (refused_dtypes >> static_cast<int>(type)) & 1; }
+  bool checks(at::ScalarType type) const { return (checked_dtypes >> static_cast<int>(type)) & 1; }
 };
 // The device profile's [rules] (profile.py RULES): each a behaviour of the target that
 // the device reproduces unless the profile turns it off.
@@ -248,7 +258,15 @@ enum Rule : int {
   kRuleMemoryFormat = 1,  // contiguous(memory_format=channels_last[_3d]) is refused
   kRuleComplex = 2,       // complex dtypes in ops the target compiles are refused
   kRuleUnsigned = 4,      // uint16/32/64 likewise
+  kRuleEmptyInputs = 8,   // an empty positional tensor input gives zeros (torch-mlir kernels)
+  kRuleOverlappingWrites = 16,  // in-place writes into self-overlapping tensors go through, with a warning
 };
+// Classification code bit (profile.py EMPTY_ZEROS): the op gives zeros on an empty input.
+constexpr int kCodeEmptyZeros = 16;
+// Once per op: the call wrote into a tensor whose elements share memory (the CPU refuses).
+void warn_overlapping_write(const OpInfo& info);
+// Once per op: an empty input gave zeros, as on the target.
+void warn_empty_zeros(const OpInfo& info);
 bool rule_on(Rule rule);
 // TorchNeuron's error for a dtype its tables lack, with the way out.
 [[noreturn]] void throw_unsupported_dtype(const OpInfo& info, at::ScalarType type);
@@ -284,7 +302,15 @@ void set_target(const std::unordered_map<std::string, int>& codes,
 std::unordered_map<std::string, int64_t> executed_ops();
 std::unordered_map<std::string, int64_t> fallback_ops();
 // op -> the warning its first call gives: the target vendor's known issue with the op.
-void set_known_issues(const std::unordered_map<std::string, std::string>& warnings);
+// dtypes: op -> the dtypes its issue is scoped to; such an op warns (and counts) only when it
+// runs on a device tensor of one of them (`note_known_issue`), the others on their first call.
+void set_known_issues(const std::unordered_map<std::string, std::string>& warnings,
+                      const std::unordered_map<std::string, std::vector<at::ScalarType>>& dtypes);
+// One call of an op on a device tensor of a dtype its known issue is scoped to (info.checks
+// and not info.refuses): counted, and the issue's warning on the first.
+void note_known_issue(const OpInfo& info);
+// op -> its calls in the dtypes of its known issue, since clear_op_tracking.
+std::unordered_map<std::string, int64_t> known_issue_calls();
 std::unordered_map<std::string, std::string> fallback_reasons_seen();
 std::unordered_map<std::string, int64_t> host_syncs();
 void clear_op_tracking();
