@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         ok &= passed
         note = "" if t.samples else " (no OpInfo sample in the pattern)"
         print(f"{rule:16s} {'PASS' if passed else 'FAIL'}{note}: {t.ops} ops, {t.samples} samples in the pattern, "
-              f"{t.cpu_passing} run on the CPU and with the rule off, {t.changed} now refused "
+              f"{t.cpu_passing} run on the CPU and with the rule off, {t.changed} "
+              f"{'now refused' if REFUSALS[rule] else 'now differ from the CPU'} "
               f"({len(t.changed_ops)} ops); twins: {t.twin_cpu_passing} CPU-passing, {t.twin_changed} changed "
               f"[{time.perf_counter() - start:.0f} s]")
         for line in t.twin_failures[:10]:
