@@ -236,7 +236,7 @@ def known_issues() -> list[dict[str, object]]:
     known = _runtime.profile().known_issues
     if known is None:
         return []
-    core, by_op = _core(), known.by_op()
+    core, by_op = _core(), known.by_op
     calls: dict[str, int] = {}  # vendor op -> calls of its overloads
     overloads: dict[str, list[str]] = {}
     for counts in (core._executed_ops(), core._fallback_ops()):

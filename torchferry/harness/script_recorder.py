@@ -348,17 +348,18 @@ class _Rehearsal:
     """Per-step counts of a device that emulates another (its predictions), minus the recorder's own work.
 
     One measurement window (torchferry/harness/window.py) stays open from the recorder's installation to the
-    end of the process; a step's counts are the difference of its readings at consecutive step ends, less
-    the windows opened around the recorder's own device work. Step 1 therefore counts everything from
+    end of the process; a step's counts are the difference of its cheap counters (``Window.counts``) at
+    consecutive step ends, less those of the spans around the recorder's own device work (the full reading,
+    memory and known issues included, is taken once, at the end). Step 1 therefore counts everything from
     ``import torch`` to the end of the first optimizer step (building the model and moving it included)."""
 
     def __init__(self, device: Any) -> None:
         from torchferry.harness.window import Window
 
-        self.window_class, self.device = Window, device
+        self.device = device
         self.window = Window(device, clear=False)
-        self.last = self.window.read()
-        self.skipped: list[Any] = []  # readings of the recorder's own work in the current step
+        self.opened = self.last = self.window.counts()
+        self.skipped: list[Any] = []  # the counts of the recorder's own work in the current step
         self.all_skipped: list[Any] = []
         self.steps: list[dict] = []
 
@@ -377,21 +378,20 @@ class _Rehearsal:
 
     @contextlib.contextmanager
     def excluded(self) -> Iterator[None]:
-        window = self.window_class(self.device, clear=False)
+        before = self.window.counts()  # the cheap counters: this runs twice per step
         try:
             yield
         finally:
-            reading = window.read()
-            self.skipped.append(reading)
-            self.all_skipped.append(reading)
+            span = self.window.counts().minus(before)
+            self.skipped.append(span)
+            self.all_skipped.append(span)
 
     def step(self) -> None:
         """Close one step: its counts since the last step end, less the recorder's own."""
-        now = self.window.read()
-        p = _minus(_predictions(now), _predictions(self.last), *map(_predictions, self.skipped))
-        self.steps.append({"signatures": p["signatures"], "compilations": p["compilations"],
-                           "cache_hits": p["cache_hits"], "host_syncs": {k: n for k, n in p["host_syncs"].items() if n > 0},
-                           "inputs": {}})
+        now = self.window.counts()
+        p = now.minus(self.last, *self.skipped)
+        self.steps.append({"signatures": p.signatures, "compilations": p.compilations, "cache_hits": p.cache_hits,
+                           "host_syncs": {k: n for k, n in p.host_syncs.items() if n > 0}, "inputs": {}})
         self.last, self.skipped = now, []
 
     def totals(self, error: dict | None) -> dict:
@@ -399,12 +399,12 @@ class _Rehearsal:
         import dataclasses
 
         reading = self.window.read()
-        ops = _minus(_ops(reading), *map(_ops, self.all_skipped))
-        fallback = {k: n for k, n in ops["fallback"].items() if n > 0}
+        ops = self.window.counts().minus(self.opened, *self.all_skipped)
+        fallback = {k: n for k, n in ops.fallback.items() if n > 0}
         predictions = reading.predictions
         seen = {*dict(self.window.module.get_executed_ops()), *dict(self.window.module.get_fallback_ops())}
         record = {"emulates": predictions.profile, "numerics": predictions.numerics, "steps": self.steps,
-                  "fallback_ops": fallback, "executed_calls": ops["executed"],
+                  "fallback_ops": fallback, "executed_calls": ops.executed,
                   "fallback_reasons": {k: v for k, v in predictions.fallback_reasons.items() if k in fallback},
                   "peak_bytes": dataclasses.asdict(reading.memory)["bytes"], "capacity_bytes": predictions.capacity_bytes,
                   "random_ops": sorted(op for op in seen if any(r in op for r in RANDOM_OPS))}
@@ -426,29 +426,6 @@ def _placement_parts(message: str) -> tuple[str, list[str], str | None]:
     argument = re.search(r"argument for argument (\w+)", message)
     return (op.group(1) if op else "an op", list(devices.groups()) if devices else [],
             argument.group(1) if argument else None)
-
-
-def _predictions(reading: Any) -> dict:
-    p = reading.predictions
-    return {"signatures": p.signatures, "compilations": p.compilations, "cache_hits": p.cache_hits,
-            "host_syncs": dict(p.host_syncs)}
-
-
-def _ops(reading: Any) -> dict:
-    return {"executed": reading.ops.executed, "fallback": dict(reading.ops.fallback)}
-
-
-def _minus(first: dict, *others: dict) -> dict:
-    """``first`` less each of ``others``, key by key (numbers, and dicts of counts)."""
-    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in first.items()}
-    for other in others:
-        for k, v in other.items():
-            if isinstance(v, dict):
-                for name, n in v.items():
-                    out[k][name] = out[k].get(name, 0) - n
-            else:
-                out[k] -= v
-    return out
 
 
 def _int_env(name: str) -> int | None:
