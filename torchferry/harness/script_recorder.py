@@ -95,6 +95,31 @@ def tensor_digest(t: Any) -> str:
     return h.hexdigest()
 
 
+GRAPH_NODES_LIMIT = 20_000  # nodes of the first backward's graph read for its tensor shapes
+
+
+def graph_shapes(loss: Any) -> list[list]:
+    """The shapes of the tensors the first backward's autograd graph saved, as ``[node, attribute, shape]``
+    sorted: what the step computed on, read once and only from metadata (no device work). Two runs of one
+    script whose lists differ computed on other shapes: a library chose them per device (TRL pads batches to
+    a multiple of 128 on ``neuron``), so equal kernels no longer mean equal results (check/script_judge.py)."""
+    import torch
+
+    shapes, seen, todo = [], set(), [loss.grad_fn]
+    while todo and len(seen) < GRAPH_NODES_LIMIT:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for attr in dir(node):
+            if attr.startswith("_saved_"):
+                value = getattr(node, attr, None)
+                if isinstance(value, torch.Tensor):
+                    shapes.append([node.name(), attr[len("_saved_"):], list(value.shape)])
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return sorted(shapes)
+
+
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Calls ``patch(module)`` once a named module has been imported (safetensors.torch is imported
     by the script or its libraries after ``import torch``; patching it then catches save_pretrained too)."""
@@ -139,7 +164,8 @@ class ScriptRecorder:
             "world_size": _int_env("WORLD_SIZE"), "argv": list(sys.argv), "started_s": time.time() - self.t0,
             "seed": seed, "seed_offset": seed_offset, "script_seeded": False, "steps": 0, "step_ends_s": [], "losses": [], "loss_steps": [],
             "grad_norms": [], "checkpoints": [], "parameters": None, "device": None, "peak_memory": None,
-            "stopped": None, "error": None, "rehearsal": None, "ended_s": None}
+            "stopped": None, "error": None, "rehearsal": None, "ended_s": None,
+            "first_backward_shapes": None}
         self.rehearsal: _Rehearsal | None = None
 
     # installation -------------------------------------------------------------------------------
@@ -229,6 +255,9 @@ class ScriptRecorder:
         if self.device is None:
             self.device = loss.device
             self.record["device"] = str(loss.device)
+        if not self.losses:
+            with contextlib.suppress(Exception):
+                self.record["first_backward_shapes"] = graph_shapes(loss)
         self.losses.append((self.record["steps"], loss))
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
