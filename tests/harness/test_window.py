@@ -98,6 +98,24 @@ def test_a_new_signature_is_counted_in_the_window_that_ran_it_and_not_the_next(n
     assert second.reading.predictions.signatures == 0 and second.reading.predictions.calls >= 1
 
 
+def test_cheap_counts_difference_to_the_full_readings_figures(neuron):
+    """The script recorder differences ``counts()`` every step instead of full readings: the same figures."""
+    window = Window(neuron, clear=False)
+    before = window.counts()
+    x = torch.ones((5, 19, 3), device=neuron)  # a shape no other test uses: a new signature
+    torch.sin(x).sum()
+    _fallback_op_call(neuron)
+    span = window.counts().minus(before)
+    reading = window.read()
+    p = reading.predictions
+    assert span.executed == reading.ops.executed >= 3
+    assert {k: n for k, n in span.fallback.items() if n} == dict(reading.ops.fallback)
+    assert (span.signatures, span.compilations, span.cache_hits) == (p.signatures, p.compilations, p.cache_hits)
+    assert span.signatures >= 1 and {k: n for k, n in span.host_syncs.items() if n} == dict(p.host_syncs)
+    taken_out = window.counts().minus(before, span)  # a span less itself leaves nothing
+    assert taken_out.executed == 0 and taken_out.signatures == 0 and not any(taken_out.fallback.values())
+
+
 class _Block(torch.nn.Module):
     def __init__(self, broken: bool):
         super().__init__()

@@ -68,6 +68,30 @@ def _allowed(ref: list, again: list | None, tol: float) -> list[float]:
     return [max(BAND_FACTOR * spread, tol * max(1.0, abs(r or 0.0))) for r in ref]
 
 
+def shape_difference(ref: dict, target: dict) -> str | None:
+    """How the tensors of the first backward differ in shape between two runs (None when they do not, or when a
+    run did not record them): the exact rule needs the same kernels on the same shapes."""
+    from collections import Counter
+
+    a, b = ref.get("first_backward_shapes"), target.get("first_backward_shapes")
+    if not a or not b:
+        return None
+    only_ref = Counter(map(tuple, (x[:2] + [tuple(x[2])] for x in a)))
+    only_target = Counter(map(tuple, (x[:2] + [tuple(x[2])] for x in b)))
+    only_ref, only_target = only_ref - only_target, only_target - only_ref
+    if not only_ref and not only_target:
+        return None
+    pairs = []
+    for node, attr, shape in sorted(only_ref):
+        other = next((t for t in sorted(only_target) if t[:2] == (node, attr)), None)
+        pairs.append(f"{node}.{attr} {list(shape)} on the reference, "
+                     + (f"{list(other[2])} on the target" if other else "absent on the target"))
+    pairs += [f"{node}.{attr} {list(shape)} on the target only" for node, attr, shape in sorted(only_target)
+              if not any(r[:2] == (node, attr) for r in only_ref)]
+    more = f" and {len(pairs) - 2} more" if len(pairs) > 2 else ""
+    return "; ".join(pairs[:2]) + more
+
+
 def curve(name: str, ref: list, target: list, again: list | None, exact: bool, tol: float) -> dict:
     """One recorded curve judged: equal (exact) or within the band; the figures and the first step outside."""
     n = min(len(ref), len(target))

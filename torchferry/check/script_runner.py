@@ -100,15 +100,21 @@ class ScriptCheck:
                                              self.workdir, cfg["timeout"])
         self.note(f"exit: {self.report.exit.status}")
         random_ops = ((target_record or {}).get("rehearsal") or {}).get("random_ops") or []
-        if cfg["exact"] and random_ops:
-            self.note(f"the target drew random numbers on the device ({', '.join(random_ops[:3])}): its random stream "
-                      "is not the CPU's, so parity is judged as convergence within the reference's seed-to-seed spread")
+        other_shapes = judge.shape_difference(ref_record, target_record or {})
+        why_not_exact = (f"the target drew random numbers on the device ({', '.join(random_ops[:3])}): its random "
+                         "stream is not the CPU's" if random_ops else
+                         f"the script computed on other shapes on the target ({other_shapes}): a library chose them "
+                         "for the target's device, so the same kernels sum in another order" if other_shapes else None)
+        if cfg["exact"] and why_not_exact:
+            self.note(f"{why_not_exact}; parity is judged as convergence within the reference's seed-to-seed spread")
             cfg["exact"] = False
             again = self.run_again()
         self.phase = "parity"
         tolerance = Tolerance.resolve(Mode.TRAIN, "float32", self.args.tol)
         self.report.parity = judge.parity(ref_record, again.main_record() if again else None, target_record,
                                           cfg["exact"], tolerance, ref_record.get("_tensors"), target_record.get("_tensors"))
+        if why_not_exact and not cfg["exact"]:
+            self.report.parity.notes.append(f"not the exact rule: {why_not_exact}")
         if not cfg["script_seeded"]:
             self.report.parity.notes.append(f"the script does not seed its RNGs: torchferry seeded them at start "
                                             f"(seed {cfg['seed']}, Python, NumPy and torch)")

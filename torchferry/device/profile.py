@@ -137,20 +137,21 @@ class KnownIssues:
     source_commit: str
     issues: tuple[KnownIssue, ...]
 
+    @cached_property
     def by_op(self) -> dict[str, KnownIssue]:
-        """Every ATen overload name -> its known issue."""
+        """Every ATen overload name -> its known issue (read at every measurement-window reading)."""
         return {name: issue for issue in self.issues for name in expand(issue.op)}
 
     def warnings(self) -> dict[str, str]:
         """Every ATen overload name -> the warning its first call gives (one text per vendor op)."""
-        return {name: issue.warning(self.source_commit) for name, issue in self.by_op().items()}
+        return {name: issue.warning(self.source_commit) for name, issue in self.by_op.items()}
 
     def dtype_scopes(self) -> dict[str, list[object]]:
         """Every ATen overload name of a dtype-scoped issue -> its `torch.dtype`s."""
         import torch
 
         return {name: [getattr(torch, d) for d in issue.dtypes]
-                for name, issue in self.by_op().items() if issue.dtypes}
+                for name, issue in self.by_op.items() if issue.dtypes}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -289,11 +290,20 @@ def structured_delegates() -> dict[str, str]:
     return delegates
 
 
+@cache
+def _overloads() -> dict[str, tuple[str, ...]]:
+    """Bare operator name -> its overloads, sorted: `expand` runs per op at device start and per reading."""
+    index: dict[str, list[str]] = {}
+    for name in aten_ops():
+        index.setdefault(name.split(".", 1)[0], []).append(name)
+    return {base: tuple(sorted(names)) for base, names in index.items()}
+
+
 def expand(op: str) -> list[str]:
     """A full name stays itself; a bare name ("aten::nonzero") means all its overloads."""
     if "." in op.removeprefix("aten::"):
         return [op]
-    return sorted(name for name in aten_ops() if name == op or name.startswith(op + "."))
+    return list(_overloads().get(op, ()))
 
 
 def shipped_profiles() -> list[str]:

@@ -237,7 +237,7 @@ def known_issues() -> list[dict[str, object]]:
     known = _runtime.profile().known_issues
     if known is None:
         return []
-    core, by_op = _core(), known.by_op()
+    core, by_op = _core(), known.by_op
     calls: dict[str, int] = {}  # vendor op -> calls of its overloads (in its dtypes, where scoped)
     overloads: dict[str, list[str]] = {}
     scoped = core._known_issue_calls()

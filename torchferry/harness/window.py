@@ -143,6 +143,33 @@ class Predictions:
 
 
 @dataclass(frozen=True)
+class Counts:
+    """The counters a window can difference cheaply (a few dict copies, no memory or compile state): op
+    calls, host fallbacks and, on an emulating device, eager compilations and host syncs. For hot paths
+    that read every step, such as the unchanged-script recorder; ``Window.read`` gives the full reading."""
+
+    executed: int
+    fallback: Mapping[str, int]
+    signatures: int
+    compilations: int
+    cache_hits: int
+    host_syncs: Mapping[str, int]
+
+    def minus(self, *others: Counts) -> Counts:
+        """These counts less each of ``others`` (a span's counts less spans taken out of it)."""
+        fallback, syncs = dict(self.fallback), dict(self.host_syncs)
+        executed, signatures, compilations, hits = self.executed, self.signatures, self.compilations, self.cache_hits
+        for o in others:
+            executed, signatures = executed - o.executed, signatures - o.signatures
+            compilations, hits = compilations - o.compilations, hits - o.cache_hits
+            for k, n in o.fallback.items():
+                fallback[k] = fallback.get(k, 0) - n
+            for k, n in o.host_syncs.items():
+                syncs[k] = syncs.get(k, 0) - n
+        return Counts(executed, fallback, signatures, compilations, hits, syncs)
+
+
+@dataclass(frozen=True)
 class Reading:
     """Everything one window measured; ``to_dict()`` is plain JSON."""
 
@@ -216,6 +243,15 @@ class Window:
         if self._ops0 is not None:
             ops = Ops(executed - self._ops0[0], _since(fallback, self._ops0[1]))
         return Reading(str(self.device), ops, peak_memory(self.device), self._compiled(), self._predictions(ops))
+
+    def counts(self) -> Counts:
+        """The cheap counters, cumulative since this process's last clear (difference two of them)."""
+        executed, fallback = self._op_counts() or (0, {})
+        if not self.profile:
+            return Counts(executed, fallback, 0, 0, 0, {})
+        api = self._api()
+        eager = api.eager_compiles()
+        return Counts(executed, fallback, eager.signatures, eager.compilations, eager.cache_hits, api.host_syncs())
 
     # -- the parts -------------------------------------------------------------------------
     def _op_counts(self) -> tuple[int, dict[str, int]] | None:
