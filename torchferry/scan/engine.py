@@ -42,6 +42,7 @@ class Context:
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.module = wrapper.module
         self._wrapper = wrapper
+        self.memo: dict[object, object] = {}  # what a rule finds once per source (keys name the rule and the question)
 
     @cached_property
     def _qualnames(self):  # noqa: ANN202 - libcst's metadata mapping

@@ -19,6 +19,7 @@ import io
 import re
 import tokenize
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import cached_property
 
 _BUILTINS = frozenset(dir(builtins))
@@ -372,6 +373,17 @@ class SourceTree:
         return False
 
 
+@dataclass(frozen=True)
+class _RefersTo:
+    names: tuple[str, ...]
+
+    def __call__(self, tree: SourceTree) -> bool:
+        return tree.can_refer_to(self.names)
+
+
 def refers_to(*names: str) -> Callable[[SourceTree], bool]:
-    """A rule's `gate`: the source can refer to one of `names` (a rule that compares qualified names with them)."""
-    return lambda tree: tree.can_refer_to(names)
+    """A rule's `gate`: the source can refer to one of `names` (a rule that compares qualified names with them).
+
+    A value, not a closure, so that rules travel to `--jobs` worker processes.
+    """
+    return _RefersTo(names)
