@@ -1,4 +1,4 @@
-"""Rule prefilters (the cheap text test that decides which rules run, and whether libcst parses a
+"""Rule prefilters and gates (the cheap tests that decide which rules run, and whether libcst parses a
 source at all) never change what the scan finds or how it reports a source that does not parse."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from torchferry.scan.rules import RULES
 from torchferry.scan.sources import discover
 
 HERE = Path(__file__).parent
-UNFILTERED = [dataclasses.replace(rule, prefilter=None) for rule in RULES]
+UNFILTERED = [dataclasses.replace(rule, prefilter=None, gate=None) for rule in RULES]
 SOURCES = [p for p in discover([str(HERE / "corpus"), str(HERE / "data")]) if p.suffix == ".py"]
 
 

@@ -64,6 +64,10 @@ class Rule:
     # hold a finding). The scan runs the rule, and parses the source with libcst at all, only
     # where it matches, so it must never miss: derive it from the names the check compares.
     prefilter: str | None = None
+    # A finer test of the same kind, on Python's own tree of a source (`torchferry.scan.syntax.SourceTree`),
+    # for a libcst rule: libcst parses a source for this rule only where it returns True (None: always).
+    # It must never miss either: `syntax.refers_to("torch.load")` for a rule that compares qualified names.
+    gate: Callable[[Any], bool] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

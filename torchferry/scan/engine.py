@@ -1,14 +1,18 @@
 """Walk one parsed source with the rules that can fire there, then apply the safe fixes in one rewrite.
 
 Cheap first: a rule's `prefilter` (a pattern every source it can report in contains) picks
-the rules worth running on a source; a source none of them can fire in is never given to
-libcst, whose parse and metadata cost a hundred times more than the text search.
+the rules worth running on a source; a source none of them can fire in is parsed only by
+Python's own parser (to report a syntax error), never by libcst.
 
-Rules see nodes through `Context`, which answers the questions they ask: what a name
-means (`qualname`, following imports and aliases), what encloses a node (`parent`), whether
-an attribute chain is complete (`is_outermost`), where code runs (`regions`: forward,
-training step) and what holds a tensor (`tensors`). Each is computed on first use, so a
-source where no rule asks about names never pays for libcst's scope analysis.
+Two trees, each only where it is needed. A rule whose `node_types` are `ast` classes detects
+on Python's own tree (`syntax.SourceTree`, parsed in C; parents, positions and names from one
+walk), through `AstContext`: these rules write no fix, and they are the ones that need to
+know where code runs (`regions`: forward, training step) and what holds a tensor (`tensors`),
+so they run on nearly every model file. The other rules (those that write fixes, and the
+import rules) see libcst nodes through `Context`, which answers the same questions with
+libcst's metadata, each computed on first use; libcst parses a source only when one of them
+is a candidate there: its prefilter matches, and its `gate` (a test on Python's tree, such as
+"a name here can mean `torch.load`") passes.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvide
 
 from torchferry.report.scan import Hit, Rule
 from torchferry.scan.regions import Regions
+from torchferry.scan.syntax import SourceTree
 from torchferry.scan.tensors import Tensors
 
 
@@ -37,6 +42,7 @@ class Context:
     def __init__(self, wrapper: MetadataWrapper) -> None:
         self.module = wrapper.module
         self._wrapper = wrapper
+        self.memo: dict[object, object] = {}  # what a rule finds once per source (keys name the rule and the question)
 
     @cached_property
     def _qualnames(self):  # noqa: ANN202 - libcst's metadata mapping
@@ -77,13 +83,29 @@ class Context:
         parent = self.parent(node)
         return parent if isinstance(parent, cst.Call) and parent.func is node else None
 
+
+class AstContext:
+    """What the rules on Python's tree ask about one source: names, parents, regions and tensors."""
+
+    def __init__(self, tree: SourceTree) -> None:
+        self.tree = tree
+        self.module = tree.module
+        self.qualname = tree.qualname
+        self.parent = tree.parent
+        self.parenthesized = tree.parenthesized
+
     @cached_property
     def regions(self) -> Regions:
-        return Regions(self.module, self)
+        return Regions(self.tree)
 
     @cached_property
     def tensors(self) -> Tensors:
-        return Tensors(self)
+        return Tensors(self.tree, self.regions)
+
+
+def is_ast_rule(rule: Rule) -> bool:
+    """Whether `rule` detects on Python's own tree (its node types are `ast` classes) rather than on libcst's."""
+    return issubclass(rule.node_types[0], ast.AST)
 
 
 @dataclass(frozen=True)
@@ -140,18 +162,64 @@ def analyse(code: str, rules: Sequence[Rule], fix: bool, add_import: bool = True
     Fixes write `torch.` names, so `import torch` is added where missing, unless `add_import`
     is False (a notebook cell after one that imports torch).
 
-    Raises `libcst.ParserSyntaxError` when libcst cannot parse `code`, and `SyntaxError` when
-    no rule can fire in it and Python's own parser rejects it.
+    Raises `libcst.ParserSyntaxError` when neither Python's parser nor libcst can parse `code`.
+    Where libcst accepts what Python rejects, the libcst rules still run there.
     """
     rules = candidate_rules(code, rules)
-    if not rules:
-        _check_syntax(code)
-        return [], None
+    module = _parse(code)
+    cst_rules = [r for r in rules if not is_ast_rule(r)]
+    if module is None:  # Python rejects it: libcst's error, or the libcst rules where libcst accepts it
+        if not cst_rules:
+            cst.parse_module(code)
+            return [], None
+        return _analyse_cst(code, cst_rules, fix, add_import)
+    ast_rules = [r for r in rules if is_ast_rule(r)]
+    tree = SourceTree(code, module) if ast_rules or any(r.gate is not None for r in cst_rules) else None
+    hits = _analyse_ast(tree, ast_rules) if ast_rules else []
+    cst_rules = [r for r in cst_rules if r.gate is None or r.gate(tree)]
+    if not cst_rules:
+        return sorted(hits, key=_position), None
+    cst_hits, fixed = _analyse_cst(code, cst_rules, fix, add_import)
+    return sorted(hits + cst_hits, key=_position), fixed
+
+
+def _position(hit: RuleHit) -> tuple[int, int, str]:
+    return hit.line, hit.column, hit.rule.id
+
+
+def _parse(code: str) -> ast.Module | None:
+    """Python's own tree of `code`, or None when Python rejects it (or it nests too deep for the parser)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # SyntaxWarning (invalid escapes ...) is the user's business
+            return ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _analyse_ast(tree: SourceTree, rules: Sequence[Rule]) -> list[RuleHit]:
+    """The hits of the rules that detect on Python's tree, in walk order."""
+    context = AstContext(tree)
+    by_type: dict[type, list[Rule]] = {}
+    for rule in rules:
+        for node_type in rule.node_types:
+            by_type.setdefault(node_type, []).append(rule)
+    hits = []
+    for node in tree.nodes():
+        for rule in by_type.get(type(node), ()):
+            for hit in rule.check(node, context):
+                line, column = tree.start(hit.node)
+                hits.append(RuleHit(rule, hit, line, column + 1))
+    return hits
+
+
+def _analyse_cst(code: str, rules: Sequence[Rule], fix: bool, add_import: bool) -> tuple[list[RuleHit], str | None]:
+    """The hits of the libcst rules, and the fixed code."""
     # The module is parsed here and never shared, so libcst's defensive deep copy is not needed.
     wrapper = MetadataWrapper(cst.parse_module(code), unsafe_skip_copy=True)
     collector = _Collector(Context(wrapper), rules)
     wrapper.module.visit(collector)
-    hits = sorted(collector.hits, key=lambda h: (h.line, h.column, h.rule.id))
+    hits = sorted(collector.hits, key=_position)
     fixes: dict[int, Hit] = {}
     for rule_hit in hits:
         if rule_hit.hit.fix is not None:
@@ -166,19 +234,3 @@ def analyse(code: str, rules: Sequence[Rule], fix: bool, add_import: bool = True
     AddImportsVisitor.add_needed_import(context, "torch")  # every fix expression starts with `torch.`
     fixed = AddImportsVisitor(context).transform_module(fixed)
     return hits, fixed.code
-
-
-def _check_syntax(code: str) -> None:
-    """Raise libcst's error when `code` does not parse, at the cost of Python's own parser when it does.
-
-    libcst is asked only when Python rejects the code (or nests too deep for it), so a source
-    without candidates fails with the same message as any other; where libcst accepts what
-    Python rejects, the scan accepts it too, as it always has. (A source that Python accepts
-    and libcst would not is now reported clean rather than unparseable.)
-    """
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # SyntaxWarning (invalid escapes ...) is the user's business
-            ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        cst.parse_module(code)

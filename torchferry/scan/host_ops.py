@@ -15,36 +15,35 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
-import libcst as cst
+import ast
 
 from torchferry.device.profile import DEFAULT_PROFILE, HostFallback, load_profile
-from torchferry.scan.rewrite import keyword, positional
-from torchferry.scan.tensors import is_dotted_name
+from torchferry.scan.tensors import is_dotted_name, keyword, positional
 
-Condition = Callable[[cst.Call, object, bool], bool]  # (call, ctx, written as a method) -> the op runs
+Condition = Callable[[ast.Call, object, bool], bool]  # (call, ctx, written as a method) -> the op runs
 
 
-def _repeats_is_tensor(call: cst.Call, ctx, method: bool) -> bool:  # noqa: ANN001 - engine.Context
+def _repeats_is_tensor(call: ast.Call, ctx, method: bool) -> bool:  # noqa: ANN001 - engine.AstContext
     """`repeat_interleave(repeats)` runs the `.Tensor` overload only when `repeats` is a tensor."""
     args = positional(call)
     if not method and len(args) == 1:
         return True  # torch.repeat_interleave(repeats): repeats is the tensor
     given = keyword(call, "repeats")
     index = 0 if method else 1
-    repeats = given.value if given is not None else (args[index].value if len(args) > index else None)
+    repeats = given.value if given is not None else (args[index] if len(args) > index else None)
     return repeats is not None and ctx.tensors.is_tensor(repeats)
 
 
-def _condition_only(call: cst.Call, ctx, method: bool) -> bool:  # noqa: ANN001, ARG001
+def _condition_only(call: ast.Call, ctx, method: bool) -> bool:  # noqa: ANN001, ARG001
     """`torch.where(condition)` (no x, y) is `nonzero(condition, as_tuple=True)`."""
-    return len(call.args) == 1
+    return len(call.args) + len(call.keywords) == 1
 
 
-def _without_dim(call: cst.Call, ctx, method: bool) -> bool:  # noqa: ANN001, ARG001
+def _without_dim(call: ast.Call, ctx, method: bool) -> bool:  # noqa: ANN001, ARG001
     return keyword(call, "dim") is None
 
 
-def _with_dim(call: cst.Call, ctx, method: bool) -> bool:  # noqa: ANN001, ARG001
+def _with_dim(call: ast.Call, ctx, method: bool) -> bool:  # noqa: ANN001, ARG001
     return keyword(call, "dim") is not None
 
 
@@ -115,13 +114,13 @@ def profile_source(key: str, profile: str = DEFAULT_PROFILE) -> str:
     return text.split(" ", 1)[0] if text else f"{profile} device profile"
 
 
-def matching_call(call: cst.Call, ctx) -> tuple[HostOp, str] | None:  # noqa: ANN001 - engine.Context
+def matching_call(call: ast.Call, ctx) -> tuple[HostOp, str] | None:  # noqa: ANN001 - engine.AstContext
     """The host op `call` runs, with the call as written (`torch.unique`, `.nonzero()`), or None."""
     qualname = ctx.qualname(call.func) or ""
     # `torch.f(...)` is a function; `x.f(...)` and `torch.g(a).f(...)` (qualname "torch.g.f") are methods
-    is_method = isinstance(call.func, cst.Attribute) and not (qualname.startswith("torch.")
+    is_method = isinstance(call.func, ast.Attribute) and not (qualname.startswith("torch.")
                                                               and is_dotted_name(call.func.value))
-    name = call.func.attr.value if is_method else qualname
+    name = call.func.attr if is_method else qualname
     if name not in _NAMES:
         return None
     for op in host_ops():

@@ -12,10 +12,10 @@ that say so (`model`, `net`, `encoder` ...; not `model_state`, `model_path` ...)
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Iterator
 
-import libcst as cst
-from libcst.helpers import get_full_name_for_node
+from torchferry.scan.syntax import full_name
 
 # Tensor methods and attributes whose result is not a tensor.
 NOT_TENSOR_METHODS = {"item", "tolist", "numpy", "size", "dim", "numel", "nelement", "element_size",
@@ -47,49 +47,79 @@ MODULE_METHODS = {"to", "cuda", "cpu", "eval", "train", "half", "float", "bfloat
 COPIES = {"copy.deepcopy", "copy.copy"}
 MODULE_LOADERS = {"from_pretrained", "from_config", "from_single_file"}
 NOT_MODULE_WORDS = ("state", "dict", "ckpt", "checkpoint", "path", "param", "weight", "config", "name", "dir", "file")
-TENSOR_COMPARISONS = (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual, cst.Equal, cst.NotEqual)
-_LITERALS = (cst.Name, cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString, cst.Tuple, cst.List)
+TENSOR_COMPARISONS = (ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
+_LITERAL_VALUES = (int, float, str, bytes)  # with None, True, False: what a literal default can be
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
 
-def is_dotted_name(node: cst.BaseExpression) -> bool:
-    """`torch.nonzero` is a name; `torch.greater(a, 0).nonzero` (libcst: "torch.greater.nonzero") is not."""
-    return isinstance(node, cst.Name) or (isinstance(node, cst.Attribute) and is_dotted_name(node.value))
+def _is_literal(node: ast.AST) -> bool:
+    """A name, number, string, tuple or list (`None`, `True`, `1e-5`, `"mean"`, `(1, 2)`): not a tensor default."""
+    if isinstance(node, (ast.Name, ast.Tuple, ast.List)):
+        return True
+    return isinstance(node, ast.Constant) and (node.value is None or isinstance(node.value, _LITERAL_VALUES))
 
 
-def _bound_names(target: cst.BaseExpression) -> Iterator[str]:
-    if isinstance(target, cst.Name):
-        yield target.value
-    elif isinstance(target, (cst.Tuple, cst.List)):
-        for element in target.elements:
-            yield from _bound_names(element.value)
+def is_dotted_name(node: ast.AST) -> bool:
+    """`torch.nonzero` is a name; `torch.greater(a, 0).nonzero` (its full name: "torch.greater.nonzero") is not."""
+    return isinstance(node, ast.Name) or (isinstance(node, ast.Attribute) and is_dotted_name(node.value))
 
 
-def _assigned(target: cst.BaseExpression, value: cst.BaseExpression) -> Iterator[tuple[str, cst.BaseExpression]]:
+def _bound_names(target: ast.AST) -> Iterator[str]:
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _bound_names(element.value if isinstance(element, ast.Starred) else element)
+
+
+def _assigned(target: ast.AST, value: ast.AST) -> Iterator[tuple[str, ast.AST]]:
     """`a, b = x, y` binds a to x and b to y; any other unpacking binds each name to the whole value."""
-    if (isinstance(target, (cst.Tuple, cst.List)) and isinstance(value, (cst.Tuple, cst.List))
-            and len(target.elements) == len(value.elements)):
-        for t, v in zip(target.elements, value.elements):
-            yield from _assigned(t.value, v.value)
+    if (isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List))
+            and len(target.elts) == len(value.elts)):
+        for t, v in zip(target.elts, value.elts):
+            yield from _assigned(_unstarred(t), _unstarred(v))
     else:
         yield from ((name, value) for name in _bound_names(target))
 
 
-def _loop_bindings(target: cst.BaseExpression, iterated: cst.BaseExpression
-                   ) -> Iterator[tuple[str, cst.BaseExpression | None]]:
+def _unstarred(node: ast.AST) -> ast.AST:
+    return node.value if isinstance(node, ast.Starred) else node
+
+
+def _loop_bindings(target: ast.AST, iterated: ast.AST) -> Iterator[tuple[str, ast.AST | None]]:
     """What a loop target holds: an element of `iterated` (judged like `iterated` itself: an element
     of a tensor is a tensor), through `zip(a, b)` and `enumerate(a)`; None where unknown."""
-    call_name = iterated.func.value if isinstance(iterated, cst.Call) and isinstance(iterated.func, cst.Name) else ""
-    elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else None
-    if call_name == "zip" and elements is not None and len(elements) == len(iterated.args):
-        for element, arg in zip(elements, iterated.args):
-            yield from _loop_bindings(element.value, arg.value)
-    elif call_name == "enumerate" and elements is not None and len(elements) == 2 and iterated.args:
-        yield from ((name, None) for name in _bound_names(elements[0].value))
-        yield from _loop_bindings(elements[1].value, iterated.args[0].value)
-    elif isinstance(target, cst.Name):
-        yield target.value, iterated
+    call_name = iterated.func.id if isinstance(iterated, ast.Call) and isinstance(iterated.func, ast.Name) else ""
+    elements = target.elts if isinstance(target, (ast.Tuple, ast.List)) else None
+    arguments = argument_values(iterated) if call_name else []
+    if call_name == "zip" and elements is not None and len(elements) == len(arguments):
+        for element, arg in zip(elements, arguments):
+            yield from _loop_bindings(_unstarred(element), arg)
+    elif call_name == "enumerate" and elements is not None and len(elements) == 2 and arguments:
+        yield from ((name, None) for name in _bound_names(_unstarred(elements[0])))
+        yield from _loop_bindings(_unstarred(elements[1]), arguments[0])
+    elif isinstance(target, ast.Name):
+        yield target.id, iterated
     else:
         yield from ((name, None) for name in _bound_names(target))
+
+
+def argument_values(call: ast.Call) -> list[ast.AST]:
+    """The value of every argument of `call` (`*a`, `k=v`, `**kw` too), in the order written, as libcst lists them."""
+    written = sorted([*call.args, *call.keywords], key=lambda a: (a.lineno, a.col_offset))
+    return [a.value if isinstance(a, (ast.Starred, ast.keyword)) else a for a in written]
+
+
+def positional(call: ast.Call) -> list[ast.AST]:
+    """The plain positional arguments of `call` (no `*args`, no keywords)."""
+    return [a for a in call.args if not isinstance(a, ast.Starred)]
+
+
+def keyword(call: ast.Call, name: str) -> ast.keyword | None:
+    """The `name=` argument of `call`, if given."""
+    return next((k for k in call.keywords if k.arg == name), None)
 
 
 def _name_says_module(name: str) -> bool:
@@ -99,230 +129,224 @@ def _name_says_module(name: str) -> bool:
     return name in ("module", "net") or name.endswith(("model", "net", "_module", "encoder", "decoder", "unet"))
 
 
-_COMPREHENSIONS = (cst.ListComp, cst.SetComp, cst.GeneratorExp, cst.DictComp)
+def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of `scope`, nested functions, classes and lambdas left out, in source order."""
+    pending = [scope]
+    while pending:
+        node = pending.pop()
+        if node is not scope and isinstance(node, _SCOPES):
+            continue
+        yield node
+        pending.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
-class _Bindings(cst.CSTVisitor):
+def _bindings(scope: ast.AST) -> Iterator[tuple[ast.AST, bool, str, ast.AST | None]]:
     """Assignments and loop targets directly in one function (nested functions and classes excluded).
 
-    Each binding is recorded as (anchor, from_start, name, value): it holds after the anchor
-    ends (an assignment, a `for` target), or, for a comprehension's variables, from the start
-    of the comprehension (its element is written before its `for`).
+    Each binding is (anchor, from_start, name, value): it holds after the anchor ends (an
+    assignment, a `for` target), or, for a comprehension's variables, from the start of the
+    comprehension (its element is written before its `for`).
     """
-
-    def __init__(self, scope: cst.CSTNode) -> None:
-        self.scope = scope
-        self.found: list[tuple[cst.CSTNode, bool, str, cst.BaseExpression | None]] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if node is not self.scope and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            return False
-        if isinstance(node, cst.Assign):
+    for node in _own_nodes(scope):
+        if isinstance(node, ast.Assign):
             for target in node.targets:
-                self.found.extend((node, False, name, value) for name, value in _assigned(target.target, node.value))
-        elif isinstance(node, cst.AnnAssign) and node.value is not None:
-            self.found.extend((node, False, name, node.value) for name in _bound_names(node.target))
-        elif isinstance(node, cst.For):
-            self.found.extend((node.target, False, n, v) for n, v in _loop_bindings(node.target, node.iter))
+                yield from ((node, False, name, value) for name, value in _assigned(target, node.value))
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            yield from ((node, False, name, node.value) for name in _bound_names(node.target))
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            yield from ((node.target, False, n, v) for n, v in _loop_bindings(node.target, node.iter))
         elif isinstance(node, _COMPREHENSIONS):
-            clause = node.for_in
-            while clause is not None:
-                self.found.extend((node, True, n, v) for n, v in _loop_bindings(clause.target, clause.iter))
-                clause = clause.inner_for_in
-        return True
+            for clause in node.generators:
+                yield from ((node, True, n, v) for n, v in _loop_bindings(clause.target, clause.iter))
 
 
-class _Returns(cst.CSTVisitor):
+def _returns(function: ast.AST) -> list[ast.AST]:
     """The values one function returns (nested functions excluded)."""
-
-    def __init__(self, function: cst.FunctionDef) -> None:
-        self.function = function
-        self.values: list[cst.BaseExpression] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if node is not self.function and isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            return False
-        if isinstance(node, cst.Return) and node.value is not None:
-            self.values.append(node.value)
-        return True
+    return [n.value for n in _own_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
 
 
 class Tensors:
-    """Tensor guesses for the names and expressions of one source (one `Context`)."""
+    """Tensor guesses for the names and expressions of one source (one `SourceTree` and its regions)."""
 
-    def __init__(self, ctx) -> None:  # noqa: ANN001 - engine.Context
-        self._ctx = ctx
-        self._bindings: dict[int, list[tuple[tuple[int, int], str, cst.BaseExpression | None]]] = {}
+    def __init__(self, tree, regions) -> None:  # noqa: ANN001 - syntax.SourceTree, regions.Regions
+        self._tree = tree
+        self._regions = regions
+        self._bindings: dict[int, list[tuple[tuple[int, int], str, ast.AST | None]]] = {}
         self._judging: set[int] = set()  # functions whose return value is being judged (recursion guard)
+        self._following: set[int] = set()  # names whose binding is being judged (`[x for x in x]` leads back)
 
-    def _scope(self, node: cst.CSTNode) -> cst.CSTNode:
-        current = self._ctx.parent(node)
-        while current is not None and not isinstance(current, (cst.FunctionDef, cst.Module)):
-            current = self._ctx.parent(current)
-        return current
+    def _scope(self, node: ast.AST) -> ast.AST | None:
+        return next((n for n in self._tree.ancestors(node) if isinstance(n, (*_FUNCTIONS, ast.Module))), None)
 
-    def _start(self, node: cst.CSTNode) -> tuple[int, int]:
-        start = self._ctx.positions[node].start
-        return start.line, start.column
+    @staticmethod
+    def _start(node: ast.AST) -> tuple[int, int]:
+        return node.lineno, node.col_offset
 
-    def _end(self, node: cst.CSTNode) -> tuple[int, int]:
-        end = self._ctx.positions[node].end
-        return end.line, end.column
+    @staticmethod
+    def _end(node: ast.AST) -> tuple[int, int]:
+        return node.end_lineno, node.end_col_offset
 
-    def latest_binding(self, name: cst.Name) -> tuple[bool, cst.BaseExpression | None]:
+    def latest_binding(self, name: ast.Name) -> tuple[bool, ast.AST | None]:
         """(found, value) of the latest assignment to `name` before it, in its function."""
         scope = self._scope(name)
         if scope is None:
             return False, None
         if id(scope) not in self._bindings:
-            collector = _Bindings(scope)
-            scope.visit(collector)
             self._bindings[id(scope)] = sorted(
                 ((self._start(anchor) if from_start else self._end(anchor), n, value)
-                 for anchor, from_start, n, value in collector.found), key=lambda b: b[0])
+                 for anchor, from_start, n, value in _bindings(scope)), key=lambda b: b[0])
         where = self._start(name)
-        latest = [value for position, n, value in self._bindings[id(scope)] if n == name.value and position <= where]
+        latest = [value for position, n, value in self._bindings[id(scope)] if n == name.id and position <= where]
         return (True, latest[-1]) if latest else (False, None)
 
-    def _is_tensor_parameter(self, name: cst.Name) -> bool:
+    def _judge_binding(self, name: ast.Name, judge) -> bool | None:  # noqa: ANN001 - a Tensors predicate
+        """`judge` of the value `name` was last bound to; None when unbound here, False when the binding
+        leads back to `name` itself (`[x for x in x]` binds x to the x it iterates)."""
+        found, value = self.latest_binding(name)
+        if not found:
+            return None
+        if value is None or id(name) in self._following:
+            return False
+        self._following.add(id(name))
+        try:
+            return judge(value)
+        finally:
+            self._following.discard(id(name))
+
+    def _is_tensor_parameter(self, name: ast.Name) -> bool:
         """A parameter annotated as a tensor; or, of a forward itself (not its helpers), one without an
         annotation or a literal default."""
         scope = self._scope(name)
-        if not isinstance(scope, cst.FunctionDef):
+        if not isinstance(scope, _FUNCTIONS):
             return False
-        for param in (*scope.params.posonly_params, *scope.params.params, *scope.params.kwonly_params):
-            if param.name.value != name.value or param.name.value in ("self", "cls"):
+        arguments = scope.args
+        positional = [*arguments.posonlyargs, *arguments.args]
+        defaults = dict(zip(map(id, positional[len(positional) - len(arguments.defaults):]), arguments.defaults))
+        defaults.update((id(a), d) for a, d in zip(arguments.kwonlyargs, arguments.kw_defaults) if d is not None)
+        for param in (*positional, *arguments.kwonlyargs):
+            if param.arg != name.id or param.arg in ("self", "cls"):
                 continue
             if param.annotation is not None:
-                return "Tensor" in cst.Module([]).code_for_node(param.annotation.annotation)
-            return (scope in self._ctx.regions.forward_roots
-                    and (param.default is None or not isinstance(param.default, _LITERALS)))
+                return "Tensor" in ast.unparse(param.annotation)
+            default = defaults.get(id(param))
+            return scope in self._regions.forward_roots and (default is None or not _is_literal(default))
         return False
 
-    def is_numpy(self, node: cst.BaseExpression) -> bool:
+    def is_numpy(self, node: ast.AST) -> bool:
         """Whether `node` is built by numpy (`np.random.rand(1)`, `np.array(x).reshape(...)`, a name bound to one)."""
-        if isinstance(node, cst.Call):
-            if (self._ctx.qualname(node.func) or "").startswith("numpy."):
+        if isinstance(node, ast.Call):
+            if (self._tree.qualname(node.func) or "").startswith("numpy."):
                 return True
-            return isinstance(node.func, cst.Attribute) and self.is_numpy(node.func.value)
-        if isinstance(node, (cst.Attribute, cst.Subscript)):
+            return isinstance(node.func, ast.Attribute) and self.is_numpy(node.func.value)
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
             return self.is_numpy(node.value)
-        if isinstance(node, cst.Name):
-            found, value = self.latest_binding(node)
-            return found and value is not None and self.is_numpy(value)
+        if isinstance(node, ast.Name):
+            return bool(self._judge_binding(node, self.is_numpy))
         return False
 
-    def _is_model(self, func: cst.BaseExpression) -> bool:
+    def _is_model(self, func: ast.AST) -> bool:
         """Whether calling `func` runs a model or a loss (its result is a tensor)."""
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
-            return self._ctx.regions.in_forward(func)
-        name = (func.value if isinstance(func, cst.Name) else
-                func.attr.value if isinstance(func, cst.Attribute) else "").lower()
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self":
+            return self._regions.in_forward(func)
+        name = (func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else "").lower()
         return any(word in name for word in MODEL_WORDS) or self.is_module(func)
 
-    def _enclosing_class(self, node: cst.CSTNode) -> str | None:
-        current = self._ctx.parent(node)
-        while current is not None and not isinstance(current, cst.ClassDef):
-            current = self._ctx.parent(current)
-        return current.name.value if current is not None else None
+    def _enclosing_class(self, node: ast.AST) -> str | None:
+        return next((n.name for n in self._tree.ancestors(node) if isinstance(n, ast.ClassDef)), None)
 
-    def is_module(self, node: cst.BaseExpression) -> bool:
+    def is_module(self, node: ast.AST) -> bool:
         """Whether `node` most likely evaluates to an nn.Module."""
-        if isinstance(node, cst.Name):
-            if node.value == "self":
-                return self._enclosing_class(node) in self._ctx.regions.module_classes
-            found, value = self.latest_binding(node)
-            if found:
-                return value is not None and self.is_module(value)
-            return _name_says_module(node.value)
-        if isinstance(node, cst.Attribute):
-            return node.attr.value == "module" or _name_says_module(node.attr.value)
-        if not isinstance(node, cst.Call):
+        if isinstance(node, ast.Name):
+            if node.id == "self":
+                return self._enclosing_class(node) in self._regions.module_classes
+            judged = self._judge_binding(node, self.is_module)
+            return _name_says_module(node.id) if judged is None else judged
+        if isinstance(node, ast.Attribute):
+            return node.attr == "module" or _name_says_module(node.attr)
+        if not isinstance(node, ast.Call):
             return False
-        qualname = self._ctx.qualname(node.func) or ""
+        qualname = self._tree.qualname(node.func) or ""
         last = qualname.rsplit(".", 1)[-1]
         if qualname in MODULE_WRAPPERS or last in ("DistributedDataParallel", "FullyShardedDataParallel"):
             return True
-        if (qualname.startswith("torch.nn.") and last[:1].isupper()) or last in self._ctx.regions.module_classes:
+        if (qualname.startswith("torch.nn.") and last[:1].isupper()) or last in self._regions.module_classes:
             return True
-        if last in MODULE_LOADERS and isinstance(node.func, cst.Attribute):
-            owner = (get_full_name_for_node(node.func.value) or "").rsplit(".", 1)[-1]
+        if last in MODULE_LOADERS and isinstance(node.func, ast.Attribute):
+            owner = (full_name(node.func.value) or "").rsplit(".", 1)[-1]
             return "Model" in owner or "For" in owner
-        if qualname in COPIES and node.args:
-            return self.is_module(node.args[0].value)
-        if isinstance(node.func, cst.Name) and node.func.value in self._ctx.regions.module_functions:
-            return self._returns_module(self._ctx.regions.module_functions[node.func.value])
-        return (isinstance(node.func, cst.Attribute) and node.func.attr.value in MODULE_METHODS
+        arguments = argument_values(node)
+        if qualname in COPIES and arguments:
+            return self.is_module(arguments[0])
+        if isinstance(node.func, ast.Name) and node.func.id in self._regions.module_functions:
+            return self._returns_module(self._regions.module_functions[node.func.id])
+        return (isinstance(node.func, ast.Attribute) and node.func.attr in MODULE_METHODS
                 and self.is_module(node.func.value))
 
-    def _returns_module(self, function: cst.FunctionDef) -> bool:
+    def _returns_module(self, function: ast.AST) -> bool:
         """Whether every `return` of a function of this source returns a module."""
         if id(function) in self._judging:
             return False
         self._judging.add(id(function))
         try:
-            collector = _Returns(function)
-            function.visit(collector)
-            return bool(collector.values) and all(self.is_module(v) for v in collector.values)
+            values = _returns(function)
+            return bool(values) and all(self.is_module(v) for v in values)
         finally:
             self._judging.discard(id(function))
 
-    def _is_tensor_call(self, call: cst.Call) -> bool:
+    def _is_tensor_call(self, call: ast.Call) -> bool:
         func = call.func
-        qualname = self._ctx.qualname(func) or ""
+        qualname = self._tree.qualname(func) or ""
         if qualname.startswith("torch.") and is_dotted_name(func):
             parts = qualname.split(".")
             if parts[1] == "nn":
                 return qualname.startswith("torch.nn.functional.")
             return (parts[1] not in NOT_TENSOR_NAMESPACES and parts[-1] not in NOT_TENSOR_FUNCTIONS
                     and parts[-1][:1].islower() and not parts[-1].startswith("is_"))  # torch.is_*: a bool
-        if isinstance(func, cst.Attribute) and func.attr.value not in NOT_TENSOR_METHODS:
+        if isinstance(func, ast.Attribute) and func.attr not in NOT_TENSOR_METHODS:
             if self.is_tensor(func.value):
                 return True
         return self._is_model(func)
 
-    def is_tensor(self, node: cst.BaseExpression) -> bool:
+    def is_tensor(self, node: ast.AST) -> bool:
         """Whether `node` most likely evaluates to a tensor."""
-        if isinstance(node, cst.Name):
-            found, value = self.latest_binding(node)
-            if found:
-                return value is not None and self.is_tensor(value)
-            return self._is_tensor_parameter(node)
-        if isinstance(node, cst.Attribute):
-            if node.attr.value in OUTPUT_ATTRS:
+        if isinstance(node, ast.Name):
+            judged = self._judge_binding(node, self.is_tensor)
+            return self._is_tensor_parameter(node) if judged is None else judged
+        if isinstance(node, ast.Attribute):
+            if node.attr in OUTPUT_ATTRS:
                 return True
-            return node.attr.value in TENSOR_ATTRS and self.is_tensor(node.value)
-        if isinstance(node, cst.Call):
+            return node.attr in TENSOR_ATTRS and self.is_tensor(node.value)
+        if isinstance(node, ast.Call):
             return self._is_tensor_call(node)
-        if isinstance(node, cst.BinaryOperation):
+        if isinstance(node, ast.BinOp):
             return self.is_tensor(node.left) or self.is_tensor(node.right)
-        if isinstance(node, cst.UnaryOperation):
-            return not isinstance(node.operator, cst.Not) and self.is_tensor(node.expression)
-        if isinstance(node, cst.Comparison):
-            return (all(isinstance(c.operator, TENSOR_COMPARISONS) for c in node.comparisons)
-                    and (self.is_tensor(node.left) or any(self.is_tensor(c.comparator) for c in node.comparisons)))
-        if isinstance(node, cst.Subscript):
+        if isinstance(node, ast.UnaryOp):
+            return not isinstance(node.op, ast.Not) and self.is_tensor(node.operand)
+        if isinstance(node, ast.Compare):
+            return (all(isinstance(op, TENSOR_COMPARISONS) for op in node.ops)
+                    and (self.is_tensor(node.left) or any(self.is_tensor(c) for c in node.comparators)))
+        if isinstance(node, ast.Subscript):
             return self.is_tensor(node.value)
         return False
 
-    def is_bool_mask(self, node: cst.BaseExpression) -> bool:
+    def is_bool_mask(self, node: ast.AST) -> bool:
         """Whether `node` most likely is a boolean tensor (a comparison, `~m`, `a & b`, `x.isnan()`, a `..._mask`)."""
-        if isinstance(node, cst.Comparison):
-            return all(isinstance(c.operator, TENSOR_COMPARISONS) for c in node.comparisons)
-        if isinstance(node, cst.UnaryOperation):
-            return isinstance(node.operator, cst.BitInvert) and self.is_bool_mask(node.expression)
-        if isinstance(node, cst.BinaryOperation):
-            return (isinstance(node.operator, (cst.BitAnd, cst.BitOr, cst.BitXor))
+        if isinstance(node, ast.Compare):
+            return all(isinstance(op, TENSOR_COMPARISONS) for op in node.ops)
+        if isinstance(node, ast.UnaryOp):
+            return isinstance(node.op, ast.Invert) and self.is_bool_mask(node.operand)
+        if isinstance(node, ast.BinOp):
+            return (isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor))
                     and (self.is_bool_mask(node.left) or self.is_bool_mask(node.right)))
-        if isinstance(node, cst.Call):
+        if isinstance(node, ast.Call):
             func = node.func
-            name = func.attr.value if isinstance(func, cst.Attribute) else (self._ctx.qualname(func) or "")
+            name = func.attr if isinstance(func, ast.Attribute) else (self._tree.qualname(func) or "")
             return name.rsplit(".", 1)[-1] in BOOL_FUNCTIONS
-        if isinstance(node, cst.Subscript):
+        if isinstance(node, ast.Subscript):
             return self.is_bool_mask(node.value)
-        if isinstance(node, cst.Name):
+        if isinstance(node, ast.Name):
             found, value = self.latest_binding(node)
             if found and value is not None:
-                return self.is_bool_mask(value)
-            return node.value == "mask" or node.value.endswith("_mask")
+                return bool(self._judge_binding(node, self.is_bool_mask))
+            return node.id == "mask" or node.id.endswith("_mask")
         return False

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import keyword
 from torchferry.scan.rules.cuda_graph_mode import CUDA_GRAPH_MODES
@@ -38,4 +39,5 @@ RULE = Rule(
     node_types=(cst.Call,),
     check=check,
     prefilter=r"compile",
+    gate=refers_to("torch.compile"),
 )

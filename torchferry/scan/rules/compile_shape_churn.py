@@ -8,12 +8,14 @@ only where this source also compiles a model; the severity is `info` because the
 see that these batches reach the compiled model, nor how many lengths occur.
 """
 
+import ast
 from collections.abc import Iterator
 
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
 from torchferry.scan.host_ops import profile_source
+from torchferry.scan.syntax import full_name
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import keyword
 
@@ -42,6 +44,18 @@ def _compiled_at(ctx) -> int | None:
 
     ctx.module.visit(_Find())
     return min((ctx.positions[n].start.line for n in lines), default=None)
+
+
+def _may_compile(tree) -> bool:  # noqa: ANN001 - a syntax.SourceTree
+    """What `_compiled_at` looks for, on Python's tree: a name that can mean `torch.compile`,
+    `torch_compile=True`, or `<...model...>.compile(...)`."""
+    if tree.can_refer_to(("torch.compile",)):
+        return True
+    return any((isinstance(n, ast.keyword) and n.arg == "torch_compile" and isinstance(n.value, ast.Constant)
+                and n.value.value is True)
+               or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "compile"
+                   and "model" in (full_name(n.func.value) or ""))
+               for n in tree.nodes())
 
 
 def _literal(arg: cst.Arg | None) -> object:
@@ -146,4 +160,5 @@ RULE = Rule(
     node_types=(cst.Call,),
     check=check,
     prefilter=r"compile",
+    gate=_may_compile,
 )

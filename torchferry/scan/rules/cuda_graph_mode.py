@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import keyword
 
@@ -57,4 +58,5 @@ RULE = Rule(
     node_types=(cst.Call,),
     check=check,
     prefilter=r"compile",
+    gate=refers_to("torch.compile"),
 )

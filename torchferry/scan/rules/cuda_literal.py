@@ -1,5 +1,6 @@
 """TF002: a `"cuda"` / `"cuda:N"` string (or `f"cuda:{rank}"`) names the device."""
 
+import ast
 import re
 from collections.abc import Iterator
 
@@ -33,6 +34,11 @@ def check(node: cst.SimpleString | cst.FormattedString, ctx) -> Iterator[Hit]:
               fix=(lambda _: expr(DEVICE_TYPE)) if safe else None)
 
 
+
+def _has_cuda_text(tree) -> bool:  # noqa: ANN001 - a syntax.SourceTree
+    """The gate: some string in the source holds "cuda" (Python joins `"cuda" "x"`, libcst reports each part)."""
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and "cuda" in n.value for n in tree.nodes())
+
 RULE = Rule(
     id="TF002",
     name="cuda-device-literal",
@@ -44,4 +50,5 @@ RULE = Rule(
     node_types=(cst.SimpleString, cst.FormattedString),
     check=check,
     prefilter=r"cuda",
+    gate=_has_cuda_text,
 )

@@ -1,5 +1,6 @@
 """TF001: `.cuda()` moves a tensor or module to CUDA by name."""
 
+import ast
 from collections.abc import Iterator
 
 import libcst as cst
@@ -23,6 +24,12 @@ def check(node: cst.Call, ctx) -> Iterator[Hit]:
     yield Hit(func.attr, fix=_to_accelerator if only_non_blocking else None, target=node)
 
 
+
+def _calls_a_cuda_method(tree) -> bool:  # noqa: ANN001 - a syntax.SourceTree
+    """The gate: some call in the source is `<...>.cuda(...)`."""
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "cuda"
+               for n in tree.nodes())
+
 RULE = Rule(
     id="TF001",
     name="cuda-method",
@@ -33,4 +40,5 @@ RULE = Rule(
     node_types=(cst.Call,),
     check=check,
     prefilter=r"cuda",
+    gate=_calls_a_cuda_method,
 )

@@ -5,6 +5,7 @@ from collections.abc import Iterator
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 
 # package -> what to use instead
@@ -43,4 +44,5 @@ RULE = Rule(
     node_types=(cst.Import, cst.ImportFrom),
     check=check,
     prefilter=r"flash_attn|bitsandbytes|apex|xformers|pycuda|cupy",
+    gate=refers_to(*PACKAGES),
 )

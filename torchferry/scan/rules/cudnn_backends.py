@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 
 PREFIXES = ("torch.backends.cudnn.", "torch.backends.cuda.")
@@ -25,4 +26,5 @@ RULE = Rule(
     node_types=(cst.Name, cst.Attribute),
     check=check,
     prefilter=r"cuda|cudnn",
+    gate=refers_to("torch.backends.cudnn", "torch.backends.cuda"),
 )

@@ -9,7 +9,7 @@ there and is not reported. Nothing is reported in data loading, where it costs n
 
 from collections.abc import Iterator
 
-import libcst as cst
+import ast
 
 from torchferry.scan.host_ops import HostOp, boolean_index_op, matching_call
 from torchferry.scan.regions import REGION_WORDS
@@ -21,16 +21,24 @@ def _message(written: str, region: str, op: HostOp) -> str:
             f"[{op.cite()}].")
 
 
-def _stores_scalar(node: cst.Subscript, ctx) -> bool:
+def _stores_scalar(node: ast.Subscript, ctx) -> bool:
     """`t[mask] = v` with `v` not a tensor (a masked_fill); `t[mask] += v` reads too, so it is no store."""
-    target = ctx.parent(node)
-    if not isinstance(target, cst.AssignTarget):
+    assign = ctx.parent(node)
+    if not (isinstance(assign, ast.Assign) and any(t is node for t in assign.targets)):
         return False
-    return not ctx.tensors.is_tensor(ctx.parent(target).value)
+    return not ctx.tensors.is_tensor(assign.value)
 
 
-def check(node: cst.Call | cst.Subscript, ctx) -> Iterator[Hit]:
-    if isinstance(node, cst.Call):
+def _indices(node: ast.Subscript, ctx) -> list[ast.AST]:
+    """What `t[a, b]` is indexed with, one value per comma (`t[(a, b)]` is one tuple), slices left out."""
+    index = node.slice
+    if isinstance(index, ast.Tuple) and not ctx.parenthesized(index):
+        return [e for e in index.elts if not isinstance(e, ast.Slice)]
+    return [] if isinstance(index, ast.Slice) else [index]
+
+
+def check(node: ast.Call | ast.Subscript, ctx) -> Iterator[Hit]:
+    if isinstance(node, ast.Call):
         found = matching_call(node, ctx)
         if found is None:
             return
@@ -38,7 +46,7 @@ def check(node: cst.Call | cst.Subscript, ctx) -> Iterator[Hit]:
         if region is not None:
             yield Hit(node.func, message=_message(found[1], region, found[0]))
         return
-    masked = any(isinstance(e.slice, cst.Index) and ctx.tensors.is_bool_mask(e.slice.value) for e in node.slice)
+    masked = any(ctx.tensors.is_bool_mask(index) for index in _indices(node, ctx))
     if not masked or _stores_scalar(node, ctx):
         return
     region = ctx.regions.region(node)
@@ -55,7 +63,7 @@ RULE = Rule(
     "unique, ...) runs in a forward or training step; TorchNeuron runs it on the host, or reads its size there.",
     fix="keep shapes static: `torch.where(mask, x, 0)` / `x.masked_fill(~mask, 0)` with a masked reduction, "
     "`torch.nonzero_static(x, size=k)`, or move the op into data loading",
-    node_types=(cst.Call, cst.Subscript),
+    node_types=(ast.Call, ast.Subscript),
     check=check,
     prefilter=REGION_WORDS,
 )

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import expr
 
@@ -48,6 +49,13 @@ def guards_of(node: cst.CSTNode, ctx) -> list[cst.If | cst.While | cst.IfExp]:
     if not (single and isinstance(parent.targets[0].target, cst.Name)):
         return []
     name = parent.targets[0].target.value
+    key = ("TF003 guards testing", name)  # the same for every use of the name: found once per source
+    if key not in ctx.memo:
+        ctx.memo[key] = _guards_testing(name, ctx)
+    return ctx.memo[key]
+
+
+def _guards_testing(name: str, ctx) -> list[cst.If | cst.While | cst.IfExp]:  # noqa: ANN001 - engine.Context
     found: list[cst.If | cst.While | cst.IfExp] = []
 
     class _Tests(cst.CSTVisitor):
@@ -72,7 +80,17 @@ def _names(test: cst.CSTNode, name: str) -> bool:
 
 
 def unfixed_in(guard: cst.If | cst.While | cst.IfExp, ctx) -> tuple[str, cst.CSTNode] | None:
-    """The first CUDA-tied call (rule id, node) in the blocks ``guard`` decides that no safe fix rewrites."""
+    """The first CUDA-tied call (rule id, node) in the blocks ``guard`` decides that no safe fix rewrites.
+
+    Found once per guard and source: every use of a guard's name asks again (`if use_cuda:` ... ).
+    """
+    key = ("TF003 unfixed in", id(guard))
+    if key not in ctx.memo:
+        ctx.memo[key] = _first_unfixed(guard, ctx)
+    return ctx.memo[key]
+
+
+def _first_unfixed(guard: cst.If | cst.While | cst.IfExp, ctx) -> tuple[str, cst.CSTNode] | None:  # noqa: ANN001
     from torchferry.scan.rules import RULES  # the table imports this module
 
     rules = [r for r in RULES if r.id in CUDA_TIED and r.severity != Severity.INFO]  # info: no effect elsewhere
@@ -119,4 +137,5 @@ RULE = Rule(
     node_types=(cst.Name, cst.Attribute),
     check=check,
     prefilter=r"cuda",
+    gate=refers_to(*RENAMES),
 )

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 
 # qualified name -> the fused cell kernel it reaches on an accelerator
@@ -46,4 +47,5 @@ RULE = Rule(
     node_types=(cst.Call,),
     check=check,
     prefilter=r"LSTM|GRU|lstm|gru",
+    gate=refers_to(*NAMES),
 )

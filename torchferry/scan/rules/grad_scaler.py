@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import DEVICE_TYPE, expr, first_arg, prepend
 
@@ -33,4 +34,5 @@ RULE = Rule(
     node_types=(cst.Name, cst.Attribute),
     check=check,
     prefilter=r"cuda",
+    gate=refers_to(*NAMES),
 )

@@ -8,77 +8,73 @@ under `if step % N == 0:` is the usual cure, so reads guarded by a modulo test a
 
 from collections.abc import Iterator
 
-import libcst as cst
+import ast
 
 from torchferry.scan.regions import REGION_WORDS
 from torchferry.report.scan import Hit, Rule, Severity
+from torchferry.scan.syntax import AttributeName
+from torchferry.scan.tensors import argument_values
 
 READ_METHODS = {"item", "tolist", "cpu"}
 CONVERSIONS = {"builtins.bool", "builtins.float", "builtins.int"}
 SOURCE = "TorchNeuron FAQ, pytorch-native-overview: printing or reading a tensor ends the current fusion"
 
 
-def _has_modulo(node: cst.CSTNode) -> bool:
-    found = []
-
-    class _Find(cst.CSTVisitor):
-        def visit_Modulo(self, _: cst.Modulo) -> None:
-            found.append(True)
-
-    node.visit(_Find())
-    return bool(found)
+def _has_modulo(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mod) for n in ast.walk(node))
 
 
-def _every_n_steps(node: cst.CSTNode, ctx) -> bool:
+def _every_n_steps(node: ast.AST, ctx) -> bool:
     """Under `if step % N == 0:` (or any condition with a modulo) inside the region."""
-    return any(isinstance(n, cst.If) and _has_modulo(n.test) for n in ctx.regions.path_to_region(node))
+    return any(isinstance(n, ast.If) and _has_modulo(n.test) for n in ctx.regions.path_to_region(node))
 
 
-def _printed_tensor(call: cst.Call, ctx) -> bool:
-    for arg in call.args:
-        if arg.keyword is not None:
-            continue
-        value = arg.value
-        if isinstance(value, cst.FormattedString):
-            if any(isinstance(part, cst.FormattedStringExpression) and ctx.tensors.is_tensor(part.expression)
-                   for part in value.parts):
+def _printed_tensor(call: ast.Call, ctx) -> bool:
+    """A tensor among the values printed: a positional argument (`*xs` and `**kw` count as one), or in an f-string."""
+    values = [a.value if isinstance(a, ast.Starred) else a for a in call.args]
+    values += [k.value for k in call.keywords if k.arg is None]
+    for value in values:
+        if isinstance(value, ast.JoinedStr):
+            if any(isinstance(part, ast.FormattedValue) and ctx.tensors.is_tensor(part.value)
+                   for part in value.values):
                 return True
         elif ctx.tensors.is_tensor(value):
             return True
     return False
 
 
-def _operands(test: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+def _operands(test: ast.AST) -> Iterator[ast.AST]:
     """The values whose truth a condition takes: through `not`, `and`, `or`."""
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        yield from _operands(test.expression)
-    elif isinstance(test, cst.BooleanOperation):
-        yield from _operands(test.left)
-        yield from _operands(test.right)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        yield from _operands(test.operand)
+    elif isinstance(test, ast.BoolOp):
+        for value in test.values:
+            yield from _operands(value)
     else:
         yield test
 
 
-def _read(node: cst.CSTNode, ctx) -> tuple[cst.CSTNode, str] | None:
+def _read(node: ast.AST, ctx) -> tuple[object, str] | None:
     """The node to report and how the read is written, or None."""
-    if isinstance(node, cst.Call):
+    if isinstance(node, ast.Call):
         func = node.func
-        if isinstance(func, cst.Attribute) and func.attr.value in READ_METHODS and not node.args:
-            return None if ctx.tensors.is_numpy(func.value) else (func.attr, f".{func.attr.value}()")
+        arguments = argument_values(node)
+        if isinstance(func, ast.Attribute) and func.attr in READ_METHODS and not arguments:
+            return None if ctx.tensors.is_numpy(func.value) else (AttributeName(func), f".{func.attr}()")
         qualname = ctx.qualname(func)
-        if qualname in CONVERSIONS and len(node.args) == 1 and ctx.tensors.is_tensor(node.args[0].value):
+        if qualname in CONVERSIONS and len(arguments) == 1 and ctx.tensors.is_tensor(arguments[0]):
             return node, f"{qualname.split('.')[1]}(tensor)"
         if qualname == "builtins.print" and _printed_tensor(node, ctx):
             return node, "print(tensor)"
         return None
     for operand in _operands(node.test):
         if ctx.tensors.is_tensor(operand):
-            keyword = {cst.If: "if", cst.While: "while", cst.Assert: "assert"}[type(node)]
+            keyword = {ast.If: "if", ast.While: "while", ast.Assert: "assert"}[type(node)]
             return operand, f"{keyword} <tensor>"
     return None
 
 
-def check(node: cst.Call | cst.If | cst.While | cst.Assert, ctx) -> Iterator[Hit]:
+def check(node: ast.Call | ast.If | ast.While | ast.Assert, ctx) -> Iterator[Hit]:
     found = _read(node, ctx)
     if found is None:
         return
@@ -98,7 +94,7 @@ RULE = Rule(
     "forward or training step: a device sync and a graph break every step.",
     fix="keep values on the device (`total += loss.detach()`) and read them every N steps "
     "(`if step % N == 0:`) or once per epoch",
-    node_types=(cst.Call, cst.If, cst.While, cst.Assert),
+    node_types=(ast.Call, ast.If, ast.While, ast.Assert),
     check=check,
     prefilter=REGION_WORDS,
 )

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 
 # torch.cuda name -> the torch.accelerator function to use instead
@@ -48,4 +49,5 @@ RULE = Rule(
     node_types=(cst.Name, cst.Attribute),
     check=check,
     prefilter=r"cuda",
+    gate=refers_to(*NAMES),
 )

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rules import amp_autocast, device_api, events_streams, grad_scaler, memory_api
 
@@ -30,4 +31,5 @@ RULE = Rule(
     node_types=(cst.Name, cst.Attribute),
     check=check,
     prefilter=r"cuda",
+    gate=refers_to("torch.cuda"),
 )

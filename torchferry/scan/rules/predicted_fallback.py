@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import cache
 
-import libcst as cst
+import ast
 
 from torchferry.scan.regions import REGION_WORDS
 from torchferry.report.scan import Hit, Rule, Severity
@@ -40,7 +40,8 @@ def _host_reason(op: str) -> tuple[str, str] | None:
     if any(op == o or o.startswith(op + ".") for o in SPELLINGS):
         return None
     has = torch._C._dispatch_has_kernel_for_dispatch_key
-    reaching = [o for o in expand(op) if has(o, "CPU") and not any(has(o, k) for k in COMPOSITE_KEYS)]
+    overloads = _overloads().get(op, []) if "." not in op.removeprefix("aten::") else expand(op)
+    reaching = [o for o in overloads if has(o, "CPU") and not any(has(o, k) for k in COMPOSITE_KEYS)]
     profile = _profile()
     reasons = [(o, profile.host_reason(o)) for o in reaching]
     if not reasons or any(reason is None for _, reason in reasons):
@@ -50,27 +51,38 @@ def _host_reason(op: str) -> tuple[str, str] | None:
 
 
 @cache
+def _overloads() -> dict[str, list[str]]:
+    """Each ATen op name -> its overloads, sorted (what `expand` finds, indexed once, not searched per op)."""
+    from torchferry.device.profile import aten_ops
+
+    found: dict[str, list[str]] = {}
+    for name in sorted(aten_ops()):
+        found.setdefault(name.split(".", 1)[0], []).append(name)
+    return found
+
+
+@cache
 def _profile():  # noqa: ANN202 - a DeviceProfile, imported on first use (it imports torch)
     from torchferry.device.profile import DEFAULT_PROFILE, load_profile
 
     return load_profile(DEFAULT_PROFILE)
 
 
-def _aten_name(call: cst.Call, ctx) -> tuple[str, str] | None:
+def _aten_name(call: ast.Call, ctx) -> tuple[str, str] | None:
     """(`aten::name`, the call as written) for a torch function or a tensor method, else None."""
     func = call.func
     qualname = ctx.qualname(func) or ""
     namespace, _, name = qualname.rpartition(".")
     if namespace in NAMESPACES and not name.startswith("_"):
         return f"aten::{NAMESPACES[namespace]}{name}", qualname
-    if (isinstance(func, cst.Attribute) and not func.attr.value.startswith("_")
+    if (isinstance(func, ast.Attribute) and not func.attr.startswith("_")
             and not (qualname.startswith("torch.") and is_dotted_name(func.value))
             and ctx.tensors.is_tensor(func.value)):
-        return f"aten::{func.attr.value}", f".{func.attr.value}()"
+        return f"aten::{func.attr}", f".{func.attr}()"
     return None
 
 
-def check(node: cst.Call, ctx) -> Iterator[Hit]:
+def check(node: ast.Call, ctx) -> Iterator[Hit]:
     region = ctx.regions.region(node)
     if region is None:
         return
@@ -96,7 +108,7 @@ RULE = Rule(
     "on the host (no device kernel in TorchNeuron): two copies per call, every step.",
     fix="use an op the target implements (the profile's native table, `torchferry/device/profiles/trn2_ops.toml`), "
     "move the call out of the step, or measure its share with `ferry check`",
-    node_types=(cst.Call,),
+    node_types=(ast.Call,),
     check=check,
     prefilter=REGION_WORDS,
 )

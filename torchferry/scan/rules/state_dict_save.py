@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import positional
 
@@ -85,4 +86,5 @@ RULE = Rule(
     node_types=(cst.Call,),
     check=check,
     prefilter=r"state_dict",
+    gate=refers_to("torch.save"),
 )

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import keyword, positional, with_trailing_comma
 
@@ -41,4 +42,5 @@ RULE = Rule(
     node_types=(cst.Call,),
     check=check,
     prefilter=r"load",
+    gate=refers_to("torch.load"),
 )

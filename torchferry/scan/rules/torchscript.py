@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
+from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 
 NAMES = {"torch.jit.script", "torch.jit.trace", "torch.jit.trace_module", "torch.jit.script_method"}
@@ -36,4 +37,5 @@ RULE = Rule(
     node_types=(cst.Name, cst.Attribute),
     check=check,
     prefilter=r"jit",
+    gate=refers_to(*NAMES),
 )

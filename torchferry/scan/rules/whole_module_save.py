@@ -8,31 +8,31 @@ loads anywhere. The rewrite is not safe (the loader must change too), so it is a
 
 from collections.abc import Iterator
 
-import libcst as cst
-from libcst.helpers import get_full_name_for_node
+import ast
 
 from torchferry.report.scan import Hit, Rule, Severity
-from torchferry.scan.rewrite import positional
+from torchferry.scan.syntax import full_name
+from torchferry.scan.tensors import positional
 
 
-def _saved_modules(value: cst.BaseExpression, ctx) -> Iterator[cst.BaseExpression]:
+def _saved_modules(value: ast.AST, ctx) -> Iterator[ast.AST]:
     """The modules pickled by saving `value`: itself, or values of a dict literal."""
-    if isinstance(value, cst.Dict):
-        for element in value.elements:
-            if isinstance(element, cst.DictElement) and ctx.tensors.is_module(element.value):
-                yield element.value
+    if isinstance(value, ast.Dict):
+        for key, element in zip(value.keys, value.values):
+            if key is not None and ctx.tensors.is_module(element):  # key None: `**other`
+                yield element
     elif ctx.tensors.is_module(value):
         yield value
 
 
-def check(node: cst.Call, ctx) -> Iterator[Hit]:
+def check(node: ast.Call, ctx) -> Iterator[Hit]:
     if ctx.qualname(node.func) != "torch.save":
         return
     args = positional(node)
     if not args:
         return
-    for module in _saved_modules(args[0].value, ctx):
-        shown = get_full_name_for_node(module) or "the module"
+    for module in _saved_modules(args[0], ctx):
+        shown = full_name(module) or "the module"
         yield Hit(module, message=(
             f"`torch.save({shown}, ...)` pickles the whole module: loading needs this code at the same import "
             "path and `weights_only=False` (torch.load's default is True since PyTorch 2.6), and the tensors come "
@@ -47,7 +47,7 @@ RULE = Rule(
     "without this code and `weights_only=False`.",
     fix='`torch.save(model.state_dict(), path)`; load with `model.load_state_dict(torch.load(path, '
     'map_location="cpu"))` (not rewritten: the loader changes too)',
-    node_types=(cst.Call,),
+    node_types=(ast.Call,),
     check=check,
     prefilter=r"save",
 )
