@@ -8,13 +8,14 @@ reference and the first divergent module.
 
 from __future__ import annotations
 
+from torchferry.harness.case import Capture
 from torchferry.harness.modes import Mode
 from torchferry.harness.parity import Tolerance, compare, compare_dicts, localise
 from torchferry.report.check import ParityResult, ParityStatus
 from torchferry.report.comparison import Comparison, ComparisonStatus, describe
 
 
-def judge(mode: Mode, tolerance: Tolerance, ref: dict, target: dict, determinism: dict | None) -> ParityResult:
+def judge(mode: Mode, tolerance: Tolerance, ref: Capture, target: Capture, determinism: dict | None) -> ParityResult:
     """The parity result from the two workers' tensors (``ref`` includes the fp64 ``golden`` run).
 
     A gradient the reference has and the target lacks fails (a target code path that bypasses
@@ -23,25 +24,25 @@ def judge(mode: Mode, tolerance: Tolerance, ref: dict, target: dict, determinism
     import torch
 
     tol, low = tolerance.tol, tolerance.low_precision
-    golden = ref["golden"]
+    golden = ref.golden
     result = ParityResult(tolerance=tolerance.to_dict())
     result.deterministic = determinism["deterministic"] if determinism else None
-    result.outputs = compare_dicts("", ref["probe"]["outputs"], target["probe"]["outputs"], golden["probe"]["outputs"], tol, low)
+    result.outputs = compare_dicts("", ref.probe.outputs, target.probe.outputs, golden.probe.outputs, tol, low)
     result.modules, result.first_divergent_module = localise(
-        ref["probe"]["modules"], target["probe"]["modules"], golden["probe"]["modules"], tol, low)
+        ref.probe.modules, target.probe.modules, golden.probe.modules, tol, low)
     failed = [c for c in result.outputs if not c.passed]
     if mode == Mode.TRAIN:
-        result.gradients = compare_dicts("grad ", ref["run"]["grads"], target["run"]["grads"], golden["run"]["grads"], tol, low)
+        result.gradients = compare_dicts("grad ", ref.run.grads, target.run.grads, golden.run.grads, tol, low)
         result.gradients += [Comparison(f"grad {k}", False, ComparisonStatus.MISSING)
-                             for k in ref["run"]["grads"] if k not in target["run"]["grads"]]
+                             for k in ref.run.grads if k not in target.run.grads]
         failed += [c for c in result.gradients if not c.passed]
-        losses = {k: v["run"]["losses"] for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
+        losses = {k: v.run.losses for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
         curve = compare("loss curve", torch.tensor(losses["ref"]), torch.tensor(losses["target"]),
                         torch.tensor(losses["fp64"]), tol, low)
         result.loss_curve = {**losses, "comparison": curve}
         failed += [] if curve.passed else [curve]
     if mode == Mode.GENERATE:
-        tokens = {k: v["run"]["tokens"] for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
+        tokens = {k: v.run.tokens for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
         same_shape = tokens["ref"].shape == tokens["target"].shape
         mismatch = (tokens["ref"] != tokens["target"]).flatten().nonzero() if same_shape else None
         first = None if mismatch is None or len(mismatch) == 0 else int(mismatch[0])

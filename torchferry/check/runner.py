@@ -34,6 +34,7 @@ from torchferry.errors import (
     low_on_space,
 )
 from torchferry.harness import launch
+from torchferry.harness.case import Capture
 from torchferry.harness.modes import Mode
 from torchferry.harness.prices import load_prices
 from torchferry.harness.protocol import WorkerProcess, python_module, run_to_end, worker_env
@@ -241,7 +242,7 @@ class Runner:
         self.phase = "resume"
         self.check_resume(target_tensors)
         self.phase = "exit"
-        self.check_exit(target_summary["exit"], target_tensors["eval_outputs"])
+        self.check_exit(target_summary["exit"], target_tensors.eval_outputs)
         self.phase = "done"
 
     def warm(self) -> None:
@@ -260,13 +261,11 @@ class Runner:
         self.note(f"warm-up: imports and workload build read once ({time.monotonic() - started:.1f} s"
                   + (f"; it failed with exit status {code}, the timed workers will report why)" if code else ")"))
 
-    def load_tensors(self, role: str) -> dict:
-        """A worker's tensors, from the path this runner chose, loaded without unpickling code."""
-        import torch
+    def load_tensors(self, role: str) -> Capture:
+        """A worker's capture, from the path this runner chose, loaded without unpickling code."""
+        return Capture.load(self.workdir / f"{role}.pt")
 
-        return torch.load(self.workdir / f"{role}.pt", weights_only=True)
-
-    def host_numerics_rerun(self) -> dict:
+    def host_numerics_rerun(self) -> Capture:
         """The target in a fresh process under host numerics (worker role ``numerics``): its tensors."""
         self.note(f"rehearsal: parity failed under target numerics; rerunning {self.cfg.target} under host numerics")
         worker = self.spawn("numerics", self.cfg.target)
@@ -369,7 +368,7 @@ class Runner:
                 t.profile_trace = event["path"]
             self.note(f"profile: {', '.join(e['path'] for e in events)}")
 
-    def check_resume(self, target_tensors: dict) -> None:
+    def check_resume(self, target_tensors: Capture) -> None:
         cfg = self.cfg
         if cfg.mode != Mode.TRAIN:
             self.report.resume.notes.append(f"resume applies to train; mode is {cfg.mode}")
@@ -390,7 +389,7 @@ class Runner:
             return
         finally:
             self.kill_all()  # it has reported (or failed): nothing left to ask of it
-        self.report.resume = resume.judge(target_tensors["run"]["losses"], event["data"]["resume"], cfg.tolerance.tol)
+        self.report.resume = resume.judge(target_tensors.run.losses, event["data"]["resume"], cfg.tolerance.tol)
         self.note(f"resume: {self.report.resume.status}")
 
     def check_exit(self, target_exit: dict, eval_outputs: dict) -> None:

@@ -30,6 +30,8 @@ from torchferry.check.config import CheckConfig
 from torchferry.check import timing
 from torchferry.check.rehearsal import RECORD, Recorder
 from torchferry.errors import NonFiniteError, OutputError, UsageError, disk_full
+from torchferry.harness import case
+from torchferry.harness.case import Capture, ProbeCapture, RunCapture, flatten, floating, to_cpu
 from torchferry.harness.modes import Mode
 from torchferry.harness.window import Window
 from torchferry.harness.worker import Channel, run_case
@@ -40,31 +42,6 @@ NUMERICS_ENV = "TORCHFERRY_NUMERICS"  # the "numerics" role reruns the target wi
 # A failed rank stays alive this long after reporting: its launcher would otherwise stop every other rank at
 # once, and the runner could no longer tell a peer that hangs from one that was stopped (it waits 10 s).
 FAILED_RANK_WAIT_S = 60.0
-
-def _floating(x: Any) -> bool:
-    return hasattr(x, "is_floating_point") and x.is_floating_point()
-
-
-def flatten(output: Any, prefix: str = "") -> dict:
-    """The tensors of a model output, by name: ModelOutput/dict keys, tuple indices, or `output`."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return {prefix or "output": output}
-    items = output.items() if hasattr(output, "items") else enumerate(output) if isinstance(output, (tuple, list)) else []
-    found = {}
-    for key, value in items:
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, torch.Tensor):
-            found[name] = value
-        elif isinstance(value, (tuple, list, dict)) and not prefix:
-            found.update(flatten(value, name))
-    return found
-
-
-def to_cpu(tensors: dict) -> dict:
-    return {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}
-
 
 class Session:
     """The workload on one device: the runs, probes and saves the runner asks for."""
@@ -157,10 +134,7 @@ class Session:
 
     def fresh(self, fp64: bool = False) -> Any:
         """A copy of the initial model on this device; in eval mode for forward and generate, as users' inference is."""
-        model = copy.deepcopy(self.pristine).to(self.device)
-        if self.cfg.mode != Mode.TRAIN:
-            model.eval()
-        return model.to(self.torch.float64) if fp64 else model
+        return case.fresh(self.pristine, self.device, inference=self.cfg.mode != Mode.TRAIN, fp64=fp64)
 
     def seed_step(self, index: int) -> None:
         """Reseed every generator (the CPU's and each device's, through ``torch.manual_seed``) from the check's seed
@@ -174,14 +148,7 @@ class Session:
 
     def batch(self, seed_offset: int, fp64: bool = False) -> Any:
         batch = self.workload.batch(self.device, self.cfg.seed + seed_offset)
-        if not fp64:
-            return batch
-        cast = lambda t: t.to(self.torch.float64) if _floating(t) else t  # noqa: E731
-        if isinstance(batch, dict):
-            return {k: cast(v) for k, v in batch.items()}
-        if isinstance(batch, (tuple, list)):
-            return type(batch)(cast(v) for v in batch)
-        return cast(batch)
+        return case.moved(batch, dtype=self.torch.float64) if fp64 else batch
 
     def autocast(self, fp64: bool) -> Any:
         import contextlib
@@ -221,7 +188,7 @@ class Session:
 
     def generate_kwargs(self, model: Any, batch: dict) -> dict:
         kwargs = {**batch, "max_new_tokens": self.cfg.new_tokens, "do_sample": False}
-        if getattr(model, "_can_compile_fullgraph", False):
+        if case.static_cache(model):
             kwargs["cache_implementation"] = "static"  # where the model allows: no dynamic shapes per token
         return kwargs
 
@@ -236,31 +203,31 @@ class Session:
         return float(first.shape[0]), "samples"
 
     # -- the runs ------------------------------------------------------------------------
-    def run(self, model: Any, fp64: bool = False, primary: bool = False, start: int = 0, opt: Any = None) -> dict:
-        """All steps of the mode from ``start``; the primary run also reports timings and saves checkpoints."""
+    def run(self, model: Any, fp64: bool = False, primary: bool = False, start: int = 0,
+            opt: Any = None) -> tuple[RunCapture, Any]:
+        """All steps of the mode from ``start``: the run's capture and its optimizer (None outside train). The
+        primary run also reports timings and saves checkpoints."""
         torch = self.torch
         opt = opt or (self.optimizer(model) if self.cfg.mode == Mode.TRAIN else None)
-        record: dict[str, Any] = {"losses": [], "times": [], "grads": {}, "tokens": None}
+        record = RunCapture()
         for index in range(start, self.cfg.steps):
             seconds, result = self.step(model, opt, index, fp64, record=primary)
-            record["times"].append(seconds)
+            record.times.append(seconds)
             if self.cfg.mode == Mode.TRAIN:
                 loss = self.global_loss(result)
                 if not torch.isfinite(torch.tensor(loss)):
                     raise NonFiniteError(f"loss is {loss} at training step {index + 1}{self.first_nonfinite_module(index, fp64)}")
-                record["losses"].append(loss)
+                record.losses.append(loss)
                 if index == start:
-                    record["grads"] = {n: p.grad for n, p in self.bare(model).named_parameters() if p.grad is not None}
-                    record["grads"] = to_cpu(record["grads"])
+                    record.grads = to_cpu({n: p.grad for n, p in self.bare(model).named_parameters() if p.grad is not None})
             elif index == start:
                 if self.cfg.mode == Mode.GENERATE:
-                    record["tokens"] = result.detach().to("cpu")
+                    record.tokens = result.detach().to("cpu")
                 else:
                     self.check_finite(flatten(result), f"step {index + 1}", index, fp64)
             if primary:
                 self.after_primary_step(index, seconds, model, opt)
-        record["opt"] = opt
-        return record
+        return record, opt
 
     def bare(self, model: Any) -> Any:
         """The workload's own module inside DDP and torch.compile: its parameter names and state dict are the plain
@@ -294,38 +261,25 @@ class Session:
         if index + 1 == self.cfg.steps:
             self.timing["time_to_n_s"] = now
 
-    def probe(self, fp64: bool = False, model: Any = None, index: int = 0) -> dict:
+    def probe(self, fp64: bool = False, model: Any = None, index: int = 0) -> ProbeCapture:
         """A hooked forward pass on step ``index``'s batch: per-module outputs in execution order."""
-        model = model if model is not None else self.fresh(fp64)
-        modules: dict[str, Any] = {}
-
-        def hook(name: str):
-            def capture(_module, _inputs, output):
-                tensors = [t for t in flatten(output).values() if _floating(t)]
-                if tensors and name not in modules:
-                    modules[name] = tensors[0].detach().to("cpu", copy=True)
-
-            return capture
-
-        handles = [m.register_forward_hook(hook(n or "<model>")) for n, m in model.named_modules()]
-        try:
+        def forward(model: Any) -> Any:
             batch = self.batch(index, fp64)
             self.seed_step(index)
             with self.no_grad(), self.autocast(fp64):
-                output = self.workload.forward(model, batch)
-        finally:
-            for h in handles:
-                h.remove()
-        return {"outputs": to_cpu({k: v for k, v in flatten(output).items() if _floating(v)}), "modules": modules}
+                return self.workload.forward(model, batch)
+
+        output, modules = case.probe_modules(model if model is not None else self.fresh(fp64), forward)
+        return ProbeCapture(outputs=to_cpu({k: v for k, v in flatten(output).items() if floating(v)}), modules=modules)
 
     def check_finite(self, tensors: dict, where: str, index: int, fp64: bool) -> None:
-        bad = [n for n, t in tensors.items() if _floating(t) and not bool(self.torch.isfinite(t).all())]
+        bad = [n for n, t in tensors.items() if floating(t) and not bool(self.torch.isfinite(t).all())]
         if bad:
             raise NonFiniteError(f"output {bad[0]!r} has NaN/Inf at {where}{self.first_nonfinite_module(index, fp64)}")
 
     def first_nonfinite_module(self, index: int, fp64: bool) -> str:
         try:
-            modules = self.probe(fp64, model=self.fresh(fp64), index=index)["modules"]
+            modules = self.probe(fp64, model=self.fresh(fp64), index=index).modules
         except Exception:  # the diagnosis must not hide the finding
             return ""
         for name, t in modules.items():
@@ -357,7 +311,7 @@ class Session:
         module = self.devices.device_module(self.device)
         if "device" in ckpt["rng"] and hasattr(module, "set_rng_state"):
             module.set_rng_state(ckpt["rng"]["device"].cpu())
-        return {"step": ckpt["step"], "losses": self.run(model, start=ckpt["step"], opt=opt)["losses"]}
+        return {"step": ckpt["step"], "losses": self.run(model, start=ckpt["step"], opt=opt)[0].losses}
 
     def save_exit(self, model: Any, opt: Any) -> dict:
         """Save what the target produced in the standard formats, as a user would, no `.cpu()` first."""
@@ -447,34 +401,32 @@ class Session:
             model = DistributedDataParallel(model, device_ids=None)
         if compiling:
             model = torch.compile(model, backend=self.cfg.compile)
-        primary = self.run(model, primary=True)
+        primary, opt = self.run(model, primary=True)
         self.channel.progress(f"{self.cfg.steps} steps in {self.timing['time_to_n_s']:.1f} s from process start")
         reading = window.read()
-        self.timing.update(steps=primary["times"], **timing.captured(reading))
+        self.timing.update(steps=primary.times, **timing.captured(reading))
         if self.rehearsal is not None:
             self.rehearsal.finish(reading, self.fresh_step)
         self.timing["units_per_step"], self.timing["unit"] = self.units_per_step()
-        self.live = (model, primary.pop("opt"))
+        self.live = (model, opt)
         summary: dict[str, Any] = {"timing": self.timing, "device": str(self.device), "batch_rows": self.batch_rows}
         if self.rank > 0:  # rank 0 speaks for the group; the others only time their share
             return summary
         summary["rng_draws"] = self.rng_draws()
-        tensors: dict[str, Any] = {"run": primary, "probe": self.probe()}
+        capture = Capture(run=primary, probe=self.probe())
         if role == "ref":
             self.channel.progress("second reference run (determinism check)")
-            again = self.run(self.fresh())
-            again.pop("opt")
-            summary["determinism"] = self.compare_runs(primary, again, self.probe(), tensors["probe"])
+            again, _ = self.run(self.fresh())
+            summary["determinism"] = self.compare_runs(primary, again, self.probe(), capture.probe)
             self.channel.progress("float64 golden run")
-            golden = self.run(self.fresh(fp64=True), fp64=True)
-            golden.pop("opt")
-            tensors["golden"] = {"run": golden, "probe": self.probe(fp64=True)}
+            golden, _ = self.run(self.fresh(fp64=True), fp64=True)
+            capture.golden = Capture(run=golden, probe=self.probe(fp64=True))
             summary["timing"]["flops_per_step"] = self.flops_per_step()
         else:
-            summary["exit"] = {"saved": self.save_exit(self.model, self.live[1]), "architecture": self.architecture()}
+            summary["exit"] = {"saved": self.save_exit(self.model, opt), "architecture": self.architecture()}
             # the bare module: a DDP forward may broadcast buffers, a collective rank 0 would wait in alone
-            tensors["eval_outputs"] = self.eval_outputs(self.model if self.world > 1 else self.live[0])
-        torch.save(tensors, self.job["tensors"])
+            capture.eval_outputs = self.eval_outputs(self.model if self.world > 1 else model)
+        capture.save(self.job["tensors"])
         return summary
 
     def rng_draws(self) -> list[float]:
@@ -494,9 +446,8 @@ class Session:
         from torchferry.device import numerics
 
         model = self.torch.compile(self.model, backend=self.cfg.compile) if self.cfg.compile else self.model
-        run = self.run(model)
-        run.pop("opt")
-        self.torch.save({"run": run, "probe": self.probe()}, self.job["tensors"])
+        run, _ = self.run(model)
+        Capture(run=run, probe=self.probe()).save(self.job["tensors"])
         return {"numerics": numerics()}
 
     def eval_outputs(self, model: Any) -> dict:
@@ -506,18 +457,18 @@ class Session:
         model.eval()
         try:
             with self.torch.inference_mode(), self.autocast(False):
-                return to_cpu({k: v for k, v in flatten(self.workload.forward(model, batch)).items() if _floating(v)})
+                return to_cpu({k: v for k, v in flatten(self.workload.forward(model, batch)).items() if floating(v)})
         finally:
             model.train(training)  # the live model goes on with the steady-state steps
 
-    def compare_runs(self, a: dict, b: dict, probe_a: dict, probe_b: dict) -> dict:
+    def compare_runs(self, a: RunCapture, b: RunCapture, probe_a: ProbeCapture, probe_b: ProbeCapture) -> dict:
         """Two reference runs must agree bitwise (the dynamo harness's eager_two_runs_differ check)."""
         torch = self.torch
-        pairs = [("loss curve", torch.tensor(a["losses"]), torch.tensor(b["losses"]))]
-        pairs += [(f"output {k}", v, probe_b["outputs"][k]) for k, v in probe_a["outputs"].items()]
-        pairs += [(f"grad {k}", v, b["grads"][k]) for k, v in a["grads"].items()]
-        if a["tokens"] is not None:
-            pairs.append(("tokens", a["tokens"], b["tokens"]))
+        pairs = [("loss curve", torch.tensor(a.losses), torch.tensor(b.losses))]
+        pairs += [(f"output {k}", v, probe_b.outputs[k]) for k, v in probe_a.outputs.items()]
+        pairs += [(f"grad {k}", v, b.grads[k]) for k, v in a.grads.items()]
+        if a.tokens is not None:
+            pairs.append(("tokens", a.tokens, b.tokens))
         for name, x, y in pairs:
             if x.shape != y.shape or not torch.equal(x, y):
                 return {"deterministic": False, "first_difference": name}

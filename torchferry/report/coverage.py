@@ -65,6 +65,11 @@ class Mark(StrEnum):
     NEW = "new"
 
 
+def case_key(suite: str, arch: str, mode: str) -> str:
+    """``suite/arch/mode``: one case across suites (a store's, a merge's and a sweep's key)."""
+    return f"{suite}/{arch}/{mode}"
+
+
 @dataclass
 class Row:
     """One case: an architecture in one mode on the target, judged against the reference."""
@@ -115,7 +120,7 @@ class Row:
     @property
     def case(self) -> str:
         """The row across suites (the store's and a merge's key)."""
-        return f"{self.suite}/{self.arch}/{self.mode}"
+        return case_key(self.suite, self.arch, self.mode)
 
     @classmethod
     def from_dict(cls, data: dict) -> Row:
