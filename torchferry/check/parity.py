@@ -1,6 +1,7 @@
-"""The parity result of `ferry check`: the two workers' tensors judged by the harness's parity rule.
+"""The parity result of `ferry check`: captured in each worker, judged in the parent by the harness's parity rule.
 
-The rule itself (per tensor, fp64-relative, and per-module localisation) lives in
+``capture`` is the worker's half: the timed run's capture and its probe; on the reference also a second
+run (the determinism check) and the float64 golden run. ``judge`` is the parent's. The rule itself (per tensor, fp64-relative, and per-module localisation) lives in
 torchferry.harness.parity; this module assembles check's result from it: outputs, gradients (a
 gradient missing on the target fails), the loss curve, generated tokens, the determinism of the
 reference and the first divergent module.
@@ -8,13 +9,48 @@ reference and the first divergent module.
 
 from __future__ import annotations
 
-from torchferry.harness.case import Capture
+from collections.abc import Callable
+
+from torchferry.harness.case import Capture, ModelCase, ProbeCapture, RunCapture
 from torchferry.harness.modes import Mode
 from torchferry.harness.parity import Tolerance, compare, compare_dicts, localise
 from torchferry.report.check import ParityResult, ParityStatus
 from torchferry.report.comparison import Comparison, ComparisonStatus, describe
 
 
+# -- capture (a worker) --------------------------------------------------------------------------
+def capture(case: ModelCase, primary: RunCapture, reference: bool,
+            progress: Callable[[str], None]) -> tuple[Capture, dict | None]:
+    """This worker's capture of the timed run ``primary``, and on the reference its determinism (two fresh runs
+    compared bitwise) and float64 golden run; the determinism is None on the target."""
+    captured = Capture(run=primary, probe=case.probe())
+    if not reference:
+        return captured, None
+    progress("second reference run (determinism check)")
+    again, _ = case.run(case.fresh())
+    determinism = compare_runs(primary, again, case.probe(), captured.probe)
+    progress("float64 golden run")
+    golden, _ = case.run(case.fresh(fp64=True), fp64=True)
+    captured.golden = Capture(run=golden, probe=case.probe(fp64=True))
+    return captured, determinism
+
+
+def compare_runs(a: RunCapture, b: RunCapture, probe_a: ProbeCapture, probe_b: ProbeCapture) -> dict:
+    """Two reference runs must agree bitwise (the dynamo harness's eager_two_runs_differ check)."""
+    import torch
+
+    pairs = [("loss curve", torch.tensor(a.losses), torch.tensor(b.losses))]
+    pairs += [(f"output {k}", v, probe_b.outputs[k]) for k, v in probe_a.outputs.items()]
+    pairs += [(f"grad {k}", v, b.grads[k]) for k, v in a.grads.items()]
+    if a.tokens is not None:
+        pairs.append(("tokens", a.tokens, b.tokens))
+    for name, x, y in pairs:
+        if x.shape != y.shape or not torch.equal(x, y):
+            return {"deterministic": False, "first_difference": name}
+    return {"deterministic": True, "first_difference": None}
+
+
+# -- judge (the parent) ---------------------------------------------------------------------------
 def judge(mode: Mode, tolerance: Tolerance, ref: Capture, target: Capture, determinism: dict | None) -> ParityResult:
     """The parity result from the two workers' tensors (``ref`` includes the fp64 ``golden`` run).
 

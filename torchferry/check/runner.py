@@ -141,7 +141,7 @@ class Runner:
 
     def progress(self, role: str, rank: int, message: str) -> None:
         device = self.cfg.ref if role == "ref" else self.cfg.target
-        ranks = f" rank {rank}" if role == "target" and self.cfg.nproc * self.cfg.nnodes > 1 else ""
+        ranks = f" rank {rank}" if role == "target" and self.cfg.world > 1 else ""
         self.note(f"[{role}{ranks} {device}] {message}")
 
     def spawn(self, role: str, device: str) -> Group:
@@ -151,7 +151,7 @@ class Runner:
         tensors.unlink(missing_ok=True)
         job.write_text(json.dumps({"role": role, "device": device, "config": self.cfg.to_dict(),
                                    "outdir": str(self.workdir), "tensors": str(tensors)}))
-        world = self.cfg.nproc * self.cfg.nnodes if role == "target" else 1
+        world = self.cfg.world if role == "target" else 1
         if world == 1:
             argv, launcher = python_module(WORKER, str(job)), False
         else:
@@ -183,8 +183,8 @@ class Runner:
         workers are stopped, to make room on a full disk for the report; says what was removed."""
         import shutil
 
-        removed = [p for p in self.workdir.glob("*.pt")] + [p for p in (self.workdir / "resume", self.workdir / "exit")
-                                                              if p.is_dir()]
+        removed = [p for p in self.workdir.glob("*.pt")] + [p for p in (resume.checkpoint(self.workdir).parent,
+                                                                          exit_mod.folder(self.workdir)) if p.is_dir()]
         for path in removed:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         return ", ".join(str(p.relative_to(self.workdir.parent)) for p in removed) or "nothing to remove"
@@ -202,7 +202,7 @@ class Runner:
             self.report.timing = timing.summarise(timing.device_timing(cfg.ref, ref_summary["timing"], []), None,
                                                   cfg.warm_up)
             self.phase = "target"
-            world = cfg.nproc * cfg.nnodes
+            world = cfg.world
             self.note(f"target {cfg.target}: starting" + (f" {world} DDP ranks" if world > 1 else ""))
             target = self.spawn("target", cfg.target)
             try:
@@ -278,7 +278,7 @@ class Runner:
     def check_split(self, rows: int | None) -> None:
         """The batch must split into equal shards over the target's ranks: checked when the reference worker has built
         its first batch (the workload's build() chooses its default size), before it runs a step."""
-        world = self.cfg.nproc * self.cfg.nnodes
+        world = self.cfg.world
         if world > 1 and rows is not None and rows % world:
             raise UsageError(f"the batch size {rows} does not split into --nproc {world} equal shards. "
                              f"Pass a --batch-size that is a multiple of {world}.")
@@ -287,7 +287,7 @@ class Runner:
         cfg, flops = self.cfg, {"flops_per_step": ref_summary["timing"].get("flops_per_step")}
         steady = steady or {"ref": [[]], "target": [[] for _ in target_events]}
         target_summary = target_events[0]["data"]
-        world = cfg.nproc * cfg.nnodes
+        world = cfg.world
         self.report.timing = timing.summarise(
             timing.device_timing(cfg.ref, ref_summary["timing"], steady["ref"][0]),
             timing.device_timing(cfg.target, {**target_summary["timing"], **flops}, steady["target"][0],
