@@ -206,7 +206,8 @@ def _report(env: Environment, out: Path, rows: list, modes: list[str], meta, con
     status = ExitStatus.SUCCESS
     if baseline:
         path, expected = baseline
-        report.baseline = {"file": path, **results.compare_baseline(rows, expected)}
+        report.rows, marks = results.compare_baseline(report.rows, expected)
+        report.baseline = {"file": path, **marks}
         if report.baseline["regressed"] and report.complete:
             status = ExitStatus.NEGATIVE_RESULT
     paths = write_reports(report, [FileReporter("coverage.json", jsonreport.render),

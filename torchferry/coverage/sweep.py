@@ -14,6 +14,7 @@ no new one; the rows already stored stay.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import threading
@@ -134,10 +135,8 @@ class Sweep:
                     return done + 1
                 row = Row.from_dict(event["row"])
                 # the first mode carries the process start and the model build; later ones their own time
-                row.wall_s = round(time.perf_counter() - spawned, 3) if done == 0 else row.case_s or 0.0
-                if row.category != Category.PASS:
-                    row.log = str(log)
-                self.stored(row)
+                wall_s = round(time.perf_counter() - spawned, 3) if done == 0 else row.case_s or 0.0
+                self.stored(dataclasses.replace(row, wall_s=wall_s, log=str(log) if row.category != Category.PASS else row.log))
                 done += 1
         finally:
             proc.close(grace=5)

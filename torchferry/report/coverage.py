@@ -70,9 +70,10 @@ def case_key(suite: str, arch: str, mode: str) -> str:
     return f"{suite}/{arch}/{mode}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Row:
-    """One case: an architecture in one mode on the target, judged against the reference."""
+    """One case: an architecture in one mode on the target, judged against the reference. Frozen: a figure the
+    parent adds (its clock, the log, the baseline's mark) makes a new row (``dataclasses.replace``)."""
 
     arch: str
     mode: str
