@@ -29,6 +29,7 @@ from torchferry.check import exit as exit_result, parity, resume, timing
 from torchferry.check.config import CheckConfig
 from torchferry.check.rehearsal import RECORD, Recorder
 from torchferry.errors import OutputError, UsageError, disk_full
+from torchferry.harness import launch
 from torchferry.harness.case import Capture, ModelCase, StepPlan
 from torchferry.harness.modes import Mode
 from torchferry.harness.window import Window
@@ -69,7 +70,8 @@ class Session:
         device = devices.resolve(self.job["device"])
         self.timing["emulates"] = devices.emulates(device)
         if self.world > 1:
-            device = self.join_group(device)
+            device, backend = launch.join_group(device, self.cfg.timeout)
+            self.channel.progress(f"rank {self.rank} of {self.world} on {device}, backend {backend!r}")
         t = time.perf_counter()
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
@@ -92,26 +94,6 @@ class Session:
         devices.synchronize(device)
         self.timing["load_s"] = time.perf_counter() - t
         self.channel.progress(f"built {cfg.workload} on {device} ({self.timing['load_s']:.1f} s)")
-
-    def join_group(self, device: Any) -> Any:
-        """This rank's device (index LOCAL_RANK when the device has several) in the device's own backend's group."""
-        import datetime
-
-        import torch.distributed as dist
-
-        from torchferry.harness import devices
-
-        local_rank = int(os.environ["LOCAL_RANK"])
-        module = devices.device_module(device)
-        count = module.device_count() if hasattr(module, "device_count") else 1
-        if device.index is None and count > 1:
-            device = self.torch.device(device.type, local_rank % count)
-            if hasattr(module, "set_device"):
-                module.set_device(device)
-        backend = dist.get_default_backend_for_device(device.type)
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=self.cfg.timeout))  # env:// from the launcher
-        self.channel.progress(f"rank {self.rank} of {self.world} on {device}, backend {backend!r}")
-        return device
 
     def after_primary_step(self, index: int, seconds: float, model: Any, opt: Any) -> None:
         now = time.time() - self.t0 - self.excluded_s
