@@ -5,8 +5,10 @@ import pickle
 import pytest
 import torch
 
+from torchferry.errors import NonFiniteError
 from torchferry.harness import case
 from torchferry.harness.case import Capture, ProbeCapture, RunCapture
+from torchferry.harness.modes import Mode
 
 
 def test_moved_casts_only_floating_tensors_and_keeps_the_containers():
@@ -56,3 +58,23 @@ def test_a_capture_round_trips_through_a_weights_only_load(tmp_path):
     torch.save({"run": Exception("not a tensor")}, tmp_path / "bad.pt")
     with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
         Capture.load(tmp_path / "bad.pt")  # a Python object is refused, not unpickled
+
+
+# -- ModelCase: a workload on one device, as check's workers run it -----------------------------------
+def test_training_runs_capture_losses_times_and_first_gradients_on_the_cpu(mlp_case):
+    case = mlp_case(Mode.TRAIN)
+    run, opt = case.run(case.fresh())
+    assert isinstance(opt, torch.optim.AdamW) and len(run.losses) == len(run.times) == 3 and run.tokens is None
+    assert run.grads and all(g.device.type == "cpu" for g in run.grads.values())
+    assert case.run(case.fresh(fp64=True), fp64=True)[0].grads["0.weight"].dtype == torch.float64
+    assert case.run(case.fresh())[0].losses == run.losses  # every run starts from the pristine weights
+
+
+def test_a_non_finite_forward_names_its_first_non_finite_module(mlp_case):
+    case = mlp_case(Mode.FORWARD)
+    model = case.fresh()
+    with torch.no_grad():
+        model[0].weight.fill_(float("nan"))
+    case.pristine = model  # every fresh copy (the diagnosis probes one) carries the NaN weights
+    with pytest.raises(NonFiniteError, match=r"NaN/Inf at step 1; first module with a non-finite output: '0'"):
+        case.run(case.fresh())
