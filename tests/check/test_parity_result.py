@@ -3,19 +3,20 @@
 import torch
 
 from torchferry.check import parity
+from torchferry.harness.case import Capture, ProbeCapture, RunCapture
 from torchferry.harness.modes import Mode
 from torchferry.harness.parity import Tolerance
 
 
-def _tensors(grads: dict) -> dict:
+def _tensors(grads: dict) -> Capture:
     x = torch.ones(4)
-    probe = {"outputs": {"out": x}, "modules": {"m": x}}
-    return {"run": {"grads": grads, "losses": [1.0, 0.5], "tokens": None}, "probe": probe}
+    return Capture(run=RunCapture(grads=grads, losses=[1.0, 0.5]), probe=ProbeCapture(outputs={"out": x}, modules={"m": x}))
 
 
 def test_a_gradient_missing_on_the_target_fails_parity():
     grads = {"a": torch.ones(3), "b": torch.ones(3)}
-    ref = {**_tensors(grads), "golden": _tensors({k: v.double() for k, v in grads.items()})}
+    ref = _tensors(grads)
+    ref.golden = _tensors({k: v.double() for k, v in grads.items()})
     result = parity.judge(Mode.TRAIN, Tolerance.resolve(Mode.TRAIN, "float32"), ref, _tensors({"a": torch.ones(3)}), None)
     assert result.status == "fail_accuracy"
     missing = [g for g in result.gradients if g.status == "missing"]

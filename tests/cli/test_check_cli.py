@@ -55,7 +55,9 @@ def test_a_diverging_layer_fails_parity_and_is_named(check):
     assert parity["first_divergent_module"]["name"] == "skew"
     assert parity["modules"][0]["name"] == "fc1" and parity["modules"][0]["passed"] is True
     assert result.report["verdict"] == "no-go"
-    assert "first divergent module: skew" in result.stdout
+    # each thing once: the module and its figures on the verdict line, the failing checks' count there too
+    assert result.stdout.count("first divergent module") == 1 and "first divergent module skew (" in result.stdout
+    assert result.stdout.count("check(s) outside tolerance") == 1
 
 
 @pytest.mark.parametrize(

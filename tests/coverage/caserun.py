@@ -11,11 +11,12 @@ RUNS_CORRECTLY = (Category.PASS, Category.FAIL_FALLBACK)
 def run_case(suite: str, arch: str, modes: list[str], method: str = "torchferry", spec: str | None = None,
              case_out: list | None = None) -> dict:
     """Every mode of one architecture, as a worker process runs them: {mode: row} (the Case into ``case_out``)."""
+    from torchferry.coverage.job import CoverageJob
     from torchferry.coverage.worker import Case, row_of
     from torchferry.harness.worker import run_case as run
 
-    job = {"arch": arch, "spec": spec or arch, "suite": suite, "method": method, "modes": modes, "target": "neuron",
-           "ref": "cpu", "seed": 1337, "threads": 1, "memory_gib": 4}
+    job = CoverageJob(arch=arch, spec=spec or arch, suite=suite, method=method, modes=tuple(modes), target="neuron",
+                      ref="cpu", seed=1337, threads=1, memory_gib=4)
     case = Case(job)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -150,9 +150,11 @@ def test_rerun_measures_only_rows_of_the_named_categories(planted_sweep, run_fer
 def test_compare_baseline_marks_each_transition():
     rows = [Row(arch=a, mode="forward", category=Category(c), reason="") for a, c in
             (("a", "pass"), ("b", "error"), ("c", "pass"), ("d", "host-limit"), ("e", "pass"))]
-    out = results.compare_baseline(rows, {"rows": {"a/forward": "pass", "b/forward": "pass", "c/forward": "fail-parity",
-                                                   "d/forward": "error", "z/forward": "pass"}})
-    assert [r.baseline for r in rows] == ["unchanged", "regressed", "fixed", "unchanged", "new"]
+    marked, out = results.compare_baseline(rows, {"rows": {"a/forward": "pass", "b/forward": "pass",
+                                                           "c/forward": "fail-parity", "d/forward": "error",
+                                                           "z/forward": "pass"}})
+    assert [r.baseline for r in marked] == ["unchanged", "regressed", "fixed", "unchanged", "new"]
+    assert [r.baseline for r in rows] == [None] * 5 and [r.case for r in marked] == [r.case for r in rows]  # new rows
     assert out["regressed"] == ["causal-lm/b/forward"] and out["missing"] == ["causal-lm/z/forward"]  # a version-1 file
 
 

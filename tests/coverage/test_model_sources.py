@@ -57,12 +57,13 @@ def test_a_remote_code_config_is_a_skip_naming_the_flag(folder_sweep):
 
 
 def test_a_row_over_this_hosts_memory_is_host_limited_and_not_counted(tmp_path):
+    from torchferry.coverage.job import CoverageJob
     from torchferry.coverage.worker import Case, row_of
     from torchferry.harness.worker import run_case as run
 
     (tmp_path / "big.json").write_text(json.dumps({"model_type": "llama", "torch_dtype": "bfloat16"}))  # 2 layers: ~0.5B
-    job = {"arch": "big", "spec": str(tmp_path / "big.json"), "suite": "causal-lm", "method": "torchneuron",
-           "modes": ["train"], "target": "neuron", "ref": "cpu", "seed": 1, "threads": 1, "memory_gib": 1}
+    job = CoverageJob(arch="big", spec=str(tmp_path / "big.json"), suite="causal-lm", method="torchneuron",
+                      modes=("train",), target="neuron", ref="cpu", seed=1, threads=1, memory_gib=1)
     case = Case(job)
     built = run(lambda: (case.setup(), case.build()))
     row = Row.from_dict(row_of(built, {**case.row, "mode": "train"}))

@@ -53,10 +53,11 @@ def test_suites_declare_their_architectures_and_modes():
 
 
 def test_a_suite_refuses_a_model_fed_something_else():
+    from torchferry.coverage.job import CoverageJob
     from torchferry.coverage.worker import Case, Skip
 
-    case = Case({"arch": "imagegpt", "spec": "imagegpt", "suite": "vision", "modes": ["forward"], "target": "cpu",
-                 "ref": "cpu", "seed": 0})
+    case = Case(CoverageJob(arch="imagegpt", spec="imagegpt", suite="vision", modes=("forward",), target="cpu",
+                            ref="cpu", seed=0))
     case.setup()
     with pytest.raises(Skip, match="main input is 'input_ids'; the vision suite feeds 'pixel_values'"):
         case.build()
@@ -83,10 +84,11 @@ def test_sparse_attention_mla_families_shrink_to_a_consistent_config(arch):
 @pytest.mark.parametrize("arch", ["jamba", "bamba", "mamba2", "llama4_text", "nemotron"])
 @pytest.mark.timeout(60)
 def test_formerly_skipped_families_build_tiny_and_run_on_the_reference(arch):
+    from torchferry.coverage.job import CoverageJob
     from torchferry.coverage.worker import Case
 
-    case = Case({"arch": arch, "spec": arch, "suite": "causal-lm", "modes": ["forward"], "target": "cpu", "ref": "cpu",
-                 "seed": 0})
+    case = Case(CoverageJob(arch=arch, spec=arch, suite="causal-lm", modes=("forward",), target="cpu", ref="cpu",
+                            seed=0))
     case.setup()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -137,7 +139,7 @@ def test_method_torchneuron_resolves_to_the_vendors_settings(tmp_path):
     assert cfg.method == "torchneuron" and [str(m) for m in cfg.modes] == ["train"]
     assert cfg.settings["method"] == "torchneuron" and cfg.to_dict()["method"] == "torchneuron"
     job = cfg.jobs_list()[0]
-    assert job["method"] == "torchneuron" and job["modes"] == ["train"] and job["suite"] == "causal-lm"
+    assert job.method == "torchneuron" and job.modes == ("train",) and job.suite == "causal-lm"
     m = methods.get("torchneuron")
     # what the vendor's run_fwd_bwd does: its "eager" setting is a no-op, so the model's default attention runs
     assert (m.batch, m.seq, m.optimizer_steps, m.attention, m.shrink_widths) == (1, 1024, 0, None, False)
@@ -190,10 +192,11 @@ def test_a_case_run_inside_another_process_leaves_its_threads_alone():
     in the same process reduce in different orders."""
     import torch
 
+    from torchferry.coverage.job import CoverageJob
     from torchferry.coverage.worker import Case
 
     before = torch.get_num_threads()
-    case = Case({"arch": "llama", "spec": "llama", "suite": "causal-lm", "modes": ["forward"], "target": "cpu",
-                 "ref": "cpu", "seed": 1, "threads": before + 1})
+    case = Case(CoverageJob(arch="llama", spec="llama", suite="causal-lm", modes=("forward",), target="cpu",
+                            ref="cpu", seed=1, threads=before + 1))
     case.setup()
     assert torch.get_num_threads() == before

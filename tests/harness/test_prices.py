@@ -45,3 +45,21 @@ def test_wrong_typed_price_entries_are_usage_errors_naming_the_value(tmp_path, l
     with pytest.raises(UsageError, match="my-box") as info:
         load_prices(str(bad))
     assert complaint in str(info.value)
+
+
+def test_a_table_is_parsed_once_per_file_version_and_each_caller_gets_its_own_copy(tmp_path, monkeypatch):
+    import os
+
+    from torchferry.harness import prices
+
+    reads = []
+    real_read = prices._read
+    monkeypatch.setattr(prices, "_read", lambda path, origin: reads.append(path) or real_read(path, origin))
+    user = tmp_path / "p.toml"
+    user.write_text('[instances."my-box"]\nprice_per_hour = 2.0\ndate = "2026-01-01"\nsource = "invoice"\n')
+    first = load_prices(str(user))
+    first["instances"]["my-box"]["price_per_hour"] = 99.0  # a caller's change stays its own
+    assert load_prices(str(user))["instances"]["my-box"]["price_per_hour"] == 2.0 and reads.count(user) == 1
+    user.write_text('[instances."my-box"]\nprice_per_hour = 3.0\ndate = "2026-01-02"\nsource = "invoice"\n')
+    os.utime(user, ns=(0, user.stat().st_mtime_ns + 1_000_000))  # a later version of the file
+    assert load_prices(str(user))["instances"]["my-box"]["price_per_hour"] == 3.0 and reads.count(user) == 2

@@ -74,6 +74,11 @@ class CheckConfig:
     output: str  # absolute
 
     @property
+    def world(self) -> int:
+        """The target's processes: ``--nproc`` on each of ``--nnodes`` nodes (the reference runs one)."""
+        return self.nproc * self.nnodes
+
+    @property
     def workdir(self) -> Path:
         return Path(self.output) / "work"
 

@@ -6,22 +6,30 @@ The target worker saved its trained model in each standard format, exactly as a 
 ``torch.backends`` entry point), tries each format with no ``map_location``, records the
 storages' location tags, rebuilds the model with stock torch/transformers and runs the eval
 batch at the run's dtype and in float64. Parity is then judged here with the same rule as
-the main parity check: the target's own outputs against the reloaded model's.
+the main parity check: the target's own outputs against the reloaded model's. ``capture`` (the save,
+in the target worker) and ``check`` (the reload and ``judge``, in the parent) are the two halves.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from torchferry.check.config import CheckConfig
+from torchferry.errors import disk_full
 from torchferry.harness import parity
+from torchferry.harness.case import ModelCase
 from torchferry.harness.protocol import run_to_end
 from torchferry.report.check import ExitFormat, ExitResult, ResultStatus
 
 LOADER = Path(__file__).with_name("exit_loader.py")
+FOLDER = "exit"  # under the run's work folder: the saved formats, the architecture and the eval batch
+EVAL_BATCH = "eval_batch.pt"
 
 MAP_LOCATION_FIX = (
     "save device-independent checkpoints: torch.save({k: v.cpu() for k, v in model.state_dict().items()}, path) "
@@ -29,6 +37,85 @@ MAP_LOCATION_FIX = (
 )
 
 
+def folder(workdir: Path) -> Path:
+    """Where the target saves its exit formats in a run whose work folder is ``workdir``."""
+    return workdir / FOLDER
+
+
+# -- capture (the target's rank 0) ----------------------------------------------------------------
+def capture(case: ModelCase, model: Any, opt: Any, eval_model: Any, workdir: Path) -> tuple[dict, dict]:
+    """Save what the target produced in the standard formats, as a user would (no ``.cpu()`` first): {saved,
+    architecture} for the parent's reload, and ``eval_model``'s outputs on the eval batch it must reproduce."""
+    exit_dir = folder(workdir)
+    exit_dir.mkdir(parents=True, exist_ok=True)
+    saved = save_formats(case, model, opt, exit_dir)
+    if hasattr(model, "config") and hasattr(model.config, "to_json_file"):
+        model.config.to_json_file(str(exit_dir / "config.json"))  # the architecture, for the state-dict formats
+    case.torch.save(case.workload.batch("cpu", case.plan.eval_seed), exit_dir / EVAL_BATCH)
+    return {"saved": saved, "architecture": architecture(case)}, case.eval_outputs(eval_model)
+
+
+def save_formats(case: ModelCase, model: Any, opt: Any, exit_dir: Path) -> dict:
+    """Each standard format written from the target: {name: {path}} or {name: {path, error, fix}}."""
+    torch = case.torch
+    saved: dict[str, Any] = {}
+
+    def attempt(name: str, path: Path, save: Callable[[Any, Path], None]) -> None:
+        try:
+            save(model, path)
+            saved[name] = {"path": str(path)}
+        except Exception as exc:  # a format that cannot be saved from this device is a finding
+            if disk_full(exc, path.parent):
+                raise  # not a finding: the run cannot go on (reported as the output error it is)
+            saved[name] = {"path": str(path), "error": f"{type(exc).__name__}: {exc}", "fix": save_fix(case, name, save, path)}
+
+    attempt("torch.save state dict", exit_dir / "state_dict.pt", lambda m, p: torch.save(m.state_dict(), p))
+
+    def save_safetensors(m: Any, p: Path) -> None:
+        from safetensors.torch import save_model
+
+        save_model(m, str(p))
+
+    attempt("safetensors", exit_dir / "model.safetensors", save_safetensors)
+    if hasattr(model, "save_pretrained"):
+        attempt("save_pretrained", exit_dir / "pretrained", lambda m, p: m.save_pretrained(str(p)))
+    if opt is not None:
+        attempt("optimizer state", exit_dir / "optimizer.pt", lambda m, p: torch.save(opt.state_dict(), p))
+    return saved
+
+
+def save_fix(case: ModelCase, name: str, save: Callable[[Any, Path], None], path: Path) -> str:
+    """The fix for a format that could not be saved: named from the cause, checked against a CPU copy."""
+    extra = [k for k, v in case.pristine.state_dict().items()
+             if k.endswith("_extra_state") and not isinstance(v, case.torch.Tensor)]
+    if extra and name == "safetensors":
+        return (f"{', '.join(extra)} holds a non-tensor value (the module's get_extra_state()); safetensors "
+                "stores tensors only, on any device. Make get_extra_state() return tensors (or nothing), or "
+                "use torch.save for this model")
+    try:
+        save(copy.deepcopy(case.pristine), path.with_name(f"cpu-probe-{path.name}"))
+    except Exception as exc:
+        return f"{name} fails on the CPU too ({type(exc).__name__}): the model itself cannot be saved this way"
+    return f"{name} cannot be written from the target device; save a .cpu() copy"
+
+
+def architecture(case: ModelCase) -> dict:
+    """How a process without torchferry rebuilds this model, and which class's loader reads save_pretrained."""
+    import importlib.util
+
+    model = case.pristine
+    transformers = sys.modules.get("transformers")
+    loader = {"module": type(model).__module__, "class": type(model).__qualname__}
+    if transformers is not None and isinstance(model, transformers.PreTrainedModel):
+        return {"kind": "transformers", "class": type(model).__name__, "pretrained": loader}
+    source = dict(case.workload.source)
+    if source["kind"] == "module":
+        source = {"kind": "file", "path": importlib.util.find_spec(source["module"]).origin, **{
+            k: v for k, v in source.items() if k in ("attr", "options", "paths")}}
+    return {**source, "pretrained": loader}
+
+
+# -- check (the parent) ---------------------------------------------------------------------------
 def loader_env() -> dict:
     """The environment of a machine without torchferry: no backend autoload, no torchferry on the path."""
     env = dict(os.environ)
@@ -102,9 +189,9 @@ def judge(summary: dict, loaded: dict, saved: dict, target_outputs: dict, cfg: C
 
 def check(outdir: Path, saved: dict, architecture: dict, target_outputs: dict, cfg: CheckConfig) -> ExitResult:
     """Reload every saved format on the reference device in a torchferry-free process and judge it."""
-    exit_dir = outdir / "exit"
+    exit_dir = folder(outdir)
     spec = {"device": cfg.ref, "dtype": cfg.dtype, "architecture": architecture, "exit_dir": str(exit_dir),
-            "eval_batch": str(exit_dir / "eval_batch.pt"),
+            "eval_batch": str(exit_dir / EVAL_BATCH),
             "formats": {k: v["path"] for k, v in saved.items() if "error" not in v}}
     summary, loaded = run_loader(spec, exit_dir, cfg.timeout)
     return judge(summary, loaded, saved, target_outputs, cfg)

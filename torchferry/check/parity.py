@@ -1,6 +1,7 @@
-"""The parity result of `ferry check`: the two workers' tensors judged by the harness's parity rule.
+"""The parity result of `ferry check`: captured in each worker, judged in the parent by the harness's parity rule.
 
-The rule itself (per tensor, fp64-relative, and per-module localisation) lives in
+``capture`` is the worker's half: the timed run's capture and its probe; on the reference also a second
+run (the determinism check) and the float64 golden run. ``judge`` is the parent's. The rule itself (per tensor, fp64-relative, and per-module localisation) lives in
 torchferry.harness.parity; this module assembles check's result from it: outputs, gradients (a
 gradient missing on the target fails), the loss curve, generated tokens, the determinism of the
 reference and the first divergent module.
@@ -8,13 +9,49 @@ reference and the first divergent module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from torchferry.harness.case import Capture, ModelCase, ProbeCapture, RunCapture
 from torchferry.harness.modes import Mode
 from torchferry.harness.parity import Tolerance, compare, compare_dicts, localise
 from torchferry.report.check import ParityResult, ParityStatus
 from torchferry.report.comparison import Comparison, ComparisonStatus, describe
 
 
-def judge(mode: Mode, tolerance: Tolerance, ref: dict, target: dict, determinism: dict | None) -> ParityResult:
+# -- capture (a worker) --------------------------------------------------------------------------
+def capture(case: ModelCase, primary: RunCapture, reference: bool,
+            progress: Callable[[str], None]) -> tuple[Capture, dict | None]:
+    """This worker's capture of the timed run ``primary``, and on the reference its determinism (two fresh runs
+    compared bitwise) and float64 golden run; the determinism is None on the target."""
+    captured = Capture(run=primary, probe=case.probe())
+    if not reference:
+        return captured, None
+    progress("second reference run (determinism check)")
+    again, _ = case.run(case.fresh())
+    determinism = compare_runs(primary, again, case.probe(), captured.probe)
+    progress("float64 golden run")
+    golden, _ = case.run(case.fresh(fp64=True), fp64=True)
+    captured.golden = Capture(run=golden, probe=case.probe(fp64=True))
+    return captured, determinism
+
+
+def compare_runs(a: RunCapture, b: RunCapture, probe_a: ProbeCapture, probe_b: ProbeCapture) -> dict:
+    """Two reference runs must agree bitwise (the dynamo harness's eager_two_runs_differ check)."""
+    import torch
+
+    pairs = [("loss curve", torch.tensor(a.losses), torch.tensor(b.losses))]
+    pairs += [(f"output {k}", v, probe_b.outputs[k]) for k, v in probe_a.outputs.items()]
+    pairs += [(f"grad {k}", v, b.grads[k]) for k, v in a.grads.items()]
+    if a.tokens is not None:
+        pairs.append(("tokens", a.tokens, b.tokens))
+    for name, x, y in pairs:
+        if x.shape != y.shape or not torch.equal(x, y):
+            return {"deterministic": False, "first_difference": name}
+    return {"deterministic": True, "first_difference": None}
+
+
+# -- judge (the parent) ---------------------------------------------------------------------------
+def judge(mode: Mode, tolerance: Tolerance, ref: Capture, target: Capture, determinism: dict | None) -> ParityResult:
     """The parity result from the two workers' tensors (``ref`` includes the fp64 ``golden`` run).
 
     A gradient the reference has and the target lacks fails (a target code path that bypasses
@@ -23,25 +60,25 @@ def judge(mode: Mode, tolerance: Tolerance, ref: dict, target: dict, determinism
     import torch
 
     tol, low = tolerance.tol, tolerance.low_precision
-    golden = ref["golden"]
+    golden = ref.golden
     result = ParityResult(tolerance=tolerance.to_dict())
     result.deterministic = determinism["deterministic"] if determinism else None
-    result.outputs = compare_dicts("", ref["probe"]["outputs"], target["probe"]["outputs"], golden["probe"]["outputs"], tol, low)
+    result.outputs = compare_dicts("", ref.probe.outputs, target.probe.outputs, golden.probe.outputs, tol, low)
     result.modules, result.first_divergent_module = localise(
-        ref["probe"]["modules"], target["probe"]["modules"], golden["probe"]["modules"], tol, low)
+        ref.probe.modules, target.probe.modules, golden.probe.modules, tol, low)
     failed = [c for c in result.outputs if not c.passed]
     if mode == Mode.TRAIN:
-        result.gradients = compare_dicts("grad ", ref["run"]["grads"], target["run"]["grads"], golden["run"]["grads"], tol, low)
+        result.gradients = compare_dicts("grad ", ref.run.grads, target.run.grads, golden.run.grads, tol, low)
         result.gradients += [Comparison(f"grad {k}", False, ComparisonStatus.MISSING)
-                             for k in ref["run"]["grads"] if k not in target["run"]["grads"]]
+                             for k in ref.run.grads if k not in target.run.grads]
         failed += [c for c in result.gradients if not c.passed]
-        losses = {k: v["run"]["losses"] for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
+        losses = {k: v.run.losses for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
         curve = compare("loss curve", torch.tensor(losses["ref"]), torch.tensor(losses["target"]),
                         torch.tensor(losses["fp64"]), tol, low)
         result.loss_curve = {**losses, "comparison": curve}
         failed += [] if curve.passed else [curve]
     if mode == Mode.GENERATE:
-        tokens = {k: v["run"]["tokens"] for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
+        tokens = {k: v.run.tokens for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
         same_shape = tokens["ref"].shape == tokens["target"].shape
         mismatch = (tokens["ref"] != tokens["target"]).flatten().nonzero() if same_shape else None
         first = None if mismatch is None or len(mismatch) == 0 else int(mismatch[0])

@@ -40,6 +40,7 @@ from torchferry.check import parity as check_parity
 from torchferry.check.config import CheckConfig
 from torchferry.device.profile import SCALAR_READS
 from torchferry.errors import FerryError
+from torchferry.harness.case import Capture
 from torchferry.harness.parity import localise
 from torchferry.harness.window import HOST_COPY
 from torchferry.report.check import (
@@ -209,13 +210,12 @@ def needs_host_numerics(record: dict, parity: ParityResult) -> bool:
     return record.get("numerics") == "target" and parity.status in (ParityStatus.FAIL_ACCURACY, ParityStatus.NON_FINITE)
 
 
-def explain_numerics(cfg: CheckConfig, ref: dict, target: dict, host: dict) -> NumericsRehearsal:
+def explain_numerics(cfg: CheckConfig, ref: Capture, target: Capture, host: Capture) -> NumericsRehearsal:
     """Whether 64-bit narrowing explains the parity failure: the host-numerics rerun ``host`` against the
     reference, and the first module whose output narrowing changes (target vs host numerics)."""
     tol = cfg.tolerance
     again = check_parity.judge(cfg.mode, tol, ref, host, None)
-    _, first = localise(host["probe"]["modules"], target["probe"]["modules"],
-                                    ref["golden"]["probe"]["modules"], tol.tol, tol.low_precision)
+    _, first = localise(host.probe.modules, target.probe.modules, ref.golden.probe.modules, tol.tol, tol.low_precision)
     explains = again.status == ParityStatus.PASS
     note = ("parity passes under host numerics: the target's 32-bit arithmetic on 64-bit values explains the failure"
             if explains else f"parity fails under host numerics too ({again.status}): 64-bit narrowing does not explain it")
@@ -223,8 +223,8 @@ def explain_numerics(cfg: CheckConfig, ref: dict, target: dict, host: dict) -> N
                              first_diverging_module=first.name if first else None, note=note)
 
 
-def result(workdir: Path, cfg: CheckConfig, parity: ParityResult, ref: dict | None = None, target: dict | None = None,
-           rerun: Callable[[], dict] | None = None) -> RehearsalResult:
+def result(workdir: Path, cfg: CheckConfig, parity: ParityResult, ref: Capture | None = None,
+           target: Capture | None = None, rerun: Callable[[], Capture] | None = None) -> RehearsalResult:
     """The rehearsal result of this run (not-run when the target is no emulation). ``rerun`` runs the target
     under host numerics and returns its tensors; it is called only when parity failed under target numerics."""
     record = load(workdir)

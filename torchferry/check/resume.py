@@ -3,13 +3,49 @@
 The target worker saves model, optimizer and RNG state after ``resume_step`` steps of its
 primary run; a new target process loads it and finishes the run. The resumed loss curve
 must match the uninterrupted one (allclose at the parity tolerance; exact equality reported).
+``save`` and ``capture`` are the target worker's half, ``judge`` the parent's.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+from torchferry.harness.case import ModelCase
 from torchferry.report.check import ResultStatus, ResumeResult
 
+FOLDER = "resume"  # under the run's work folder
 
+
+def checkpoint(workdir: Path) -> Path:
+    """The mid-training checkpoint of a run whose work folder is ``workdir``."""
+    return workdir / FOLDER / "checkpoint.pt"
+
+
+# -- capture (the target's workers) --------------------------------------------------------------
+def save(case: ModelCase, model: Any, opt: Any, step: int, workdir: Path) -> None:
+    """The checkpoint after ``step`` steps: model, optimizer, the step and the generators' state."""
+    import torch
+
+    path = checkpoint(workdir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "rng": case.rng_state()}, path)
+
+
+def capture(case: ModelCase, workdir: Path) -> dict:
+    """Fresh process: load the mid-training checkpoint on the target and finish the run: {step, losses}."""
+    import torch
+
+    ckpt = torch.load(checkpoint(workdir), map_location=case.device, weights_only=True)
+    model = case.fresh()
+    model.load_state_dict(ckpt["model"])
+    opt = case.optimizer(model)
+    opt.load_state_dict(ckpt["optimizer"])
+    case.set_rng_state(ckpt["rng"])
+    return {"step": ckpt["step"], "losses": case.run(model, start=ckpt["step"], opt=opt)[0].losses}
+
+
+# -- judge (the parent) ---------------------------------------------------------------------------
 def judge(uninterrupted: list[float], resumed: dict, tol: float) -> ResumeResult:
     step = resumed["step"]
     expected, got = uninterrupted[step:], resumed["losses"]

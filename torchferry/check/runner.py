@@ -34,6 +34,7 @@ from torchferry.errors import (
     low_on_space,
 )
 from torchferry.harness import launch
+from torchferry.harness.case import Capture
 from torchferry.harness.modes import Mode
 from torchferry.harness.prices import load_prices
 from torchferry.harness.protocol import WorkerProcess, python_module, run_to_end, worker_env
@@ -140,7 +141,7 @@ class Runner:
 
     def progress(self, role: str, rank: int, message: str) -> None:
         device = self.cfg.ref if role == "ref" else self.cfg.target
-        ranks = f" rank {rank}" if role == "target" and self.cfg.nproc * self.cfg.nnodes > 1 else ""
+        ranks = f" rank {rank}" if role == "target" and self.cfg.world > 1 else ""
         self.note(f"[{role}{ranks} {device}] {message}")
 
     def spawn(self, role: str, device: str) -> Group:
@@ -150,7 +151,7 @@ class Runner:
         tensors.unlink(missing_ok=True)
         job.write_text(json.dumps({"role": role, "device": device, "config": self.cfg.to_dict(),
                                    "outdir": str(self.workdir), "tensors": str(tensors)}))
-        world = self.cfg.nproc * self.cfg.nnodes if role == "target" else 1
+        world = self.cfg.world if role == "target" else 1
         if world == 1:
             argv, launcher = python_module(WORKER, str(job)), False
         else:
@@ -182,8 +183,8 @@ class Runner:
         workers are stopped, to make room on a full disk for the report; says what was removed."""
         import shutil
 
-        removed = [p for p in self.workdir.glob("*.pt")] + [p for p in (self.workdir / "resume", self.workdir / "exit")
-                                                              if p.is_dir()]
+        removed = [p for p in self.workdir.glob("*.pt")] + [p for p in (resume.checkpoint(self.workdir).parent,
+                                                                          exit_mod.folder(self.workdir)) if p.is_dir()]
         for path in removed:
             shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
         return ", ".join(str(p.relative_to(self.workdir.parent)) for p in removed) or "nothing to remove"
@@ -201,7 +202,7 @@ class Runner:
             self.report.timing = timing.summarise(timing.device_timing(cfg.ref, ref_summary["timing"], []), None,
                                                   cfg.warm_up)
             self.phase = "target"
-            world = cfg.nproc * cfg.nnodes
+            world = cfg.world
             self.note(f"target {cfg.target}: starting" + (f" {world} DDP ranks" if world > 1 else ""))
             target = self.spawn("target", cfg.target)
             try:
@@ -241,7 +242,7 @@ class Runner:
         self.phase = "resume"
         self.check_resume(target_tensors)
         self.phase = "exit"
-        self.check_exit(target_summary["exit"], target_tensors["eval_outputs"])
+        self.check_exit(target_summary["exit"], target_tensors.eval_outputs)
         self.phase = "done"
 
     def warm(self) -> None:
@@ -260,13 +261,11 @@ class Runner:
         self.note(f"warm-up: imports and workload build read once ({time.monotonic() - started:.1f} s"
                   + (f"; it failed with exit status {code}, the timed workers will report why)" if code else ")"))
 
-    def load_tensors(self, role: str) -> dict:
-        """A worker's tensors, from the path this runner chose, loaded without unpickling code."""
-        import torch
+    def load_tensors(self, role: str) -> Capture:
+        """A worker's capture, from the path this runner chose, loaded without unpickling code."""
+        return Capture.load(self.workdir / f"{role}.pt")
 
-        return torch.load(self.workdir / f"{role}.pt", weights_only=True)
-
-    def host_numerics_rerun(self) -> dict:
+    def host_numerics_rerun(self) -> Capture:
         """The target in a fresh process under host numerics (worker role ``numerics``): its tensors."""
         self.note(f"rehearsal: parity failed under target numerics; rerunning {self.cfg.target} under host numerics")
         worker = self.spawn("numerics", self.cfg.target)
@@ -279,7 +278,7 @@ class Runner:
     def check_split(self, rows: int | None) -> None:
         """The batch must split into equal shards over the target's ranks: checked when the reference worker has built
         its first batch (the workload's build() chooses its default size), before it runs a step."""
-        world = self.cfg.nproc * self.cfg.nnodes
+        world = self.cfg.world
         if world > 1 and rows is not None and rows % world:
             raise UsageError(f"the batch size {rows} does not split into --nproc {world} equal shards. "
                              f"Pass a --batch-size that is a multiple of {world}.")
@@ -288,7 +287,7 @@ class Runner:
         cfg, flops = self.cfg, {"flops_per_step": ref_summary["timing"].get("flops_per_step")}
         steady = steady or {"ref": [[]], "target": [[] for _ in target_events]}
         target_summary = target_events[0]["data"]
-        world = cfg.nproc * cfg.nnodes
+        world = cfg.world
         self.report.timing = timing.summarise(
             timing.device_timing(cfg.ref, ref_summary["timing"], steady["ref"][0]),
             timing.device_timing(cfg.target, {**target_summary["timing"], **flops}, steady["target"][0],
@@ -369,7 +368,7 @@ class Runner:
                 t.profile_trace = event["path"]
             self.note(f"profile: {', '.join(e['path'] for e in events)}")
 
-    def check_resume(self, target_tensors: dict) -> None:
+    def check_resume(self, target_tensors: Capture) -> None:
         cfg = self.cfg
         if cfg.mode != Mode.TRAIN:
             self.report.resume.notes.append(f"resume applies to train; mode is {cfg.mode}")
@@ -390,7 +389,7 @@ class Runner:
             return
         finally:
             self.kill_all()  # it has reported (or failed): nothing left to ask of it
-        self.report.resume = resume.judge(target_tensors["run"]["losses"], event["data"]["resume"], cfg.tolerance.tol)
+        self.report.resume = resume.judge(target_tensors.run.losses, event["data"]["resume"], cfg.tolerance.tol)
         self.note(f"resume: {self.report.resume.status}")
 
     def check_exit(self, target_exit: dict, eval_outputs: dict) -> None:

@@ -18,7 +18,6 @@ runner's commands; every rank reports its own timings.
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import os
 import sys
@@ -26,10 +25,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from torchferry.check import exit as exit_result, parity, resume, timing
 from torchferry.check.config import CheckConfig
-from torchferry.check import timing
 from torchferry.check.rehearsal import RECORD, Recorder
-from torchferry.errors import NonFiniteError, OutputError, UsageError, disk_full
+from torchferry.errors import OutputError, UsageError, disk_full
+from torchferry.harness import launch
+from torchferry.harness.case import Capture, ModelCase, StepPlan
 from torchferry.harness.modes import Mode
 from torchferry.harness.window import Window
 from torchferry.harness.worker import Channel, run_case
@@ -41,36 +42,14 @@ NUMERICS_ENV = "TORCHFERRY_NUMERICS"  # the "numerics" role reruns the target wi
 # once, and the runner could no longer tell a peer that hangs from one that was stopped (it waits 10 s).
 FAILED_RANK_WAIT_S = 60.0
 
-def _floating(x: Any) -> bool:
-    return hasattr(x, "is_floating_point") and x.is_floating_point()
-
-
-def flatten(output: Any, prefix: str = "") -> dict:
-    """The tensors of a model output, by name: ModelOutput/dict keys, tuple indices, or `output`."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return {prefix or "output": output}
-    items = output.items() if hasattr(output, "items") else enumerate(output) if isinstance(output, (tuple, list)) else []
-    found = {}
-    for key, value in items:
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, torch.Tensor):
-            found[name] = value
-        elif isinstance(value, (tuple, list, dict)) and not prefix:
-            found.update(flatten(value, name))
-    return found
-
-
-def to_cpu(tensors: dict) -> dict:
-    return {k: v.detach().to("cpu", copy=True) for k, v in tensors.items()}
-
 
 class Session:
-    """The workload on one device: the runs, probes and saves the runner asks for."""
+    """One role's worker: builds the workload on its device (a harness ModelCase), runs the timed steps, and hands
+    each result's capture half what it needs (parity, resume, exit, rehearsal); then serves steady and profile."""
 
     def __init__(self, job: dict, channel: Channel) -> None:
         self.job, self.cfg, self.channel = job, CheckConfig.from_dict(job["config"]), channel
+        self.role = job["role"]
         self.t0 = float(os.environ.get("TORCHFERRY_T0", T_MAIN))
         self.outdir = Path(job["outdir"])
         self.timing: dict[str, Any] = {"python_start_s": T_MAIN - self.t0}
@@ -78,7 +57,6 @@ class Session:
         self.rank, self.world = channel.rank, channel.world
         self.rehearsal: Recorder | None = None  # on a target that emulates another device (rank 0)
 
-    # -- setup -------------------------------------------------------------------------
     def setup(self) -> None:
         t = time.perf_counter()
         import torch
@@ -86,199 +64,36 @@ class Session:
         from torchferry.harness import devices
         from torchferry.workloads.protocol import load_workload
 
-        self.torch, self.devices = torch, devices
+        self.torch = torch
         self.timing["import_s"] = time.perf_counter() - t
         self.channel.progress(f"imported torch {torch.__version__} ({self.timing['import_s']:.1f} s)")
-        self.device = devices.resolve(self.job["device"])
-        self.timing["emulates"] = devices.emulates(self.device)
+        device = devices.resolve(self.job["device"])
+        self.timing["emulates"] = devices.emulates(device)
         if self.world > 1:
-            self.join_group()
+            device, backend = launch.join_group(device, self.cfg.timeout)
+            self.channel.progress(f"rank {self.rank} of {self.world} on {device}, backend {backend!r}")
         t = time.perf_counter()
-        torch.manual_seed(self.cfg.seed)
-        self.workload = load_workload(self.cfg.workload, self.cfg.workload_options(), self.cfg.workload_source)
-        if self.cfg.mode == Mode.GENERATE and not self.workload.generates:
-            raise UsageError(
-                f"workload {self.cfg.workload!r} does not generate (no `generate`). Valid modes for it: train, forward."
-            )
-        self.pristine = self.workload.model  # CPU, initial weights: every run starts from a copy
-        first = self.workload.batch("cpu", self.cfg.seed)
-        self.batch_rows = self.rows_of(first)  # the runner checks the split over --nproc before the first step
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        workload = load_workload(cfg.workload, cfg.workload_options(), cfg.workload_source)
+        if cfg.mode == Mode.GENERATE and not workload.generates:
+            raise UsageError(f"workload {cfg.workload!r} does not generate (no `generate`). Valid modes for it: train, forward.")
+        plan = StepPlan(mode=cfg.mode, seed=cfg.seed, steps=cfg.steps, dtype=cfg.dtype, lr=cfg.lr,
+                        new_tokens=cfg.new_tokens, eval_seed=cfg.eval_seed)
+        self.case = case = ModelCase(workload, device, plan, self.rank, self.world)
+        first = workload.batch("cpu", cfg.seed)
+        self.batch_rows = case.rows_of(first)  # the runner checks the split over --nproc before the first step
         self.channel.send("batch", rows=self.batch_rows)
         if self.world > 1:
-            self.shard(first)  # an indivisible batch fails here, on every rank
-        self.model = self.fresh()
-        if self.job["role"] == "target" and self.rank == 0:
+            case.shard(first)  # an indivisible batch fails here, on every rank
+        self.model = case.fresh()
+        if self.role == "target" and self.rank == 0:
             (self.outdir / RECORD).unlink(missing_ok=True)  # an earlier run's, in a reused output folder
             if self.timing["emulates"]:
-                self.rehearsal = Recorder(self.outdir / RECORD, self.device)
-        devices.synchronize(self.device)
+                self.rehearsal = Recorder(self.outdir / RECORD, device)
+        devices.synchronize(device)
         self.timing["load_s"] = time.perf_counter() - t
-        self.channel.progress(f"built {self.cfg.workload} on {self.device} ({self.timing['load_s']:.1f} s)")
-
-    def join_group(self) -> None:
-        """This rank's device (index LOCAL_RANK when the device has several) and the device's own backend."""
-        import datetime
-
-        import torch.distributed as dist
-
-        local_rank = int(os.environ["LOCAL_RANK"])
-        module = self.devices.device_module(self.device)
-        count = module.device_count() if hasattr(module, "device_count") else 1
-        if self.device.index is None and count > 1:
-            self.device = self.torch.device(self.device.type, local_rank % count)
-            if hasattr(module, "set_device"):
-                module.set_device(self.device)
-        backend = dist.get_default_backend_for_device(self.device.type)
-        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=self.cfg.timeout))  # env:// from the launcher
-        self.channel.progress(f"rank {self.rank} of {self.world} on {self.device}, backend {backend!r}")
-
-    @staticmethod
-    def rows_of(batch: Any) -> int | None:
-        """The leading dimension of the batch's first tensor: what --nproc splits."""
-        values = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (tuple, list)) else [batch]
-        return next((int(t.shape[0]) for t in values if getattr(t, "shape", None)), None)
-
-    def shard(self, batch: Any) -> Any:
-        """This rank's equal 1/N slice (dim 0) of every tensor of ``batch``."""
-        def cut(t: Any) -> Any:
-            if not hasattr(t, "shape") or not t.shape:
-                return t
-            if t.shape[0] % self.world:
-                raise UsageError(f"the batch size {t.shape[0]} does not split into --nproc {self.world} equal shards. "
-                                 f"Pass a --batch-size that is a multiple of {self.world}.")
-            size = t.shape[0] // self.world
-            return t[self.rank * size:(self.rank + 1) * size]
-
-        if isinstance(batch, dict):
-            return {k: cut(v) for k, v in batch.items()}
-        if isinstance(batch, (tuple, list)):
-            return type(batch)(cut(v) for v in batch)
-        return cut(batch)
-
-    def fresh(self, fp64: bool = False) -> Any:
-        """A copy of the initial model on this device; in eval mode for forward and generate, as users' inference is."""
-        model = copy.deepcopy(self.pristine).to(self.device)
-        if self.cfg.mode != Mode.TRAIN:
-            model.eval()
-        return model.to(self.torch.float64) if fp64 else model
-
-    def seed_step(self, index: int) -> None:
-        """Reseed every generator (the CPU's and each device's, through ``torch.manual_seed``) from the check's seed
-        and the step: every compared run (fresh, second reference, float64, resume, probe) draws the same random
-        numbers (dropout masks) at step ``index`` on either device, whatever ran before (docs/check/parity.md)."""
-        self.torch.manual_seed(self.cfg.seed + index)
-
-    def no_grad(self) -> Any:
-        """Inference as users run it (``torch.inference_mode``) in forward and generate; ``no_grad`` in train."""
-        return self.torch.no_grad() if self.cfg.mode == Mode.TRAIN else self.torch.inference_mode()
-
-    def batch(self, seed_offset: int, fp64: bool = False) -> Any:
-        batch = self.workload.batch(self.device, self.cfg.seed + seed_offset)
-        if not fp64:
-            return batch
-        cast = lambda t: t.to(self.torch.float64) if _floating(t) else t  # noqa: E731
-        if isinstance(batch, dict):
-            return {k: cast(v) for k, v in batch.items()}
-        if isinstance(batch, (tuple, list)):
-            return type(batch)(cast(v) for v in batch)
-        return cast(batch)
-
-    def autocast(self, fp64: bool) -> Any:
-        import contextlib
-
-        if fp64 or self.cfg.dtype == "float32":
-            return contextlib.nullcontext()
-        return self.torch.autocast(device_type=self.device.type, dtype=getattr(self.torch, self.cfg.dtype))
-
-    def optimizer(self, model: Any) -> Any:
-        return self.torch.optim.AdamW(model.parameters(), lr=self.cfg.lr)
-
-    # -- one step of the mode ------------------------------------------------------------
-    def step(self, model: Any, opt: Any, index: int, fp64: bool = False, record: bool = False) -> tuple[float, Any]:
-        """Run step ``index``, synchronised; returns (seconds, loss or tokens). ``record``: the rehearsal counts it."""
-        mode = self.cfg.mode
-        batch = self.batch(index, fp64)
-        if self.world > 1:
-            batch = self.shard(batch)
-        self.seed_step(index)
-        with self.rehearsal.step(batch) if record and self.rehearsal else contextlib.nullcontext():
-            t = time.perf_counter()
-            if mode == Mode.TRAIN:
-                opt.zero_grad(set_to_none=True)
-                with self.autocast(fp64):
-                    loss = self.workload.loss_of(self.workload.forward(model, batch), batch)
-                loss.backward()
-                opt.step()
-                result = loss
-            elif mode == Mode.FORWARD:
-                with self.no_grad(), self.autocast(fp64):
-                    result = self.workload.forward(model, batch)
-            else:
-                with self.no_grad(), self.autocast(fp64):
-                    result = model.generate(**self.generate_kwargs(model, batch))
-            self.devices.synchronize(self.device)
-            return time.perf_counter() - t, result
-
-    def generate_kwargs(self, model: Any, batch: dict) -> dict:
-        kwargs = {**batch, "max_new_tokens": self.cfg.new_tokens, "do_sample": False}
-        if getattr(model, "_can_compile_fullgraph", False):
-            kwargs["cache_implementation"] = "static"  # where the model allows: no dynamic shapes per token
-        return kwargs
-
-    def units_per_step(self) -> tuple[float, str]:
-        batch = self.workload.batch("cpu", self.cfg.seed)
-        ids = batch.get("input_ids") if isinstance(batch, dict) else None
-        if self.cfg.mode == Mode.GENERATE:
-            return float(ids.shape[0] * self.cfg.new_tokens), "tokens"
-        if ids is not None:
-            return float(ids.numel()), "tokens"
-        first = next(iter(batch.values())) if isinstance(batch, dict) else batch[0] if isinstance(batch, (tuple, list)) else batch
-        return float(first.shape[0]), "samples"
-
-    # -- the runs ------------------------------------------------------------------------
-    def run(self, model: Any, fp64: bool = False, primary: bool = False, start: int = 0, opt: Any = None) -> dict:
-        """All steps of the mode from ``start``; the primary run also reports timings and saves checkpoints."""
-        torch = self.torch
-        opt = opt or (self.optimizer(model) if self.cfg.mode == Mode.TRAIN else None)
-        record: dict[str, Any] = {"losses": [], "times": [], "grads": {}, "tokens": None}
-        for index in range(start, self.cfg.steps):
-            seconds, result = self.step(model, opt, index, fp64, record=primary)
-            record["times"].append(seconds)
-            if self.cfg.mode == Mode.TRAIN:
-                loss = self.global_loss(result)
-                if not torch.isfinite(torch.tensor(loss)):
-                    raise NonFiniteError(f"loss is {loss} at training step {index + 1}{self.first_nonfinite_module(index, fp64)}")
-                record["losses"].append(loss)
-                if index == start:
-                    record["grads"] = {n: p.grad for n, p in self.bare(model).named_parameters() if p.grad is not None}
-                    record["grads"] = to_cpu(record["grads"])
-            elif index == start:
-                if self.cfg.mode == Mode.GENERATE:
-                    record["tokens"] = result.detach().to("cpu")
-                else:
-                    self.check_finite(flatten(result), f"step {index + 1}", index, fp64)
-            if primary:
-                self.after_primary_step(index, seconds, model, opt)
-        record["opt"] = opt
-        return record
-
-    def bare(self, model: Any) -> Any:
-        """The workload's own module inside DDP and torch.compile: its parameter names and state dict are the plain
-        single-process ones (a compiled wrapper's state dict keys carry ``_orig_mod.``, which a plain model rejects)."""
-        if self.world > 1:
-            model = getattr(model, "module", model)
-        return getattr(model, "_orig_mod", model)
-
-    def global_loss(self, loss: Any) -> float:
-        """The loss of the whole batch: each rank's shard loss averaged over ranks (equal shards)."""
-        loss = loss.detach().float()
-        if self.world > 1:
-            import torch.distributed as dist
-
-            loss = loss.clone()
-            dist.all_reduce(loss)  # SUM: every backend has it (gloo has no AVG)
-            loss /= self.world
-        return float(loss.item())
+        self.channel.progress(f"built {cfg.workload} on {device} ({self.timing['load_s']:.1f} s)")
 
     def after_primary_step(self, index: int, seconds: float, model: Any, opt: Any) -> None:
         now = time.time() - self.t0 - self.excluded_s
@@ -286,207 +101,58 @@ class Session:
             self.timing["first_call_s"] = seconds
             self.timing["cold_start_s"] = now
             self.channel.progress(f"first result after {now:.1f} s (first call {seconds * 1e3:.0f} ms)")
-        if (self.job["role"] == "target" and self.rank == 0 and self.cfg.mode == Mode.TRAIN
+        if (self.role == "target" and self.rank == 0 and self.cfg.mode == Mode.TRAIN
                 and index + 1 == self.cfg.resume_step):
             t = time.perf_counter()
-            self.save_resume(self.bare(model), opt, index + 1)
+            resume.save(self.case, self.case.bare(model), opt, index + 1, self.outdir)
             self.excluded_s += time.perf_counter() - t
         if index + 1 == self.cfg.steps:
             self.timing["time_to_n_s"] = now
 
-    def probe(self, fp64: bool = False, model: Any = None, index: int = 0) -> dict:
-        """A hooked forward pass on step ``index``'s batch: per-module outputs in execution order."""
-        model = model if model is not None else self.fresh(fp64)
-        modules: dict[str, Any] = {}
-
-        def hook(name: str):
-            def capture(_module, _inputs, output):
-                tensors = [t for t in flatten(output).values() if _floating(t)]
-                if tensors and name not in modules:
-                    modules[name] = tensors[0].detach().to("cpu", copy=True)
-
-            return capture
-
-        handles = [m.register_forward_hook(hook(n or "<model>")) for n, m in model.named_modules()]
-        try:
-            batch = self.batch(index, fp64)
-            self.seed_step(index)
-            with self.no_grad(), self.autocast(fp64):
-                output = self.workload.forward(model, batch)
-        finally:
-            for h in handles:
-                h.remove()
-        return {"outputs": to_cpu({k: v for k, v in flatten(output).items() if _floating(v)}), "modules": modules}
-
-    def check_finite(self, tensors: dict, where: str, index: int, fp64: bool) -> None:
-        bad = [n for n, t in tensors.items() if _floating(t) and not bool(self.torch.isfinite(t).all())]
-        if bad:
-            raise NonFiniteError(f"output {bad[0]!r} has NaN/Inf at {where}{self.first_nonfinite_module(index, fp64)}")
-
-    def first_nonfinite_module(self, index: int, fp64: bool) -> str:
-        try:
-            modules = self.probe(fp64, model=self.fresh(fp64), index=index)["modules"]
-        except Exception:  # the diagnosis must not hide the finding
-            return ""
-        for name, t in modules.items():
-            if not bool(self.torch.isfinite(t).all()):
-                return f"; first module with a non-finite output: {name!r}"
-        return ""
-
-    # -- checkpoints ---------------------------------------------------------------------
-    def rng_state(self) -> dict:
-        module = self.devices.device_module(self.device)
-        state = {"cpu": self.torch.get_rng_state()}
-        if self.device.type != "cpu" and hasattr(module, "get_rng_state"):
-            state["device"] = module.get_rng_state()
-        return state
-
-    def save_resume(self, model: Any, opt: Any, step: int) -> None:
-        path = self.outdir / "resume" / "checkpoint.pt"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "rng": self.rng_state()}, path)
-
-    def resume(self) -> dict:
-        """Fresh process: load the mid-training checkpoint on the target and finish the run."""
-        ckpt = self.torch.load(self.outdir / "resume" / "checkpoint.pt", map_location=self.device, weights_only=True)
-        model = self.fresh()
-        model.load_state_dict(ckpt["model"])
-        opt = self.optimizer(model)
-        opt.load_state_dict(ckpt["optimizer"])
-        self.torch.set_rng_state(ckpt["rng"]["cpu"].cpu())  # map_location moved it to the device
-        module = self.devices.device_module(self.device)
-        if "device" in ckpt["rng"] and hasattr(module, "set_rng_state"):
-            module.set_rng_state(ckpt["rng"]["device"].cpu())
-        return {"step": ckpt["step"], "losses": self.run(model, start=ckpt["step"], opt=opt)["losses"]}
-
-    def save_exit(self, model: Any, opt: Any) -> dict:
-        """Save what the target produced in the standard formats, as a user would, no `.cpu()` first."""
-        exit_dir = self.outdir / "exit"
-        exit_dir.mkdir(parents=True, exist_ok=True)
-        saved: dict[str, Any] = {}
-
-        def attempt(name: str, path: Path, save) -> None:
-            try:
-                save(model, path)
-                saved[name] = {"path": str(path)}
-            except Exception as exc:  # a format that cannot be saved from this device is a finding
-                if disk_full(exc, path.parent):
-                    raise  # not a finding: the run cannot go on (reported as the output error it is)
-                saved[name] = {"path": str(path), "error": f"{type(exc).__name__}: {exc}", "fix": self.save_fix(name, save, path)}
-
-        attempt("torch.save state dict", exit_dir / "state_dict.pt", lambda m, p: self.torch.save(m.state_dict(), p))
-
-        def save_safetensors(m: Any, p: Path) -> None:
-            from safetensors.torch import save_model
-
-            save_model(m, str(p))
-
-        attempt("safetensors", exit_dir / "model.safetensors", save_safetensors)
-        if hasattr(model, "save_pretrained"):
-            attempt("save_pretrained", exit_dir / "pretrained", lambda m, p: m.save_pretrained(str(p)))
-        if opt is not None:
-            attempt("optimizer state", exit_dir / "optimizer.pt", lambda m, p: self.torch.save(opt.state_dict(), p))
-        if hasattr(model, "config") and hasattr(model.config, "to_json_file"):
-            model.config.to_json_file(str(exit_dir / "config.json"))  # the architecture, for the state-dict formats
-        eval_batch = self.workload.batch("cpu", self.cfg.eval_seed)
-        self.torch.save(eval_batch, exit_dir / "eval_batch.pt")
-        return saved
-
-    def save_fix(self, name: str, save: Any, path: Path) -> str:
-        """The fix for a format that could not be saved: named from the cause, checked against a CPU copy."""
-        extra = [k for k, v in self.pristine.state_dict().items()
-                 if k.endswith("_extra_state") and not isinstance(v, self.torch.Tensor)]
-        if extra and name == "safetensors":
-            return (f"{', '.join(extra)} holds a non-tensor value (the module's get_extra_state()); safetensors "
-                    "stores tensors only, on any device. Make get_extra_state() return tensors (or nothing), or "
-                    "use torch.save for this model")
-        try:
-            save(copy.deepcopy(self.pristine), path.with_name(f"cpu-probe-{path.name}"))
-        except Exception as exc:
-            return f"{name} fails on the CPU too ({type(exc).__name__}): the model itself cannot be saved this way"
-        return f"{name} cannot be written from the target device; save a .cpu() copy"
-
-    def architecture(self) -> dict:
-        """How a process without torchferry rebuilds this model, and which class's loader reads save_pretrained."""
-        import importlib.util
-
-        model = self.pristine
-        transformers = sys.modules.get("transformers")
-        loader = {"module": type(model).__module__, "class": type(model).__qualname__}
-        if transformers is not None and isinstance(model, transformers.PreTrainedModel):
-            return {"kind": "transformers", "class": type(model).__name__, "pretrained": loader}
-        source = dict(self.workload.source)
-        if source["kind"] == "module":
-            source = {"kind": "file", "path": importlib.util.find_spec(source["module"]).origin, **{
-                k: v for k, v in source.items() if k in ("attr", "options", "paths")}}
-        return {**source, "pretrained": loader}
-
-    def flops_per_step(self) -> float | None:
-        from torch.utils.flop_counter import FlopCounterMode
-
-        model = self.fresh()
-        opt = self.optimizer(model) if self.cfg.mode == Mode.TRAIN else None
-        counter = FlopCounterMode(display=False)
-        with counter:
-            self.step(model, opt, 0)
-        return float(counter.get_total_flops())
-
-    # -- jobs ----------------------------------------------------------------------------
+    # -- the roles -------------------------------------------------------------------------
     def main_job(self) -> dict:
-        role, torch = self.job["role"], self.torch
-        if role == "resume":
-            return {"resume": self.resume()}
-        if role == "numerics":
+        """The role's work: ``resume`` and ``numerics`` rerun the target; ``ref`` and ``target`` run the timed steps."""
+        if self.role == "resume":
+            return {"resume": resume.capture(self.case, self.outdir)}
+        if self.role == "numerics":
             return self.host_numerics_run()
-        compiling = role == "target" and bool(self.cfg.compile)
-        window = Window(self.device, self.cfg.compile if compiling else None)  # the timed run's figures
+        return self.timed_run()
+
+    def timed_run(self) -> dict:
+        """The timed steps, their window and timings; on rank 0 the results' captures."""
+        case, cfg = self.case, self.cfg
+        compiling = self.role == "target" and bool(cfg.compile)
+        window = Window(case.device, cfg.compile if compiling else None)  # the timed run's figures
         model = self.model
-        if self.world > 1 and self.cfg.mode == Mode.TRAIN:
+        if self.world > 1 and cfg.mode == Mode.TRAIN:
             from torch.nn.parallel import DistributedDataParallel
 
             model = DistributedDataParallel(model, device_ids=None)
         if compiling:
-            model = torch.compile(model, backend=self.cfg.compile)
-        primary = self.run(model, primary=True)
-        self.channel.progress(f"{self.cfg.steps} steps in {self.timing['time_to_n_s']:.1f} s from process start")
+            model = self.torch.compile(model, backend=cfg.compile)
+        watch = self.rehearsal.step if self.rehearsal is not None else None
+        primary, opt = case.run(model, watch=watch, after_step=self.after_primary_step)
+        self.channel.progress(f"{cfg.steps} steps in {self.timing['time_to_n_s']:.1f} s from process start")
         reading = window.read()
-        self.timing.update(steps=primary["times"], **timing.captured(reading))
+        self.timing.update(steps=primary.times, **timing.captured(reading))
         if self.rehearsal is not None:
-            self.rehearsal.finish(reading, self.fresh_step)
-        self.timing["units_per_step"], self.timing["unit"] = self.units_per_step()
-        self.live = (model, primary.pop("opt"))
-        summary: dict[str, Any] = {"timing": self.timing, "device": str(self.device), "batch_rows": self.batch_rows}
+            self.rehearsal.finish(reading, case.fresh_step)
+        self.timing["units_per_step"], self.timing["unit"] = case.units_per_step()
+        self.live = (model, opt)
+        summary: dict[str, Any] = {"timing": self.timing, "device": str(case.device), "batch_rows": self.batch_rows}
         if self.rank > 0:  # rank 0 speaks for the group; the others only time their share
             return summary
-        summary["rng_draws"] = self.rng_draws()
-        tensors: dict[str, Any] = {"run": primary, "probe": self.probe()}
-        if role == "ref":
-            self.channel.progress("second reference run (determinism check)")
-            again = self.run(self.fresh())
-            again.pop("opt")
-            summary["determinism"] = self.compare_runs(primary, again, self.probe(), tensors["probe"])
-            self.channel.progress("float64 golden run")
-            golden = self.run(self.fresh(fp64=True), fp64=True)
-            golden.pop("opt")
-            tensors["golden"] = {"run": golden, "probe": self.probe(fp64=True)}
-            summary["timing"]["flops_per_step"] = self.flops_per_step()
+        summary["rng_draws"] = case.rng_draws()
+        capture, determinism = parity.capture(case, primary, self.role == "ref", self.channel.progress)
+        if self.role == "ref":
+            summary["determinism"] = determinism
+            summary["timing"]["flops_per_step"] = case.flops_per_step()
         else:
-            summary["exit"] = {"saved": self.save_exit(self.model, self.live[1]), "architecture": self.architecture()}
-            # the bare module: a DDP forward may broadcast buffers, a collective rank 0 would wait in alone
-            tensors["eval_outputs"] = self.eval_outputs(self.model if self.world > 1 else self.live[0])
-        torch.save(tensors, self.job["tensors"])
+            # the bare module evaluates: a DDP forward may broadcast buffers, a collective rank 0 would wait in alone
+            summary["exit"], capture.eval_outputs = exit_result.capture(
+                case, self.model, opt, self.model if self.world > 1 else model, self.outdir)
+        capture.save(self.job["tensors"])
         return summary
-
-    def rng_draws(self) -> list[float]:
-        """Four uniform draws on this device right after seeding with --seed: the runner compares them across the
-        devices, to say when the two generators give other numbers for the same seed (docs/check/parity.md)."""
-        self.torch.manual_seed(self.cfg.seed)
-        return self.torch.rand(4, device=self.device).cpu().tolist()
-
-    def fresh_step(self) -> Any:
-        """Step 1 of a fresh model, untimed (the rehearsal profiles it)."""
-        model = self.fresh()
-        return self.step(model, self.optimizer(model) if self.cfg.mode == Mode.TRAIN else None, 0)
 
     def host_numerics_run(self) -> dict:
         """The target's run and probe once more, in a process started with host numerics (64-bit values kept at
@@ -494,39 +160,15 @@ class Session:
         from torchferry.device import numerics
 
         model = self.torch.compile(self.model, backend=self.cfg.compile) if self.cfg.compile else self.model
-        run = self.run(model)
-        run.pop("opt")
-        self.torch.save({"run": run, "probe": self.probe()}, self.job["tensors"])
+        run, _ = self.case.run(model)
+        Capture(run=run, probe=self.case.probe()).save(self.job["tensors"])
         return {"numerics": numerics()}
 
-    def eval_outputs(self, model: Any) -> dict:
-        """The trained model's outputs on the eval batch in eval mode, as the exit loader computes them (no dropout)."""
-        batch = self.workload.batch(self.device, self.cfg.eval_seed)
-        training = model.training
-        model.eval()
-        try:
-            with self.torch.inference_mode(), self.autocast(False):
-                return to_cpu({k: v for k, v in flatten(self.workload.forward(model, batch)).items() if _floating(v)})
-        finally:
-            model.train(training)  # the live model goes on with the steady-state steps
-
-    def compare_runs(self, a: dict, b: dict, probe_a: dict, probe_b: dict) -> dict:
-        """Two reference runs must agree bitwise (the dynamo harness's eager_two_runs_differ check)."""
-        torch = self.torch
-        pairs = [("loss curve", torch.tensor(a["losses"]), torch.tensor(b["losses"]))]
-        pairs += [(f"output {k}", v, probe_b["outputs"][k]) for k, v in probe_a["outputs"].items()]
-        pairs += [(f"grad {k}", v, b["grads"][k]) for k, v in a["grads"].items()]
-        if a["tokens"] is not None:
-            pairs.append(("tokens", a["tokens"], b["tokens"]))
-        for name, x, y in pairs:
-            if x.shape != y.shape or not torch.equal(x, y):
-                return {"deterministic": False, "first_difference": name}
-        return {"deterministic": True, "first_difference": None}
-
+    # -- the runner's commands after the main job ------------------------------------------------
     def steady(self, reps: int, offset: int) -> list[float]:
         """Timed repetitions of one step, for the runner to interleave across devices."""
         model, opt = self.live
-        return [self.step(model, opt, self.cfg.steps + offset + i)[0] for i in range(reps)]
+        return [self.case.step(model, opt, self.cfg.steps + offset + i)[0] for i in range(reps)]
 
     def profile(self, path: str, offset: int) -> dict:
         """A few untimed steps under torch.profiler (--profile), after the steady state; one trace per rank."""
@@ -534,7 +176,8 @@ class Session:
 
         model, opt = self.live
         trace = Path(path) if self.world == 1 else Path(path).with_suffix(f".rank{self.rank}.json")
-        return profiling.trace(lambda index: self.step(model, opt, index), self.device, trace, self.cfg.steps + offset)
+        return profiling.trace(lambda index: self.case.step(model, opt, index), self.case.device, trace,
+                               self.cfg.steps + offset)
 
 
 def main(argv: list[str]) -> int:

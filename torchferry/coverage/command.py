@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 from torchferry import __version__
+from torchferry.coverage.job import DEFAULT_MEMORY_GIB
 from torchferry.env import Environment
 from torchferry.errors import UsageError
 from torchferry.status import ExitStatus
@@ -59,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1337, help="seed of weights and inputs (default: 1337)")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="architectures run in parallel (default: 1)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per case (default: 300)")
-    parser.add_argument("--memory-gb", type=float, default=12,
-                        help="address-space limit per worker process in GiB (default: 12)")
+    parser.add_argument("--memory-gb", type=float, default=DEFAULT_MEMORY_GIB,
+                        help=f"address-space limit per worker process in GiB (default: {DEFAULT_MEMORY_GIB:g})")
     parser.add_argument("-o", "--output", default="ferry-coverage",
                         help="folder of the store (rows.jsonl) and reports (default: ./ferry-coverage)")
     parser.add_argument("--restart", action="store_true", help="discard the stored rows instead of resuming")
@@ -101,12 +102,6 @@ def environment() -> dict:
     return {"versions": versions(), "knobs": {k: os.environ[k] for k in RESULT_KNOBS if k in os.environ}}
 
 
-def _case_names(job: dict) -> list[str]:
-    from torchferry.coverage.sweep import suite_of
-
-    return [f"{suite_of(job)}/{job['arch']}/{m}" for m in job["modes"]]
-
-
 def _costs(cfg) -> dict[str, float]:  # noqa: ANN001 - a CoverageConfig
     """Seconds per ``suite/arch`` from the shipped baselines of the selected suites (the same on every machine)."""
     from torchferry.coverage.config import baseline_path
@@ -123,7 +118,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.coverage import shard as sharding
     from torchferry.coverage.config import CoverageConfig
     from torchferry.coverage.store import Store
-    from torchferry.coverage.sweep import Sweep, suite_of
+    from torchferry.coverage.sweep import Sweep
     from torchferry.errors import FerryError, InterruptedRun
     from torchferry.harness.signals import stopped_by
     from torchferry.report.coverage import FORMAT, FORMAT_VERSION
@@ -142,11 +137,11 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     selected = cfg.jobs_list()
     jobs = selected
     if part:
-        names = {f"{suite_of(j)}/{j['arch']}": j for j in selected}
+        names = {j.name: j for j in selected}
         jobs = [names[n] for n in sharding.select(list(names), _costs(cfg), part)]
     modes = [str(m) for m in cfg.modes]
-    wanted = [c for j in jobs for c in _case_names(j)]
-    store.begin({"cases": [c for j in selected for c in _case_names(j)], "shard": str(part) if part else None,
+    wanted = [c for j in jobs for c in j.cases()]
+    store.begin({"cases": [c for j in selected for c in j.cases()], "shard": str(part) if part else None,
                  "assigned": wanted, "jobs": cfg.jobs})
     resumed = sum(c in store.rows for c in wanted)
     if not args.quiet:
@@ -211,7 +206,8 @@ def _report(env: Environment, out: Path, rows: list, modes: list[str], meta, con
     status = ExitStatus.SUCCESS
     if baseline:
         path, expected = baseline
-        report.baseline = {"file": path, **results.compare_baseline(rows, expected)}
+        report.rows, marks = results.compare_baseline(report.rows, expected)
+        report.baseline = {"file": path, **marks}
         if report.baseline["regressed"] and report.complete:
             status = ExitStatus.NEGATIVE_RESULT
     paths = write_reports(report, [FileReporter("coverage.json", jsonreport.render),
@@ -297,7 +293,7 @@ def merge(args: argparse.Namespace, env: Environment) -> ExitStatus:
     method = methods.get(settings.get("method") or methods.TORCHFERRY.name, bool(settings.get("trust_remote_code")))
     config = {**settings, "modes": modes, "suites": suites, "architectures": len({c.rsplit("/", 1)[0] for c in cases}),
               "jobs": first_run.get("jobs"), "output": str(out), "shard": None, "method_settings": method.settings()}
-    baseline = (load_baseline(args.baseline, settings["target"], Path.cwd(), tuple(suites), settings.get("method", "torchferry"))
+    baseline = (load_baseline(args.baseline, settings["target"], Path.cwd(), tuple(suites), method.name)
                 if args.baseline else None)
     write_baseline = str((Path.cwd() / args.write_baseline).resolve()) if args.write_baseline else None
     meta.wall_s = round(time.perf_counter() - started, 1)

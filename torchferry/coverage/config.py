@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from torchferry.coverage.job import CoverageJob
 from torchferry.errors import UsageError
 from torchferry.harness import bounds
 from torchferry.harness.modes import Mode, parse_mode
@@ -70,10 +71,13 @@ class CoverageConfig:
         have = suites.get(suite).modes
         return [str(m) for m in self.modes if m in have]
 
-    def jobs_list(self) -> list[dict]:
-        modes = {s: self.suite_modes(s) for s in self.suites}
-        return [{"arch": self.names.get(a, (a,))[0], "model_id": self.names.get(a, (a, None))[1], "spec": a, "suite": s,
-                 "modes": modes[s], **self.settings, "threads": self.threads, "memory_gib": self.memory_gb}
+    def jobs_list(self) -> list[CoverageJob]:
+        """One job per (suite, architecture), in sweep order, each with the modes its suite has."""
+        modes = {s: tuple(self.suite_modes(s)) for s in self.suites}
+        return [CoverageJob(arch=self.names.get(a, (a,))[0], model_id=self.names.get(a, (a, None))[1], spec=a, suite=s,
+                            modes=modes[s], ref=self.ref, target=self.target, compile=self.compile, tol=self.tol,
+                            seed=self.seed, plugins=self.plugins, method=self.method,
+                            trust_remote_code=self.trust_remote_code, threads=self.threads, memory_gib=self.memory_gb)
                 for s, a in self.archs]
 
     def to_dict(self) -> dict:

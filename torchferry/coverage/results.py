@@ -5,6 +5,7 @@ The result model itself (rows, categories, the report) is torchferry.report.cove
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from collections import Counter
 from typing import Any
@@ -157,10 +158,11 @@ def expected_rows(baseline: dict) -> dict[str, str]:
     return dict(rows)
 
 
-def compare_baseline(rows: list[Row], baseline: dict) -> dict:
-    """Mark each row unchanged / fixed / regressed / new against the expected categories."""
+def compare_baseline(rows: list[Row], baseline: dict) -> tuple[list[Row], dict]:
+    """The rows, each marked unchanged / fixed / regressed / new against the expected categories, and the counts."""
     expected = expected_rows(baseline)
     marks: dict[str, Mark] = {}
+    marked = []
     for r in rows:
         was = expected.get(r.case)
         if was is None:
@@ -171,12 +173,13 @@ def compare_baseline(rows: list[Row], baseline: dict) -> dict:
             mark = Mark.FIXED
         else:
             mark = Mark.UNCHANGED
-        marks[r.case] = r.baseline = mark
+        marks[r.case] = mark
+        marked.append(dataclasses.replace(r, baseline=mark))
     counts = Counter(marks.values())
-    return {"counts": {str(m): counts.get(m, 0) for m in Mark},
-            "regressed": sorted(k for k, m in marks.items() if m == Mark.REGRESSED),
-            "fixed": sorted(k for k, m in marks.items() if m == Mark.FIXED),
-            "missing": sorted(set(expected) - set(marks))}
+    return marked, {"counts": {str(m): counts.get(m, 0) for m in Mark},
+                    "regressed": sorted(k for k, m in marks.items() if m == Mark.REGRESSED),
+                    "fixed": sorted(k for k, m in marks.items() if m == Mark.FIXED),
+                    "missing": sorted(set(expected) - set(marks))}
 
 
 def baseline_from(rows: list[Row], device: str, config: dict, versions: dict) -> dict:

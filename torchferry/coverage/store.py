@@ -152,5 +152,6 @@ class Store:
                 del self.rows[k]
         return len(drop)
 
-    def done(self, suite: str, arch: str, mode: str) -> bool:
-        return f"{suite}/{arch}/{mode}" in self.rows
+    def done(self, case: str) -> bool:
+        """Whether the case ``suite/arch/mode`` (``Row.case``) has a stored row."""
+        return case in self.rows

@@ -14,6 +14,7 @@ no new one; the rows already stored stay.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import threading
@@ -22,10 +23,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from torchferry.coverage.job import CoverageJob
 from torchferry.coverage.store import Store
 from torchferry.errors import StepTimeoutError
 from torchferry.harness.protocol import WorkerProcess, python_module
-from torchferry.report.coverage import DEFAULT_SUITE, Category, Row
+from torchferry.report.coverage import Category, Row
 
 WORKER = "torchferry.coverage.worker"
 # imports and the model build get their own limit before the first mode's clock starts, so that a
@@ -59,13 +61,13 @@ class Sweep:
         for proc in live:
             proc.kill()
 
-    def run(self, jobs: list[dict]) -> None:
+    def run(self, jobs: list[CoverageJob]) -> None:
         """Run the jobs; ``on_row(row, done, total)`` after each stored row. Returns early once stopped."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        total = sum(len(j["modes"]) for j in jobs)
-        todo = [{**j, "modes": [m for m in j["modes"] if not self.store.done(suite_of(j), j["arch"], m)]} for j in jobs]
-        todo = [j for j in todo if j["modes"]]
-        self.done = total - sum(len(j["modes"]) for j in todo)
+        total = sum(len(j.modes) for j in jobs)
+        todo = [j.with_modes([m for m in j.modes if not self.store.done(j.case(m))]) for j in jobs]
+        todo = [j for j in todo if j.modes]
+        self.done = total - sum(len(j.modes) for j in todo)
         self.total = total
         pool = ThreadPoolExecutor(max_workers=max(1, self.workers))
         futures = [pool.submit(self.architecture, j) for j in todo]
@@ -83,26 +85,26 @@ class Sweep:
             self.done += 1
             self.on_row(row, self.done, self.total)
 
-    def architecture(self, job: dict) -> None:
+    def architecture(self, job: CoverageJob) -> None:
         """All modes of one architecture; each mode gets ``timeout`` seconds and always a row.
 
         Modes share one process while they succeed; after a timeout or a crash the mode in progress
         gets its row and the remaining modes start again in a fresh process.
         """
-        modes = list(job["modes"])
+        modes = job.modes
         try:
             while modes and not self.stopping.is_set():
-                modes = modes[self.process({**job, "modes": modes}):]
+                modes = modes[self.process(job.with_modes(modes)):]
         except Stopped:
             return
 
-    def process(self, job: dict) -> int:
-        """One worker process; returns how many of ``job['modes']`` got a row."""
-        stem = f"{_safe(job['arch'])}__{'-'.join(job['modes'])}"
+    def process(self, job: CoverageJob) -> int:
+        """One worker process; returns how many of ``job.modes`` got a row."""
+        stem = f"{_safe(job.arch)}__{'-'.join(job.modes)}"
         job_path, log = self.workdir / f"{stem}.job.json", self.workdir / f"{stem}.log"
-        job_path.write_text(json.dumps(job))
+        job_path.write_text(json.dumps(job.to_dict()))
         spawned = time.perf_counter()
-        proc = WorkerProcess(job["arch"], python_module(WORKER, str(job_path)), log)
+        proc = WorkerProcess(job.arch, python_module(WORKER, str(job_path)), log)
         with self.lock:
             self.live.add(proc)
         if self.stopping.is_set():
@@ -110,8 +112,8 @@ class Sweep:
         done = 0
         try:
             started = False
-            while done < len(job["modes"]):
-                mode = job["modes"][done]
+            while done < len(job.modes):
+                mode = job.modes[done]
                 limit = self.timeout if started or done else max(self.timeout, STARTUP_S)
                 try:
                     event = proc.wait("ready", "row", timeout=limit)
@@ -119,7 +121,7 @@ class Sweep:
                     if self.stopping.is_set():
                         raise Stopped() from None
                     phase = "" if started or done else " of process start, imports and model build"
-                    self.stored(Row(**_base(job, mode), category=Category.HOST_LIMIT, wall_s=round(limit, 3), log=str(log),
+                    self.stored(Row(**job.base(mode), category=Category.HOST_LIMIT, wall_s=round(limit, 3), log=str(log),
                                     reason=f"no result within {limit:g} s{phase}: this host's time limit (--timeout; "
                                            "process group killed)"))
                     return done + 1
@@ -133,10 +135,8 @@ class Sweep:
                     return done + 1
                 row = Row.from_dict(event["row"])
                 # the first mode carries the process start and the model build; later ones their own time
-                row.wall_s = round(time.perf_counter() - spawned, 3) if done == 0 else row.case_s or 0.0
-                if row.category != Category.PASS:
-                    row.log = str(log)
-                self.stored(row)
+                wall_s = round(time.perf_counter() - spawned, 3) if done == 0 else row.case_s or 0.0
+                self.stored(dataclasses.replace(row, wall_s=wall_s, log=str(log) if row.category != Category.PASS else row.log))
                 done += 1
         finally:
             proc.close(grace=5)
@@ -145,18 +145,10 @@ class Sweep:
         return done
 
 
-def suite_of(job: dict) -> str:
-    return job.get("suite", DEFAULT_SUITE)
-
-
-def _base(job: dict, mode: str) -> dict:
-    return {"arch": job["arch"], "model_id": job.get("model_id"), "suite": suite_of(job), "mode": mode, "device": job["target"], "ref": job["ref"], "compile": job.get("compile")}
-
-
-def _died(job: dict, mode: str, event: dict, log: Path) -> Row:
+def _died(job: CoverageJob, mode: str, event: dict, log: Path) -> Row:
     """The row of a worker that exited without sending one: the kernel's OOM kill, or a crash."""
     code, tail = event.get("returncode"), _last_line(log)
-    base = {**_base(job, mode), "log": str(log)}
+    base = {**job.base(mode), "log": str(log)}
     if code == -signal.SIGKILL:
         return Row(**base, category=Category.HOST_LIMIT,
                    reason=f"killed by SIGKILL (the kernel's OOM killer: this host's memory); last output: {tail}")

@@ -17,17 +17,18 @@ parent validates architecture names with it, so that plugin code runs only in wo
 
 from __future__ import annotations
 
-import copy
 import json
 import resource
 import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
 from torchferry.coverage import predict
+from torchferry.coverage.job import CoverageJob
 from torchferry.coverage.results import error_signature
 from torchferry.errors import DeviceOutOfMemoryError
+from torchferry.harness import case as on_device
+from torchferry.harness.case import is_host_oom, is_oom
 from torchferry.harness.modes import Mode
 from torchferry.harness.window import Window, dynamo_graphs
 from torchferry.harness.worker import Channel, Outcome, run_case
@@ -35,7 +36,6 @@ from torchferry.report.comparison import Comparison, ComparisonStatus, describe
 from torchferry.report.coverage import Category
 
 PROMPT, NEW_TOKENS = 8, 8
-DEFAULT_MEMORY_GIB = 12  # --memory-gb's default
 MAX_PARAMS = 60_000_000  # the milder shrink variant must stay small enough to run three copies
 SMOKE = (1, 4)  # (batch, length) of the forward that proves a variant runs on the reference
 
@@ -52,45 +52,18 @@ class HostLimit(Exception):
     """This host's memory cannot hold the case: no verdict on the target (the ``host-limit`` category)."""
 
 
-def _is_oom(exc: BaseException) -> bool:
-    import torch
-
-    if isinstance(exc, (MemoryError, torch.OutOfMemoryError)):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
-
-
-def _is_host_oom(exc: BaseException) -> bool:
-    """The host ran out (the address-space limit, or the CPU allocator), not the target's own capacity: the
-    device raises ``torch.OutOfMemoryError`` naming itself for that (device/csrc/Allocator.cpp ``charge``)."""
-    import torch
-
-    if isinstance(exc, MemoryError):
-        return True
-    text = str(exc).lower()
-    return "can't allocate memory" in text or not isinstance(exc, torch.OutOfMemoryError)
-
-
-def _is_compile_error(exc: BaseException) -> bool:
-    import torch._dynamo.exc as dexc
-
-    if isinstance(exc, dexc.TorchDynamoException):
-        return True
-    frames = traceback.extract_tb(exc.__traceback__)
-    return any(("torch/_dynamo" in f.filename or "torch/_inductor" in f.filename) for f in frames)
-
-
 class Case:
-    def __init__(self, job: dict) -> None:
+    """One architecture of a job: its model built once on the reference, then each mode's row."""
+
+    def __init__(self, job: CoverageJob) -> None:
         import torch
 
         from torchferry.coverage import methods, suites
 
         self.job, self.torch = job, torch
-        self.suite = suites.get(job.get("suite", suites.DEFAULT))
-        self.method = methods.get(job.get("method", methods.TORCHFERRY.name), bool(job.get("trust_remote_code")))
-        self.mode = job["modes"][0]
+        self.suite = suites.get(job.suite)
+        self.method = methods.get(job.method, job.trust_remote_code)
+        self.mode = job.modes[0]
         self.first_signature_graphs = 0  # graphs the compiled forward's first input signature compiled
         self.row: dict[str, Any] = {}
         self.start_row(self.mode)
@@ -98,19 +71,16 @@ class Case:
     def start_row(self, mode: str) -> None:
         built = {k: self.row[k] for k in ("model_class", "variant", "params", "dtype") if k in self.row}
         self.mode = mode
-        self.row = {"arch": self.job["arch"], "model_id": self.job.get("model_id"), "suite": self.suite.name, "mode": mode,
-                    "device": self.job["target"],
-                    "ref": self.job["ref"], "compile": self.job.get("compile"), **built}
+        self.row = {**self.job.base(mode), **built}
 
     # -- setup -------------------------------------------------------------------------
     def setup(self) -> None:
         from torchferry.harness import devices
 
-        for plugin in self.job.get("plugins", []):
+        for plugin in self.job.plugins:
             _import_plugin(plugin)
-        self.ref = devices.resolve(self.job["ref"])
-        self.target = devices.resolve(self.job["target"])
-        self.tolerance_override = self.job.get("tol")
+        self.ref = devices.resolve(self.job.ref)
+        self.target = devices.resolve(self.job.target)
 
     def build(self) -> None:
         """The first shrink variant that builds and runs a forward on the reference device."""
@@ -118,7 +88,7 @@ class Case:
         from torchferry.coverage.suites.base import Unsupported
         from torchferry.workloads.model_source import RemoteCodeRefused
 
-        torch, spec = self.torch, self.job["spec"]
+        torch, spec = self.torch, self.job.spec
         try:
             candidates = self.suite.variants(spec, self.method)
         except RemoteCodeRefused as exc:
@@ -137,21 +107,21 @@ class Case:
                     need = params * self.method.copies * dtype.itemsize / 2**30
                     raise HostLimit(f"{params / 1e6:.0f}M parameters in {str(dtype).removeprefix('torch.')}: "
                                     f"{self.method.copies} copies need {need:.1f} GiB, over --memory-gb "
-                                    f"{self.job.get('memory_gib') or DEFAULT_MEMORY_GIB:g} (this host's limit)")
+                                    f"{self.job.memory_limit_gib:g} (this host's limit)")
                 if params > limit:
                     problems.append(f"{name}: {params / 1e6:.0f}M parameters after shrinking (limit {limit / 1e6:.0f}M)")
                     continue
-                torch.manual_seed(self.job["seed"])
+                torch.manual_seed(self.job.seed)
                 model = self.suite.build(spec, cfg, self.method).eval()
                 self.suite.check_inputs(model)
                 with torch.no_grad():
-                    model(**self.suite.inputs(model, *SMOKE, self.job["seed"], self.method))
+                    model(**self.suite.inputs(model, *SMOKE, self.job.seed, self.method))
             except Unsupported as exc:
                 raise Skip(f"not measured by the {self.suite.name} suite: {exc}") from exc
             except HostLimit:
                 raise
             except Exception as exc:
-                if _is_oom(exc):
+                if is_oom(exc):
                     raise
                 problems.append(f"{name}: {error_signature(exc)}")
                 continue
@@ -166,38 +136,38 @@ class Case:
         the case runs in (the method's copies of every parameter, at ``dtype``'s bytes each)."""
         if not self.method.copies:
             return MAX_PARAMS
-        return int(float(self.job.get("memory_gib") or DEFAULT_MEMORY_GIB) * 2**30 / (self.method.copies * dtype.itemsize))
+        return int(self.job.memory_limit_gib * 2**30 / (self.method.copies * dtype.itemsize))
 
     def inputs(self, batch: int, seq: int, seed: int = 0) -> dict[str, Any]:
-        return self.suite.inputs(self.model, batch, seq, self.job["seed"] + seed, self.method)
+        return self.suite.inputs(self.model, batch, seq, self.job.seed + seed, self.method)
 
     def copies(self) -> tuple[Any, Any, Any | None]:
         """(reference model, target model, float64 golden model or None when fp64 cannot be built)."""
-        ref = copy.deepcopy(self.model).to(self.ref)
-        target = copy.deepcopy(self.model).to(self.target)
+        ref = on_device.fresh(self.model, self.ref, inference=False)  # built in eval mode; train() switches
+        target = on_device.fresh(self.model, self.target, inference=False)
         if not self.method.golden:
             return ref, target, None
         try:
-            golden = copy.deepcopy(self.model).double().to(self.ref)
+            golden = on_device.fresh(self.model, self.ref, inference=False, fp64=True)
         except Exception:
             golden = None
         return ref, target, golden
 
     def compiled(self, model: Any) -> Any:
-        if not self.job.get("compile"):
+        if not self.job.compile:
             return model
         import torch._dynamo
 
         torch._dynamo.reset()
-        return self.torch.compile(model, backend=self.job["compile"])
+        return self.torch.compile(model, backend=self.job.compile)
 
     def on_target(self, fn: Any) -> Any:
         try:
             return fn()
         except Exception as exc:
-            if _is_oom(exc):
+            if is_oom(exc):
                 raise
-            if self.job.get("compile") and _is_compile_error(exc):
+            if self.job.compile and on_device.is_compile_error(exc):
                 raise CompileFailure(error_signature(exc)) from exc
             raise
 
@@ -205,39 +175,39 @@ class Case:
         try:
             return fn()
         except Exception as exc:
-            if _is_oom(exc):
+            if is_oom(exc):
                 raise
-            raise Skip(f"the reference ({self.job['ref']}) fails {what}: {error_signature(exc)}") from exc
+            raise Skip(f"the reference ({self.job.ref}) fails {what}: {error_signature(exc)}") from exc
 
     # -- modes -------------------------------------------------------------------------
     def forward(self) -> tuple[list, int]:
         torch = self.torch
         ref, target, golden = self.copies()
-        shapes = self.suite.shapes(self.method.batch, self.method.seq, bool(self.job.get("compile")))
+        shapes = self.suite.shapes(self.method.batch, self.method.seq, bool(self.job.compile))
         run_target = self.compiled(target)
         out = self.suite.output
         comps = []
-        graphs0 = dynamo_graphs() if self.job.get("compile") else 0
+        graphs0 = dynamo_graphs() if self.job.compile else 0
         with torch.no_grad():
             for i, shape in enumerate(shapes):
                 x = self.inputs(*shape, seed=i)
-                r = self.on_ref("a forward", lambda: out(ref(**_moved(x, self.ref))))
-                g = _golden(lambda: out(golden(**_moved(x, self.ref, torch.float64))), golden)
-                t = self.on_target(lambda: out(run_target(**_moved(x, self.target))))
+                r = self.on_ref("a forward", lambda: out(ref(**on_device.moved(x, self.ref))))
+                g = _golden(lambda: out(golden(**on_device.moved(x, self.ref, torch.float64))), golden)
+                t = self.on_target(lambda: out(run_target(**on_device.moved(x, self.target))))
                 comps.append(self._compare(f"{self.suite.output_name} {tuple(shape)}", r, t, g))
-                if i == 0 and self.job.get("compile"):
+                if i == 0 and self.job.compile:
                     self.first_signature_graphs = dynamo_graphs() - graphs0
         return comps, len(shapes)
 
     def generate(self) -> tuple[list, int]:
         torch = self.torch
         ref, target, golden = self.copies()
-        x = self.suite.prompt(self.model, PROMPT, self.job["seed"])
+        x = self.suite.prompt(self.model, PROMPT, self.job.seed)
         # eager means eager: transformers would otherwise torch.compile a static-cache generate on accelerators
         kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, output_scores=True,
-                      return_dict_in_generate=True, pad_token_id=0, disable_compile=not self.job.get("compile"),
+                      return_dict_in_generate=True, pad_token_id=0, disable_compile=not self.job.compile,
                       **self.suite.generation(self.model))
-        cache = "static" if getattr(ref, "_can_compile_fullgraph", False) else "dynamic"
+        cache = "static" if on_device.static_cache(ref) else "dynamic"
         if cache == "static":
             try:
                 out_ref = ref.generate(x, cache_implementation="static", **kwargs)
@@ -247,7 +217,7 @@ class Case:
             out_ref = self.on_ref("greedy generation", lambda: ref.generate(x, **kwargs))
         extra = {"cache_implementation": "static"} if cache == "static" else {}
         self.row["cache"] = cache
-        if self.job.get("compile"):
+        if self.job.compile:
             target.forward = self.compiled(target.forward)
         out_t = self.on_target(lambda: target.generate(x.to(self.target), **kwargs, **extra))
         out_g = _golden(lambda: golden.generate(x, **kwargs, **extra), golden)
@@ -279,12 +249,12 @@ class Case:
             model.train()  # dropout as the config has it: every run starts from one seed, so they draw the same masks
             run = self.compiled(model) if device == self.target else model
             opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-            inputs = _moved(x, device, dtype)
+            inputs = on_device.moved(x, device, dtype)
             losses, grads = [], {}
-            torch.manual_seed(self.job["seed"])
+            torch.manual_seed(self.job.seed)
             for _ in range(steps):
                 opt.zero_grad(set_to_none=True)
-                loss = self.suite.loss(run(**inputs), inputs, self.job["seed"] + 7)
+                loss = self.suite.loss(run(**inputs), inputs, self.job.seed + 7)
                 loss.backward()
                 if not losses and self.method.optimizer_steps:  # the first step's, before the optimizer moves on
                     grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -312,7 +282,7 @@ class Case:
 
         dtype = self.row.get("dtype") or "float32"
         tolerance = Tolerance.resolve(Mode(self.mode), "float32" if dtype in ("float32", "float64") else "bfloat16",
-                                      self.tolerance_override)
+                                      self.job.tol)
         # both sides judged in one dtype (a float32 result of a 16-bit model stays itself); the rule streams them
         if ref.dtype != target.dtype:
             ref, target = ref.float(), target.float()
@@ -321,13 +291,13 @@ class Case:
 
     # -- the row -----------------------------------------------------------------------
     def run(self) -> dict:
-        window = Window(self.target, self.job.get("compile"))  # what the row measures and predicts for the target
+        window = Window(self.target, self.job.compile)  # what the row measures and predicts for the target
         comps, signatures = getattr(self, self.mode)()
         reading = window.read()
         fallback = dict(reading.ops.fallback) if reading.ops is not None else {}
         failed = [c for c in comps if not c.passed]
         self.row.update(checks=len(comps), failed_checks=len(failed), fallback_ops=fallback, **predict.fields(reading))
-        if self.job.get("compile"):
+        if self.job.compile:
             self.row.update(signatures=signatures)
         if failed:
             c = failed[0]
@@ -337,7 +307,7 @@ class Case:
             ops = ", ".join(f"{op} x{n}" for op, n in sorted(fallback.items(), key=lambda kv: -kv[1]))
             return self._row(Category.FAIL_FALLBACK, f"host fallback: {ops}")
         graphs = self.row.get("graphs") or 0
-        if self.mode == "forward" and self.job.get("compile") and predict.recompiles(graphs, self.first_signature_graphs,
+        if self.mode == "forward" and self.job.compile and predict.recompiles(graphs, self.first_signature_graphs,
                                                                                      signatures):
             return self._row(Category.FAIL_RECOMPILE, f"{graphs} graphs for {signatures} input signatures "
                              f"({self.first_signature_graphs} for the first)")
@@ -346,18 +316,6 @@ class Case:
     def _row(self, category: Category, reason: str) -> dict:
         self.row.update(category=category, reason=reason)
         return self.row
-
-
-def _moved(inputs: dict[str, Any], device: Any, dtype: Any = None) -> dict[str, Any]:
-    """The inputs on ``device``, floating tensors cast to ``dtype`` when given (the float64 golden run)."""
-    import torch
-
-    def move(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            return v.to(device, dtype) if dtype is not None and v.is_floating_point() else v.to(device)
-        return {k: move(i) for k, i in v.items()} if isinstance(v, dict) else v
-
-    return {k: move(v) for k, v in inputs.items()}
 
 
 def _golden(fn: Any, golden: Any | None) -> Any | None:
@@ -409,9 +367,9 @@ def row_of(outcome: Outcome, base: dict) -> dict:
         row = {**base, "category": Category.FAIL_COMPILE, "reason": outcome.message}
     elif isinstance(outcome.exception, HostLimit):
         row = {**base, "category": Category.HOST_LIMIT, "reason": outcome.message}
-    elif outcome.kind == DeviceOutOfMemoryError.slug or (_is_oom(outcome.exception) and not _is_host_oom(outcome.exception)):
+    elif outcome.kind == DeviceOutOfMemoryError.slug or (is_oom(outcome.exception) and not is_host_oom(outcome.exception)):
         row = {**base, "category": Category.OOM, "reason": error_signature(outcome.exception)}
-    elif _is_oom(outcome.exception):
+    elif is_oom(outcome.exception):
         row = {**base, "category": Category.HOST_LIMIT,
                "reason": f"this host's memory ran out (--memory-gb): {error_signature(outcome.exception)}"}
     else:
@@ -435,9 +393,9 @@ def main(argv: list[str]) -> int:
         outcome = run_case(lambda: list_archs(argv[1:]))
         channel.send("result", data=outcome.value) if outcome.ok else channel.send("error", **outcome.error_event())
         return 0
-    job = json.loads(Path(argv[0]).read_text())
-    _limit_memory(job.get("memory_gib"))
-    _set_threads(job.get("threads", 1))
+    job = CoverageJob.from_dict(json.loads(Path(argv[0]).read_text()))
+    _limit_memory(job.memory_gib)
+    _set_threads(job.threads)
     case: Case | None = None
 
     def prepare() -> None:
@@ -448,12 +406,11 @@ def main(argv: list[str]) -> int:
 
     built = run_case(prepare)
     if not built.ok:  # the architecture cannot run at all: every mode gets the same row
-        base = case.row if case else {"arch": job["arch"], "device": job["target"], "ref": job["ref"], "compile": job.get("compile")}
-        for mode in job["modes"]:
-            channel.send("row", row=row_of(built, {**base, "mode": mode}))
+        for mode in job.modes:
+            channel.send("row", row=row_of(built, {**case.row, "mode": mode} if case else job.base(mode)))
         return 0
     channel.send("ready")  # the parent's per-mode clock starts here, after imports and the build
-    for mode in job["modes"]:
+    for mode in job.modes:
         case.start_row(mode)
         channel.send("row", row=row_of(run_case(case.run), case.row))
     return 0

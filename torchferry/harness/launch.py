@@ -4,15 +4,17 @@ The runner starts one launcher on this node with a static rendezvous at ``--rdzv
 (this node is node 0, so its ranks are 0..nproc-1 and rank 0, the one that speaks for the
 group, is here). Other nodes join with the command ``other_node_command`` prints. The
 launcher stops every rank when one fails and prints each rank's exit code; ``exit_codes``
-reads them back from its log.
+reads them back from its log. On the rank's side, ``join_group`` joins the group the launcher set up.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 MONITOR_INTERVAL_S = "0.1"  # how often the launcher checks its ranks (a dead rank stops the others this fast)
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
@@ -52,3 +54,24 @@ def exit_codes(log: Path) -> tuple[dict[int, int], int | None]:
     root = text.split("Root Cause (first observed failure):", 1)
     cause = _FAILURE.search(root[1]) if len(root) == 2 else None
     return codes, int(cause.group(1)) if cause else None
+
+
+def join_group(device: Any, timeout_s: float) -> tuple[Any, str]:
+    """This rank's device (index ``LOCAL_RANK`` when the device has several) in a process group of the device's own
+    default backend, from the launcher's environment (``env://``); returns (device, backend)."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    from torchferry.harness import devices
+
+    module = devices.device_module(device)
+    count = module.device_count() if hasattr(module, "device_count") else 1
+    if device.index is None and count > 1:
+        device = torch.device(device.type, int(os.environ["LOCAL_RANK"]) % count)
+        if hasattr(module, "set_device"):
+            module.set_device(device)
+    backend = dist.get_default_backend_for_device(device.type)
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return device, backend

@@ -2,11 +2,15 @@
 
 Loaded and type-checked once, before any worker starts: a price written as a string, a
 missing date or source, or an unknown instance is a usage error naming the file, the entry,
-the bad value and what is expected, never a traceback minutes into a run.
+the bad value and what is expected, never a traceback minutes into a run. A process parses a
+table once (the check's configuration and its cost result ask for the same one): ``load_prices``
+keeps the parsed table per file and its modification time, and hands each caller its own copy.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import math
 import tomllib
 from pathlib import Path
@@ -64,6 +68,20 @@ def _read(path: Path, origin: str) -> dict:
 
 def load_prices(path: str | Path | None = None) -> dict:
     """The shipped table, with the user's file (same layout) merged over it; every entry type-checked."""
+    return copy.deepcopy(_parsed(str(path) if path else None, _mtime(path)))
+
+
+def _mtime(path: str | Path | None) -> int | None:
+    """The user's file's modification time (a changed file is parsed again); None without one, or when unreadable
+    (then the parse reports why)."""
+    try:
+        return Path(path).stat().st_mtime_ns if path else None
+    except OSError:
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(path: str | None, _mtime_ns: int | None) -> dict:
     table = _read(SHIPPED, str(SHIPPED))
     if path:
         origin = f"--prices {str(path)!r}"

@@ -65,9 +65,15 @@ class Mark(StrEnum):
     NEW = "new"
 
 
-@dataclass
+def case_key(suite: str, arch: str, mode: str) -> str:
+    """``suite/arch/mode``: one case across suites (a store's, a merge's and a sweep's key)."""
+    return f"{suite}/{arch}/{mode}"
+
+
+@dataclass(frozen=True)
 class Row:
-    """One case: an architecture in one mode on the target, judged against the reference."""
+    """One case: an architecture in one mode on the target, judged against the reference. Frozen: a figure the
+    parent adds (its clock, the log, the baseline's mark) makes a new row (``dataclasses.replace``)."""
 
     arch: str
     mode: str
@@ -115,7 +121,7 @@ class Row:
     @property
     def case(self) -> str:
         """The row across suites (the store's and a merge's key)."""
-        return f"{self.suite}/{self.arch}/{self.mode}"
+        return case_key(self.suite, self.arch, self.mode)
 
     @classmethod
     def from_dict(cls, data: dict) -> Row:

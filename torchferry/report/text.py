@@ -211,10 +211,15 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
             add(f"  {name}: {'pass' if c.passed else 'FAIL'}{rule}; {describe(c)}")
     if p.tokens:
         add(f"  generated tokens: {'exact match' if p.tokens['match'] else 'MISMATCH at index ' + str(p.tokens['first_mismatch'])}")
-    if p.first_divergent_module is not None:
-        add(f"  first divergent module: {p.first_divergent_module.name}: {describe(p.first_divergent_module)}")
+    # each thing once: what the verdict line already says (a note, the first divergent module and its figures)
+    # is not repeated among the details
+    said = next((item.reason for item in report.verdicts if item.result == "parity"), "")
+    module = describe(p.first_divergent_module) if p.first_divergent_module is not None else None
+    if module is not None and module not in said:
+        add(f"  first divergent module: {p.first_divergent_module.name}: {module}")
     for note in p.notes:
-        add(f"  note: {note}")
+        if note not in said and (module is None or module not in note):
+            add(f"  note: {note}")
     t = report.timing
     if t.ref or t.target:
         add("")

@@ -13,11 +13,12 @@ import importlib
 
 from torchferry.coverage.suites.base import Suite
 from torchferry.errors import UsageError
+from torchferry.report.coverage import DEFAULT_SUITE
 
 MODULES = {"causal-lm": "causal_lm", "seq2seq": "seq2seq", "encoder": "encoder", "vision": "vision",
            "diffusers": "diffusers"}
 NAMES = tuple(MODULES)
-DEFAULT = "causal-lm"
+DEFAULT = DEFAULT_SUITE
 
 __all__ = ["DEFAULT", "NAMES", "Suite", "get", "parse"]
 
