@@ -305,7 +305,8 @@ class Case:
             return self._row(Category.FAIL_PARITY, f"{c.name}: {describe(c)}{more}")
         if fallback:
             ops = ", ".join(f"{op} x{n}" for op, n in sorted(fallback.items(), key=lambda kv: -kv[1]))
-            return self._row(Category.FAIL_FALLBACK, f"host fallback: {ops}")
+            share = f" ({reading.ops.fallback_calls} of {reading.ops.executed} op calls, {reading.ops.fallback_share:.1%})"
+            return self._row(Category.FAIL_FALLBACK, f"host fallback: {ops}{share}")
         graphs = self.row.get("graphs") or 0
         if self.mode == "forward" and self.job.compile and predict.recompiles(graphs, self.first_signature_graphs,
                                                                                      signatures):

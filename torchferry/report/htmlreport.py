@@ -87,8 +87,9 @@ def _parity(r: CheckReport) -> str:
               f"(outputs, gradients, loss curve, {len(modules)} modules in execution order): open to list them</summary>"
               f"{details}</details>") if passed else ""
     return section("parity", "Parity",
-                   f"<p>Status <strong>{escape(p.status)}</strong>; reference deterministic: {p.deterministic}; "
-                   f"rule: {escape(str(p.tolerance.get('rule', '')))}; tol {p.tolerance.get('tol')}; "
+                   f"<p>Status <strong>{escape(p.status)}</strong>; "
+                   + ("" if p.deterministic is None else f"reference deterministic: {p.deterministic}; ")
+                   + f"rule: {escape(str(p.tolerance.get('rule', '')))}; tol {p.tolerance.get('tol')}; "
                    f"multiplier {escape(str(p.tolerance.get('multiplier', '')))}.</p>",
                    first, tokens, table(["failing check", "result", "status", "figures"], failing) if failing else "",
                    folded, notes(sentences), f'<div class="plots">{"".join(plots)}</div>' if plots else "", notes(p.notes))

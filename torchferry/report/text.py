@@ -198,7 +198,8 @@ def render(report: CheckReport, paths: list[str] | None = None) -> str:
             add(f"  {number}. {a.result}: {a.action}")
     p = report.parity
     add("")
-    add(f"parity: {p.status} (tol {p.tolerance.get('tol', '-')}, reference deterministic: {p.deterministic})")
+    deterministic = "" if p.deterministic is None else f", reference deterministic: {p.deterministic}"
+    add(f"parity: {p.status} (tol {p.tolerance.get('tol', '-')}{deterministic})")
     for c in p.outputs[:4]:
         add(f"  output {c.name}: {'pass' if c.passed else 'FAIL'}; {describe(c)}")
     if p.gradients:
