@@ -12,7 +12,7 @@ from torchferry.status import ExitStatus
 pytestmark = pytest.mark.slow  # coverage sweeps: builds and runs Hugging Face architectures, in worker processes
 
 # what differs between two runs of the same case by nature: clocks and the worker's own folder
-VOLATILE = {"wall_s", "case_s", "log", "baseline"}
+VOLATILE = {"wall_s", "case_s", "phases", "log", "baseline"}  # clocks, places and marks
 SETTINGS = {"ref": "cpu", "target": "neuron", "compile": None, "tol": None, "seed": 1, "plugins": [], "method": "torchferry",
             "environment": {"versions": {"torch": "2.13.0+cpu"}, "knobs": {}}}
 CASES = ["causal-lm/a/forward", "causal-lm/b/forward", "causal-lm/c/forward"]

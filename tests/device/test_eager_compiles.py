@@ -43,6 +43,24 @@ def test_counts_split_compilations_from_calls(neuron):
     assert delta.compilations + delta.cache_hits == 1
 
 
+def test_forgetting_seen_signatures_counts_them_again_as_cache_hits(neuron):
+    """A warm coverage worker's next case counts as a fresh process would: the same ops count again,
+    now found in the cache; without the call they do not count at all."""
+    x = torch.ones(3, 19, device="neuron")  # a shape no other test uses
+
+    def run() -> torchferry.device.EagerCompiles:
+        mark = torchferry.device.eager_compiles()
+        (x * 2 + 1).sum()
+        return torchferry.device.eager_compiles().since(mark)
+
+    first = run()
+    again = run()
+    torchferry.device.forget_eager_signatures()
+    forgotten = run()
+    assert first.signatures == 3 and again.signatures == 0, (first, again)
+    assert forgotten.signatures == 3 and forgotten.cache_hits == 3 and forgotten.compilations == 0, forgotten
+
+
 _PROCESS = """
     import json, torch, torchferry.device as d
     d.enable()

@@ -34,7 +34,7 @@ def coverage_report() -> CoverageReport:
     rows = [
         Row(arch="llama", mode="forward", category=Category.PASS, reason="1 checks within tolerance", device="neuron",
             ref="cpu", wall_s=12.25, case_s=0.5, model_class="LlamaForCausalLM", variant="full", params=123456, checks=1,
-            failed_checks=0),
+            failed_checks=0, phases={"start": 1.5, "setup": 4.0, "build": 6.0, "first_call": 0.25}),
         Row(arch="mamba", mode="forward", category=Category.SKIPPED, reason="no shrunk config builds", device="neuron", ref="cpu"),
         Row(arch="planted", mode="forward", category=Category.ERROR, device="neuron", ref="cpu", wall_s=3.0,
             reason="NotImplementedError: planted_op has no kernel for device 'neuron'", log="work/planted.log"),

@@ -157,7 +157,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
             env.err(f"[{done}/{total}] {name:<28} {row.mode:<8} {row.category:<14} "
                     f"{row.wall_s:6.1f} s  {row.reason[:90]}")
 
-    sweep = Sweep(store, out / "work", cfg.timeout, cfg.jobs, progress)
+    sweep = Sweep(store, out / "work", cfg.timeout, cfg.jobs, progress, reuse=cfg.reuse_workers)
     error: BaseException | None = None
     failure = None
     try:

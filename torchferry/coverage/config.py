@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from torchferry.harness.modes import Mode, parse_mode
 from torchferry.report.coverage import Category
 
 BASELINES = Path(__file__).parent / "baselines"
+REUSE_ENV = "TORCHFERRY_COVERAGE_REUSE"  # 0: a fresh worker process per architecture (torchferry.coverage.sweep)
 LIST_TIMEOUT_S = 180.0
 
 
@@ -47,6 +49,7 @@ class CoverageConfig:
     threads: int  # torch threads per worker: no oversubscription across parallel workers
     timeout: float
     memory_gb: float
+    reuse_workers: bool  # a worker takes its slot's next architecture after rows that ended normally
     output: str  # absolute
     restart: bool
     rerun: frozenset[Category]
@@ -134,10 +137,19 @@ class CoverageConfig:
                    trust_remote_code=bool(getattr(args, "trust_remote_code", False)), source=source, modes=modes,
                    ref=args.ref, target=target, compile=args.compile, plugins=plugins, tol=args.tol,
                    seed=args.seed, jobs=args.jobs, threads=max(1, len(os.sched_getaffinity(0)) // args.jobs),
-                   timeout=float(args.timeout), memory_gb=float(args.memory_gb), output=str(output), restart=args.restart,
+                   timeout=float(args.timeout), memory_gb=float(args.memory_gb), reuse_workers=_reuse(os.environ),
+                   output=str(output), restart=args.restart,
                    rerun=frozenset(Category(c) for c in rerun),
                    baseline=load_baseline(args.baseline, target, cwd, names, method.name) if args.baseline else None,
                    write_baseline=write_baseline)
+
+
+def _reuse(environ: Mapping[str, str]) -> bool:
+    value = environ.get(REUSE_ENV, "1")
+    if value not in ("0", "1"):
+        raise UsageError(f"{REUSE_ENV}={value!r}: valid values are 1 (a warm worker takes the next architecture, the "
+                         "default) and 0 (a fresh process per architecture). Set one, or unset it.")
+    return value == "1"
 
 
 def _modes(text: str | None, chosen: list, method: Any) -> tuple[Mode, ...]:

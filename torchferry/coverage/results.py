@@ -122,7 +122,22 @@ def summarise(rows: list[Row], modes: list[str]) -> dict:
                               "fullgraph_share": _share(m["fullgraph"], m["compiled"])})
     return {"suites": suites, "table": table,
             "categories": {str(c): n for c, n in Counter(r.category for r in rows).items()},
-            "blocking_ops": blocking_ops(rows), "blocking_breaks": blocking_breaks(rows)}
+            "blocking_ops": blocking_ops(rows), "blocking_breaks": blocking_breaks(rows), "time": time_by_phase(rows)}
+
+
+PHASES = ("start", "setup", "build", "first_call", "compile")
+
+
+def time_by_phase(rows: list[Row]) -> dict[str, float] | None:
+    """Where the workers' time went, summed over the rows (Row.phases), with ``modes``: the modes' time after
+    their first target call. ``compile`` lies within ``first_call`` and ``modes``. None when no row has phases
+    (a store written before they were measured)."""
+    timed = [r for r in rows if r.phases]
+    if not timed:
+        return None
+    total = {p: round(sum(r.phases.get(p) or 0.0 for r in timed), 3) for p in PHASES}
+    total["modes"] = round(sum(max(0.0, (r.case_s or 0.0) - (r.phases.get("first_call") or 0.0)) for r in timed), 3)
+    return total
 
 
 def headline(summary: dict, device: str, compiled: str | None, versions: dict) -> list[str]:

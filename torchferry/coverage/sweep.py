@@ -8,6 +8,13 @@ mode past ``--timeout`` (this host's time) or a process that died by a SIGKILL t
 send (the kernel's OOM killer: this host's memory), or ``error`` for any other death (the signal
 or exit code, with the log's last line).
 
+Workers are warm (torchferry.coverage.worker): a worker whose architecture's rows all ended normally
+(``REUSABLE``) takes the next architecture of its slot, which then skips the interpreter start and
+the imports of torch and transformers. Any other row (an error, a parity failure, this host's limit,
+a compile failure, a timeout, a death) closes it, and the slot's next architecture starts a fresh
+process, so that what went wrong in one row cannot reach another. ``reuse=False``
+(``TORCHFERRY_COVERAGE_REUSE=0``) starts a process per architecture.
+
 ``Sweep.stop()`` (the command calls it on Ctrl-C) kills the running workers at once and starts
 no new one; the rows already stored stay.
 """
@@ -33,6 +40,8 @@ WORKER = "torchferry.coverage.worker"
 # imports and the model build get their own limit before the first mode's clock starts, so that a
 # short --timeout (or a loaded machine) does not turn a slow start into a timeout row
 STARTUP_S = 180.0
+# rows after which the worker's process is as a fresh one would be (worker._fresh_state) and takes the next job
+REUSABLE = (Category.PASS, Category.FAIL_FALLBACK, Category.FAIL_RECOMPILE, Category.SKIPPED)
 
 
 def _safe(name: str) -> str:
@@ -47,10 +56,12 @@ class Sweep:
     """Every (architecture, mode) not yet in the store, run ``workers`` architectures at a time."""
 
     def __init__(self, store: Store, workdir: Path, timeout: float, workers: int,
-                 on_row: Callable[[Row, int, int], None]) -> None:
+                 on_row: Callable[[Row, int, int], None], *, reuse: bool = True) -> None:
         self.store, self.workdir, self.timeout, self.workers, self.on_row = store, workdir, timeout, workers, on_row
+        self.reuse = reuse
         self.stopping = threading.Event()
         self.live: set[WorkerProcess] = set()
+        self.warm: dict[int, WorkerProcess] = {}  # pool thread -> its idle warm worker
         self.lock = threading.Lock()
 
     def stop(self) -> None:
@@ -76,6 +87,10 @@ class Sweep:
                 future.result()
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+            with self.lock:
+                idle, self.warm = list(self.warm.values()), {}
+            for proc in idle:
+                self._close(proc)
 
     def stored(self, row: Row) -> None:
         if self.stopping.is_set():
@@ -98,18 +113,39 @@ class Sweep:
         except Stopped:
             return
 
+    def worker(self, job: CoverageJob, job_path: Path, log: Path) -> WorkerProcess:
+        """This pool thread's warm worker, given the job, or a fresh process started with it."""
+        with self.lock:
+            proc = self.warm.pop(threading.get_ident(), None)
+        if proc is not None and proc.proc.poll() is None:
+            proc.label, proc.log = job.arch, log
+            try:
+                proc.send(cmd="job", job=str(job_path), log=str(log))
+                return proc
+            except OSError:  # it died while idle
+                pass
+        if proc is not None:
+            self._close(proc)
+        proc = WorkerProcess(job.arch, python_module(WORKER, str(job_path)), log)
+        with self.lock:
+            self.live.add(proc)
+        return proc
+
+    def _close(self, proc: WorkerProcess) -> None:
+        proc.close(grace=5)
+        with self.lock:
+            self.live.discard(proc)
+
     def process(self, job: CoverageJob) -> int:
-        """One worker process; returns how many of ``job.modes`` got a row."""
+        """One architecture's modes in one worker (warm or fresh); returns how many of ``job.modes`` got a row."""
         stem = f"{_safe(job.arch)}__{'-'.join(job.modes)}"
         job_path, log = self.workdir / f"{stem}.job.json", self.workdir / f"{stem}.log"
         job_path.write_text(json.dumps(job.to_dict()))
         spawned = time.perf_counter()
-        proc = WorkerProcess(job.arch, python_module(WORKER, str(job_path)), log)
-        with self.lock:
-            self.live.add(proc)
+        proc = self.worker(job, job_path, log)
         if self.stopping.is_set():
             proc.kill()
-        done = 0
+        done, reusable = 0, self.reuse
         try:
             started = False
             while done < len(job.modes):
@@ -120,7 +156,8 @@ class Sweep:
                 except StepTimeoutError:
                     if self.stopping.is_set():
                         raise Stopped() from None
-                    phase = "" if started or done else " of process start, imports and model build"
+                    phase = "" if started or done else " of the worker's start, imports and model build"
+                    reusable = False
                     self.stored(Row(**job.base(mode), category=Category.HOST_LIMIT, wall_s=round(limit, 3), log=str(log),
                                     reason=f"no result within {limit:g} s{phase}: this host's time limit (--timeout; "
                                            "process group killed)"))
@@ -129,19 +166,26 @@ class Sweep:
                     started = True
                     continue
                 if event["event"] != "row":  # died without a row (or a protocol error)
+                    reusable = False
                     if self.stopping.is_set() or proc.killed:
                         raise Stopped()
                     self.stored(_died(job, mode, event, log))
                     return done + 1
                 row = Row.from_dict(event["row"])
-                # the first mode carries the process start and the model build; later ones their own time
+                reusable = reusable and row.category in REUSABLE
+                # the first mode carries the worker's start (if fresh) and the model build; later ones their own time
                 wall_s = round(time.perf_counter() - spawned, 3) if done == 0 else row.case_s or 0.0
                 self.stored(dataclasses.replace(row, wall_s=wall_s, log=str(log) if row.category != Category.PASS else row.log))
                 done += 1
+        except BaseException:
+            reusable = False
+            raise
         finally:
-            proc.close(grace=5)
-            with self.lock:
-                self.live.discard(proc)
+            if reusable and not self.stopping.is_set():
+                with self.lock:
+                    self.warm[threading.get_ident()] = proc
+            else:
+                self._close(proc)
         return done
 
 

@@ -11,15 +11,28 @@ harness's worker protocol: a ``ready`` event once the model is built, then one `
 mode. A crash or hang still costs one row: the parent times each mode, kills the process group,
 records the mode in progress, and runs the remaining modes in a fresh process.
 
+A worker is warm: once its job's rows are sent it waits on stdin for the parent's next job
+(``{"cmd": "job", "job": PATH, "log": PATH}``), so that the next architecture of the sweep
+skips the interpreter start and the imports of torch and transformers, which are most of a
+tiny row's time. Between two architectures it puts back what a fresh process would have:
+Dynamo reset, garbage collected, the device's eager signatures counted as a new process
+counts them (``torchferry.device.forget_eager_signatures()``), and its output in the new
+job's log. The parent starts a fresh worker after any row that did not end normally
+(torchferry.coverage.sweep), and ``TORCHFERRY_COVERAGE_REUSE=0`` runs every architecture in a
+process of its own.
+
 ``--list-archs PLUGIN...`` prints the model types known once the plugins are imported: the
 parent validates architecture names with it, so that plugin code runs only in workers.
 """
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import resource
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,12 +78,14 @@ class Case:
         self.method = methods.get(job.method, job.trust_remote_code)
         self.mode = job.modes[0]
         self.first_signature_graphs = 0  # graphs the compiled forward's first input signature compiled
+        self.first_call_s: float | None = None  # the target's first call of the mode in progress
         self.row: dict[str, Any] = {}
         self.start_row(self.mode)
 
     def start_row(self, mode: str) -> None:
         built = {k: self.row[k] for k in ("model_class", "variant", "params", "dtype") if k in self.row}
         self.mode = mode
+        self.first_call_s = None
         self.row = {**self.job.base(mode), **built}
 
     # -- setup -------------------------------------------------------------------------
@@ -162,6 +177,7 @@ class Case:
         return self.torch.compile(model, backend=self.job.compile)
 
     def on_target(self, fn: Any) -> Any:
+        start = time.perf_counter()
         try:
             return fn()
         except Exception as exc:
@@ -170,6 +186,9 @@ class Case:
             if self.job.compile and on_device.is_compile_error(exc):
                 raise CompileFailure(error_signature(exc)) from exc
             raise
+        finally:
+            if self.first_call_s is None:
+                self.first_call_s = round(time.perf_counter() - start, 3)
 
     def on_ref(self, what: str, fn: Any) -> Any:
         try:
@@ -314,9 +333,24 @@ class Case:
                              f"({self.first_signature_graphs} for the first)")
         return self._row(Category.PASS, f"{len(comps)} checks within tolerance")
 
+    def phases(self) -> dict[str, float | None]:
+        """The mode's own phases (Row.phases): its first target call, and with --compile the compilations."""
+        own: dict[str, float | None] = {"first_call": self.first_call_s}
+        if self.job.compile:
+            own["compile"] = round(_dynamo_compile_seconds(), 3)
+        return own
+
     def _row(self, category: Category, reason: str) -> dict:
         self.row.update(category=category, reason=reason)
         return self.row
+
+
+def _dynamo_compile_seconds() -> float:
+    """Seconds Dynamo spent compiling frames (backend included) since its last reset: the mode's own, since
+    ``Case.compiled`` resets Dynamo before compiling the target."""
+    from torch._dynamo.utils import compilation_time_metrics
+
+    return float(sum(compilation_time_metrics.get("_compile.compile_inner", ())))
 
 
 def _golden(fn: Any, golden: Any | None) -> Any | None:
@@ -389,32 +423,77 @@ def list_archs(plugins: list[str]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    started = time.time()
     channel = Channel()
     if argv[0] == "--list-archs":
         outcome = run_case(lambda: list_archs(argv[1:]))
         channel.send("result", data=outcome.value) if outcome.ok else channel.send("error", **outcome.error_event())
         return 0
-    job = CoverageJob.from_dict(json.loads(Path(argv[0]).read_text()))
-    _limit_memory(job.memory_gib)
+    job = _load(argv[0])
+    _limit_memory(job.memory_gib)  # one sweep's jobs share the limit and the threads: set once per process
     _set_threads(job.threads)
+    run_job(channel, job, start_s=started - float(os.environ.get("TORCHFERRY_T0", started)))
+    for command in channel.commands():  # warm: the parent's next architecture, until it says quit
+        _log_to(Path(command["log"]))
+        _fresh_state()
+        run_job(channel, _load(command["job"]), start_s=0.0)
+    return 0
+
+
+def run_job(channel: Channel, job: CoverageJob, start_s: float) -> None:
+    """Build the job's architecture, then send one row per mode (the first carries the start and build phases)."""
     case: Case | None = None
+    phases = {"start": round(start_s, 3)}
 
     def prepare() -> None:
         nonlocal case
+        clock = time.perf_counter()
         case = Case(job)
         case.setup()
+        phases["setup"] = round(time.perf_counter() - clock, 3)
+        clock = time.perf_counter()
         case.build()
+        phases["build"] = round(time.perf_counter() - clock, 3)
 
     built = run_case(prepare)
     if not built.ok:  # the architecture cannot run at all: every mode gets the same row
         for mode in job.modes:
-            channel.send("row", row=row_of(built, {**case.row, "mode": mode} if case else job.base(mode)))
-        return 0
+            base = {**case.row, "mode": mode} if case else job.base(mode)
+            channel.send("row", row=row_of(built, {**base, "phases": phases}))
+        return
     channel.send("ready")  # the parent's per-mode clock starts here, after imports and the build
-    for mode in job.modes:
+    for i, mode in enumerate(job.modes):
         case.start_row(mode)
-        channel.send("row", row=row_of(run_case(case.run), case.row))
-    return 0
+        row = row_of(run_case(case.run), case.row)
+        row["phases"] = {**(phases if i == 0 else {}), **case.phases()}
+        channel.send("row", row=row)
+
+
+def _load(path: str) -> CoverageJob:
+    return CoverageJob.from_dict(json.loads(Path(path).read_text()))
+
+
+def _log_to(path: Path) -> None:
+    """Point this process's output (fds 1 and 2; the protocol stream is its own fd) at ``path``."""
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 2)
+    os.dup2(fd, 1)
+    os.close(fd)
+
+
+def _fresh_state() -> None:
+    """What a fresh process would start the next architecture with, of the state one architecture leaves.
+
+    Parameters, inputs and RNG are the job's own (each build and mode seeds itself); Dynamo's caches,
+    unreachable cycles and the device's seen eager signatures are not."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    gc.collect()
+    device = sys.modules.get("torchferry.device")
+    if device is not None and device.is_enabled():
+        device.forget_eager_signatures()
 
 
 if __name__ == "__main__":

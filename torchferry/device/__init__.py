@@ -23,6 +23,7 @@ from torchferry.device.target import (
     eager_compiles,
     fallback_reasons,
     fallback_summary,
+    forget_eager_signatures,
     host_syncs,
     known_issues,
     numerics,
@@ -151,5 +152,5 @@ def _autoload() -> None:
 
 __all__ = [
     "DEVICE_NAME", "EagerCompiles", "compile_metrics", "eager_compiles", "enable", "fallback_reasons", "fallback_summary",
-    "host_syncs", "is_enabled", "known_issues", "numerics", "parse_bytes", "real_neuron_installed",
+    "forget_eager_signatures", "host_syncs", "is_enabled", "known_issues", "numerics", "parse_bytes", "real_neuron_installed",
 ]

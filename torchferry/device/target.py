@@ -5,7 +5,8 @@ TorchNeuron's own API (`torch.neuron.get_fallback_ops()`, ...) does not cover:
   `.cpu()`/`.tolist()`, the output size of data-dependent ops, boolean-mask indexing);
 - `eager_compiles()`: the NEFF compilations TorchNeuron's eager mode would pay for, one
   per distinct op signature, persisted in `TORCH_NEURONX_NEFF_CACHE_DIR` so that a
-  second process sees a warm cache;
+  second process sees a warm cache (`forget_eager_signatures()` makes this process count
+  as that second one);
 - `fallback_summary()`: one line naming the host-fallback ops (the per-op warnings come once per op);
 - `exit_summary()`: that line with the host syncs and the eager compilations (in all, and new after
   the first optimizer step), printed at exit of any process that ran device ops: what decides the
@@ -172,6 +173,19 @@ def eager_compiles() -> EagerCompiles:
         _cache.save(core._take_unsaved_signatures())
     c = core._eager_compile_counts()
     return EagerCompiles(c["signatures"], c["compilations"], c["cache_hits"], c["calls"])
+
+
+def forget_eager_signatures() -> None:
+    """From now on, count the op signatures this process has run as a new process would: each one
+    again, found in the persistent cache (a cache hit, not a cold compilation).
+
+    For harnesses that run several independent cases in one process (a coverage sweep's warm
+    worker): each case's `eager_compiles()` figures are then those it would have in a process of
+    its own after the earlier cases. The counts stay cumulative, so intervals taken with `since`
+    across the call stay valid."""
+    if _cache is not None:
+        _cache.save(_core()._take_unsaved_signatures())
+    _core()._forget_seen_signatures()
 
 
 def host_syncs() -> dict[str, int]:

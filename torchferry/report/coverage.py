@@ -31,7 +31,7 @@ from enum import StrEnum
 
 from torchferry.report.meta import Failure, Meta
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 FORMAT = "torchferry.coverage"
 DEFAULT_SUITE = "causal-lm"  # rows of stores and baselines that name no suite
 BASELINE_VERSION = 2  # 2: rows keyed suite/arch/mode, cost_s per suite/arch (1: arch/mode, causal-lm only)
@@ -84,8 +84,13 @@ class Row:
     device: str = ""
     ref: str = ""
     compile: str | None = None
-    wall_s: float = 0.0  # parent's clock: the first mode of a process includes its start and the model build
+    wall_s: float = 0.0  # parent's clock: the first mode of an architecture includes its worker's start (when fresh) and the model build
     case_s: float | None = None  # the worker's clock for this mode alone
+    # where the time went, in seconds (the worker's clock): start (interpreter and torchferry's imports; 0 in a
+    # warm worker), setup (torch, the suite's library, plugins, devices), build (the model and its smoke
+    # forward) on the first mode of an architecture; first_call (the target's first call of the mode) and,
+    # with --compile, compile (Dynamo and the backend) on every mode
+    phases: dict[str, float] | None = None
     model_class: str | None = None
     variant: str | None = None  # the shrink variant that built
     dtype: str | None = None  # the parameters' dtype the case ran in (the config's own under --method torchneuron)

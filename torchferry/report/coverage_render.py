@@ -112,8 +112,20 @@ def render_text(doc: CoverageReport) -> str:
         lines.append(method_line(doc.config))
     lines += doc.headline
     if not doc.shards:
-        lines.append(f"wall time {doc.meta.wall_s:.0f} s with {doc.config['jobs']} job(s)")
+        lines.append(f"wall time {doc.meta.wall_s:.0f} s with {doc.config['jobs']} job(s)" + _phases(doc.summary.get("time")))
     return "\n".join(lines)
+
+
+def _phases(time: dict[str, float] | None) -> str:
+    """'; in workers: start 12 s, ...' (where the rows' time went), or '' when the rows carry no phases."""
+    if not time:
+        return ""
+    names = {"start": "process start", "setup": "imports and devices", "build": "model builds",
+             "first_call": "first target calls", "modes": "the rest of the modes"}
+    shown = ", ".join(f"{label} {time[key]:.1f} s" for key, label in names.items())
+    compiled = f" (compile {time['compile']:.1f} s)" if time.get("compile") else ""
+    return f"; in workers: {shown}{compiled}"
+
 
 
 STYLE = """body{max-width:1280px}

@@ -121,4 +121,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_eager_compile_counts", &eager_compile_counts);
   m.def("_load_persisted_signatures", &load_persisted_signatures);
   m.def("_take_unsaved_signatures", &take_unsaved_signatures);
+  m.def("_forget_seen_signatures", &forget_seen_signatures);
 }

@@ -9,6 +9,8 @@
 // whatever the tables say: they never launch a kernel on the target.
 #include "neuron.h"
 
+#include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <deque>
 #include <mutex>
@@ -70,6 +72,7 @@ struct Signatures {
   std::unordered_set<uint64_t> persisted;  // in the on-disk cache when the process started
   std::unordered_set<uint64_t> seen;       // compiled or loaded by this process
   std::vector<uint64_t> unsaved;           // new this process, not yet written to disk
+  int64_t distinct = 0;  // signatures recorded as new, summed over every `forget_seen_signatures()`
   int64_t compilations = 0;
   int64_t cache_hits = 0;
   int64_t calls = 0;
@@ -77,6 +80,8 @@ struct Signatures {
 std::mutex g_signature_mutex;
 Signatures g_signatures;
 std::atomic<int64_t> g_repeat_calls{0};  // calls of a signature their thread had recorded
+// Bumped by `forget_seen_signatures()`: a thread's table of recent signatures is stale once it changes.
+std::atomic<uint64_t> g_signature_generation{0};
 
 std::string full_name(const c10::OperatorName& name) {
   return name.overload_name.empty() ? name.name : name.name + "." + name.overload_name;
@@ -213,6 +218,12 @@ void record_signature(uint64_t signature) {
   // Most calls repeat a signature this thread recorded lately: a direct-mapped table of
   // them counts those without the lock (a signature it has lost is looked up again below).
   thread_local uint64_t recent[1024] = {};
+  thread_local uint64_t generation = 0;
+  const uint64_t current = g_signature_generation.load(std::memory_order_relaxed);
+  if (generation != current) {
+    std::fill(std::begin(recent), std::end(recent), 0);
+    generation = current;
+  }
   uint64_t& slot = recent[signature & 1023];
   if (slot == signature && signature != 0) {
     g_repeat_calls.fetch_add(1, std::memory_order_relaxed);
@@ -222,6 +233,7 @@ void record_signature(uint64_t signature) {
   std::lock_guard<std::mutex> lock(g_signature_mutex);
   ++g_signatures.calls;
   if (!g_signatures.seen.insert(signature).second) return;
+  ++g_signatures.distinct;
   if (g_signatures.persisted.count(signature)) {
     ++g_signatures.cache_hits;
   } else {
@@ -423,7 +435,7 @@ void clear_op_tracking() {
 
 std::unordered_map<std::string, int64_t> eager_compile_counts() {
   std::lock_guard<std::mutex> lock(g_signature_mutex);
-  return {{"signatures", static_cast<int64_t>(g_signatures.seen.size())},
+  return {{"signatures", g_signatures.distinct},
           {"compilations", g_signatures.compilations},
           {"cache_hits", g_signatures.cache_hits},
           {"calls", g_signatures.calls + g_repeat_calls.load(std::memory_order_relaxed)}};
@@ -432,6 +444,14 @@ std::unordered_map<std::string, int64_t> eager_compile_counts() {
 void load_persisted_signatures(const std::vector<uint64_t>& signatures) {
   std::lock_guard<std::mutex> lock(g_signature_mutex);
   g_signatures.persisted.insert(signatures.begin(), signatures.end());
+}
+
+void forget_seen_signatures() {
+  std::lock_guard<std::mutex> lock(g_signature_mutex);
+  // What this process compiled is in the persistent cache for whoever runs next (saved from `unsaved`).
+  g_signatures.persisted.insert(g_signatures.seen.begin(), g_signatures.seen.end());
+  g_signatures.seen.clear();
+  g_signature_generation.fetch_add(1, std::memory_order_relaxed);
 }
 
 std::vector<uint64_t> take_unsaved_signatures() {

@@ -317,6 +317,8 @@ void clear_op_tracking();
 std::unordered_map<std::string, int64_t> eager_compile_counts();
 void load_persisted_signatures(const std::vector<uint64_t>& signatures);
 std::vector<uint64_t> take_unsaved_signatures();
+// The signatures seen so far count again as new (found in the persistent cache), as in a fresh process.
+void forget_seen_signatures();
 
 // ---- Profiler.cpp --------------------------------------------------------
 // Whether a torch.profiler session with ProfilerActivity.PrivateUse1 is recording.
