@@ -94,6 +94,7 @@ class Case:
 
         for plugin in self.job.plugins:
             _import_plugin(plugin)
+        self.suite.architectures()  # imports the suite's library here, so that a row's `setup` phase holds it
         self.ref = devices.resolve(self.job.ref)
         self.target = devices.resolve(self.job.target)
 
