@@ -32,7 +32,7 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvide
 
 from torchferry.report.scan import Hit, Rule
 from torchferry.scan.regions import Regions
-from torchferry.scan.syntax import SourceTree
+from torchferry.scan.syntax import AttributeName, ImportedName, Literal, SourceTree
 from torchferry.scan.tensors import Tensors
 
 
@@ -90,9 +90,32 @@ class AstContext:
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
         self.module = tree.module
-        self.qualname = tree.qualname
         self.parent = tree.parent
         self.parenthesized = tree.parenthesized
+        self.memo: dict[object, object] = {}  # what a rule finds once per source (keys name the rule and the question)
+        self._qualnames: dict[object, str | None] = {}
+
+    def qualname(self, node: ast.AST | ImportedName) -> str | None:
+        """`SourceTree.qualname`, once per node (several rules ask it of every name); an imported name as written."""
+        try:
+            return self._qualnames[node]
+        except KeyError:
+            name = node.name if isinstance(node, ImportedName) else self.tree.qualname(node)
+            self._qualnames[node] = name
+            return name
+
+    def is_outermost(self, node: ast.AST | ImportedName) -> bool:
+        """True unless `node` is the `x` of a longer chain `x.attr` (so a chain is reported once)."""
+        parent = self.tree.parent(node)
+        return not (isinstance(parent, ast.Attribute) and parent.value is node)
+
+    def called(self, node: ast.AST) -> ast.Call | None:
+        """The call `node(...)`, when `node` is what a call calls."""
+        parent = self.tree.parent(node)
+        return parent if isinstance(parent, ast.Call) and parent.func is node else None
+
+    def line(self, node: ast.AST | AttributeName | Literal | ImportedName) -> int:
+        return self.tree.start(node)[0]
 
     @cached_property
     def regions(self) -> Regions:
@@ -167,20 +190,22 @@ def analyse(code: str, rules: Sequence[Rule], fix: bool, add_import: bool = True
     """
     rules = candidate_rules(code, rules)
     module = _parse(code)
-    cst_rules = [r for r in rules if not is_ast_rule(r)]
     if module is None:  # Python rejects it: libcst's error, or the libcst rules where libcst accepts it
+        cst_rules = [r for r in rules if not is_ast_rule(r)]
         if not cst_rules:
             cst.parse_module(code)
             return [], None
-        return _analyse_cst(code, cst_rules, fix, add_import)
-    ast_rules = [r for r in rules if is_ast_rule(r)]
-    tree = SourceTree(code, module) if ast_rules or any(r.gate is not None for r in cst_rules) else None
-    hits = _analyse_ast(tree, ast_rules) if ast_rules else []
-    cst_rules = [r for r in cst_rules if r.gate is None or r.gate(tree)]
-    if not cst_rules:
+        return _analyse_cst(code, cst_rules, [], None, fix, add_import)
+    if not rules:
+        return [], None
+    tree = SourceTree(code, module)
+    rules = [r for r in rules if r.gate is None or r.gate(tree)]
+    hits = _analyse_ast(tree, [r for r in rules if is_ast_rule(r)])
+    cst_rules = [r for r in rules if not is_ast_rule(r)]
+    # libcst parses the source only for a libcst rule, or to write a fix that a rule on Python's tree found.
+    if not cst_rules and not (fix and any(h.hit.fix is not None for h in hits)):
         return sorted(hits, key=_position), None
-    cst_hits, fixed = _analyse_cst(code, cst_rules, fix, add_import)
-    return sorted(hits + cst_hits, key=_position), fixed
+    return _analyse_cst(code, cst_rules, hits, tree, fix, add_import)
 
 
 def _position(hit: RuleHit) -> tuple[int, int, str]:
@@ -199,6 +224,8 @@ def _parse(code: str) -> ast.Module | None:
 
 def _analyse_ast(tree: SourceTree, rules: Sequence[Rule]) -> list[RuleHit]:
     """The hits of the rules that detect on Python's tree, in walk order."""
+    if not rules:
+        return []
     context = AstContext(tree)
     by_type: dict[type, list[Rule]] = {}
     for rule in rules:
@@ -213,24 +240,55 @@ def _analyse_ast(tree: SourceTree, rules: Sequence[Rule]) -> list[RuleHit]:
     return hits
 
 
-def _analyse_cst(code: str, rules: Sequence[Rule], fix: bool, add_import: bool) -> tuple[list[RuleHit], str | None]:
-    """The hits of the libcst rules, and the fixed code."""
+def _analyse_cst(code: str, rules: Sequence[Rule], ast_hits: list[RuleHit], tree: SourceTree | None, fix: bool,
+                 add_import: bool) -> tuple[list[RuleHit], str | None]:
+    """The hits of the libcst rules with `ast_hits` (found on `tree`), and the fixed code."""
     # The module is parsed here and never shared, so libcst's defensive deep copy is not needed.
     wrapper = MetadataWrapper(cst.parse_module(code), unsafe_skip_copy=True)
-    collector = _Collector(Context(wrapper), rules)
-    wrapper.module.visit(collector)
-    hits = sorted(collector.hits, key=_position)
-    fixes: dict[int, Hit] = {}
-    for rule_hit in hits:
-        if rule_hit.hit.fix is not None:
-            target = rule_hit.hit.target if rule_hit.hit.target is not None else rule_hit.hit.node
-            fixes.setdefault(id(target), rule_hit.hit)
-    if not (fix and fixes):
+    context = Context(wrapper)
+    if rules:
+        collector = _Collector(context, rules)
+        wrapper.module.visit(collector)
+        ast_hits = ast_hits + collector.hits
+    hits = sorted(ast_hits, key=_position)
+    fixing = [h for h in hits if h.hit.fix is not None] if fix else []
+    if not fixing:
         return hits, None
+    found_on_ast = [_target(h) for h in fixing if is_ast_rule(h.rule)]
+    nodes = _cst_nodes(context, tree, found_on_ast) if found_on_ast else {}
+    fixes: dict[int, Hit] = {}
+    for rule_hit in fixing:
+        target = _target(rule_hit)
+        fixes.setdefault(id(nodes[id(target)] if is_ast_rule(rule_hit.rule) else target), rule_hit.hit)
     fixed = wrapper.module.visit(_Fixer(fixes))
     if not add_import:
         return hits, fixed.code
-    context = CodemodContext()
-    AddImportsVisitor.add_needed_import(context, "torch")  # every fix expression starts with `torch.`
-    fixed = AddImportsVisitor(context).transform_module(fixed)
+    codemod = CodemodContext()
+    AddImportsVisitor.add_needed_import(codemod, "torch")  # every fix expression starts with `torch.`
+    fixed = AddImportsVisitor(codemod).transform_module(fixed)
     return hits, fixed.code
+
+
+def _target(rule_hit: RuleHit) -> object:
+    """The node a hit's fix replaces."""
+    return rule_hit.hit.target if rule_hit.hit.target is not None else rule_hit.hit.node
+
+
+# The libcst node that stands where each kind of node a fix replaces on Python's tree stands.
+_CST_KINDS = {ast.Call: cst.Call, ast.Attribute: cst.Attribute, ast.Name: cst.Name, Literal: cst.SimpleString}
+
+
+def _cst_nodes(context: Context, tree: SourceTree, targets: list[object]) -> dict[int, cst.CSTNode]:
+    """id(node on Python's tree) -> the libcst node of the same kind and the same span (both trees place a node
+    without its parentheses)."""
+    wanted = {(_CST_KINDS[type(t)], tree.span(t)): t for t in targets}
+    found = {}
+    for node, where in context.positions.items():
+        key = (type(node), (where.start.line, where.start.column, where.end.line, where.end.column))
+        target = wanted.get(key)
+        if target is not None:
+            found[id(target)] = node
+    missing = [key for key in wanted if id(wanted[key]) not in found]
+    if missing:
+        raise LookupError(f"no libcst node for the fix targets {missing}: Python's tree and libcst's disagree there")
+    return found
