@@ -20,13 +20,14 @@ import re
 import tokenize
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
 _BUILTINS = frozenset(dir(builtins))
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 _ANYWHERE = 1 << 62  # a walk position after every binding
+_SINGLETON_FIELDS = frozenset({"ctx", "op", "ops"})
 # A string literal without prefix or escaped quote inside: the text of a node that is one literal (fast path).
 _ONE_LITERAL = re.compile(r'"[^"\\\n]*"|\'[^\'\\\n]*\'')
 _FROM = re.compile(r"from(?:[ \t\f]|\\\r?\n)*\.*(?:[ \t\f]|\\\r?\n)*")
@@ -54,9 +55,14 @@ def full_name(node: ast.AST) -> str | None:
     return None
 
 
-def keyword_argument(call: ast.Call, name: str) -> ast.keyword | None:
+def keyword(call: ast.Call, name: str) -> ast.keyword | None:
     """The `name=` argument of `call`, if given."""
     return next((k for k in call.keywords if k.arg == name), None)
+
+
+def positional(call: ast.Call) -> list[ast.AST]:
+    """The plain positional arguments of `call` (no `*args`, no keywords)."""
+    return [a for a in call.args if not isinstance(a, ast.Starred)]
 
 
 def has_unpacking(call: ast.Call) -> bool:
@@ -71,6 +77,15 @@ class AttributeName:
 
     def __init__(self, attribute: ast.Attribute) -> None:
         self.attribute = attribute
+
+
+@cache
+def _child_fields(kind: type) -> tuple[str, ...]:
+    """The fields of an ast class that can hold nodes the walk visits (`ast.iter_child_nodes` looks up all of them).
+
+    `ctx` (Load/Store) and the operators are left out: they are shared singletons with no place in the source.
+    """
+    return tuple(f for f in kind._fields if f not in _SINGLETON_FIELDS)
 
 
 class Literal:
@@ -269,7 +284,14 @@ class SourceTree:
                 target_scope = target_scope.parent
             target_scope.bind(node.target.id, order, _Binding(target_scope))
             return [(node.value, node, scope)]
-        return [(child, node, scope) for child in ast.iter_child_nodes(node)]
+        out = []
+        for field in _child_fields(kind):
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                out.extend((item, node, scope) for item in value if isinstance(item, ast.AST))
+            elif isinstance(value, ast.AST):
+                out.append((value, node, scope))
+        return out
 
     # -- queries -------------------------------------------------------------------------------
 

@@ -3,14 +3,14 @@
 import ast
 from collections.abc import Iterator
 
-from torchferry.scan.syntax import keyword_argument, refers_to
+from torchferry.scan.syntax import keyword, refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 
 
 def check(node: ast.Call, ctx) -> Iterator[Hit]:
     if ctx.qualname(node.func) != "torch.compile":
         return
-    dynamic = keyword_argument(node, "dynamic")
+    dynamic = keyword(node, "dynamic")
     if dynamic is not None and isinstance(dynamic.value, ast.Constant) and dynamic.value.value is True:
         yield Hit(dynamic)
 

@@ -6,7 +6,7 @@ The modes that capture CUDA graphs are TF025's (`cuda_graph_mode`); this rule ta
 import ast
 from collections.abc import Iterator
 
-from torchferry.scan.syntax import keyword_argument, refers_to
+from torchferry.scan.syntax import keyword, refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rules.cuda_graph_mode import CUDA_GRAPH_MODES
 
@@ -21,7 +21,7 @@ def _literal(value: ast.expr, ctx) -> ast.Constant | None:  # noqa: ANN001 - eng
 def check(node: ast.Call, ctx) -> Iterator[Hit]:
     if ctx.qualname(node.func) != "torch.compile":
         return
-    mode = keyword_argument(node, "mode")
+    mode = keyword(node, "mode")
     if mode is None:
         return
     value = mode.value

@@ -5,14 +5,14 @@ from collections.abc import Iterator
 import ast
 
 from torchferry.report.scan import Hit, Rule, Severity
-from torchferry.scan.syntax import AttributeName, keyword_argument
+from torchferry.scan.syntax import AttributeName, keyword
 
 
 def check(node: ast.Call, ctx) -> Iterator[Hit]:
     func = node.func
     if isinstance(func, ast.Attribute) and func.attr == "pin_memory" and (node.args or node.keywords):
         yield Hit(AttributeName(func))
-    named = keyword_argument(node, "pin_memory_device")
+    named = keyword(node, "pin_memory_device")
     if named is not None:
         yield Hit(named)
 

@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.syntax import has_unpacking, keyword_argument, refers_to
+from torchferry.scan.syntax import has_unpacking, keyword, positional, refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import with_trailing_comma
 
@@ -27,9 +27,9 @@ def _feeds_load_state_dict(call: ast.Call, ctx) -> bool:
 
 
 def check(node: ast.Call, ctx) -> Iterator[Hit]:
-    if ctx.qualname(node.func) != "torch.load" or keyword_argument(node, "map_location") is not None:
+    if ctx.qualname(node.func) != "torch.load" or keyword(node, "map_location") is not None:
         return
-    if len(node.args) > 1 or has_unpacking(node):
+    if len(positional(node)) > 1 or has_unpacking(node):
         return  # map_location given positionally, or hidden in *args/**kwargs
     yield Hit(node.func, fix=_add_map_location if _feeds_load_state_dict(node, ctx) else None, target=node)
 
