@@ -148,11 +148,13 @@ class _Scope:
 class _Binding:
     """What a name was bound to: an import (with its module and dotted name) or anything else."""
 
-    __slots__ = ("scope", "module", "imported", "alias")
+    __slots__ = ("prefix", "module", "imported", "alias")
 
     def __init__(self, scope: _Scope, module: str | None = None, imported: str | None = None,
                  alias: str | None = None) -> None:
-        self.scope = scope
+        # The scope's prefix, not the scope: a binding kept in its scope must not point back at it (a cycle
+        # would keep each source's whole tree alive until the cyclic garbage collector finds it).
+        self.prefix = scope.prefix
         self.module = module  # `from MODULE import ...` ("" for `import ...`); None: not an import
         self.imported = imported  # the dotted name after `import`
         self.alias = alias
@@ -160,7 +162,7 @@ class _Binding:
     def qualified(self, name: str, full: str) -> set[str]:
         """libcst's qualified names of `full` (whose first part is `name`) through this binding."""
         if self.module is None:
-            return {f"{self.scope.prefix}.{full}" if self.scope.prefix else full}
+            return {f"{self.prefix}.{full}" if self.prefix else full}
         parts = self.imported.split(".")
         for length in range(len(parts), 0, -1):
             real = ".".join(parts[:length])
@@ -429,7 +431,7 @@ class SourceTree:
                 depth += 1
             elif token.type == _FSTRING_END:
                 depth -= 1
-            if token.type == tokenize.STRING or (token.type == _FSTRING_END and not depth):
+            if not depth and token.type in (tokenize.STRING, _FSTRING_END):  # not a string inside an f-string
                 ends.append((token.start if token.type == tokenize.STRING else start, token.end))
 
         def place(row: int, col: int) -> tuple[int, int]:
@@ -444,15 +446,21 @@ class SourceTree:
                                   (*place(first_row, first_col), *place(last_row, last_col))))
         return pieces
 
+    def string_literal(self, node: ast.AST) -> ast.Constant | None:
+        """`node` when it is one string (or bytes) literal, as libcst's `SimpleString` (not `"a" "b"`, no f-string)."""
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))):
+            return None
+        return node if len(self.literals(node)) == 1 else None
+
     def imported_names(self, node: ast.Import | ast.ImportFrom) -> list[ImportedName]:
         """The dotted names an import statement spells out: each module of `import`, the module of `from`."""
         if isinstance(node, ast.Import):
             return [ImportedName(alias.name, self.span(alias)) for alias in node.names]
         if not node.module:
             return []
-        return [ImportedName(node.module, (*self.module_start(node), node.end_lineno, node.end_col_offset))]
+        return [ImportedName(node.module, (*self._module_start(node), node.end_lineno, node.end_col_offset))]
 
-    def module_start(self, node: ast.ImportFrom) -> tuple[int, int]:
+    def _module_start(self, node: ast.ImportFrom) -> tuple[int, int]:
         """(line, character column) where the module of `from MODULE import ...` is written (ast does not say)."""
         line, column = self.start(node)
         text = self.segment(node)

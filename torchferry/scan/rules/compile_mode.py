@@ -11,13 +11,6 @@ from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rules.cuda_graph_mode import CUDA_GRAPH_MODES
 
 
-def _literal(value: ast.expr, ctx) -> ast.Constant | None:  # noqa: ANN001 - engine.AstContext
-    """`value` when it is one string literal (not `"a" "b"`, not an f-string)."""
-    if not (isinstance(value, ast.Constant) and isinstance(value.value, (str, bytes))):
-        return None
-    return value if len(ctx.tree.literals(value)) == 1 else None
-
-
 def check(node: ast.Call, ctx) -> Iterator[Hit]:
     if ctx.qualname(node.func) != "torch.compile":
         return
@@ -27,7 +20,7 @@ def check(node: ast.Call, ctx) -> Iterator[Hit]:
     value = mode.value
     if isinstance(value, ast.Constant) and value.value is None:
         return
-    literal = _literal(value, ctx)
+    literal = ctx.tree.string_literal(value)
     if literal is not None and literal.value in {"default", *CUDA_GRAPH_MODES}:
         return
     shown = literal.value if literal is not None else "<expression>"
