@@ -446,6 +446,14 @@ class SourceTree:
                                   (*place(first_row, first_col), *place(last_row, last_col))))
         return pieces
 
+    def written_strings(self, node: ast.Constant | ast.JoinedStr) -> list[Literal]:
+        """`literals`, where libcst has string nodes: none for the text between an f-string's placeholders, or its
+        format spec (ast gives both as strings of their own)."""
+        parent = self._parents.get(node)
+        if isinstance(parent, ast.JoinedStr) or (isinstance(parent, ast.FormattedValue) and node is parent.format_spec):
+            return []
+        return self.literals(node)
+
     def string_literal(self, node: ast.AST) -> ast.Constant | None:
         """`node` when it is one string (or bytes) literal, as libcst's `SimpleString` (not `"a" "b"`, no f-string)."""
         if not (isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))):

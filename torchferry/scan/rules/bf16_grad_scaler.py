@@ -31,15 +31,10 @@ def _named(node: ast.AST, ctx) -> set[str]:  # noqa: ANN001 - engine.AstContext
     if isinstance(node, ast.keyword):  # TrainingArguments(bf16=True)
         return ({node.arg} if node.arg in ("bf16", "fp16") and isinstance(node.value, ast.Constant)
                 and node.value.value is True else set())
-    if not isinstance(node, (ast.Constant, ast.JoinedStr)) or isinstance(ctx.parent(node), ast.JoinedStr):
-        return set()
-    if isinstance(node, ast.Constant) and not isinstance(node.value, (str, bytes)):
-        return set()
-    parent = ctx.parent(node)
-    if isinstance(parent, ast.FormattedValue) and node is parent.format_spec:
+    if not (isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))):
         return set()
     found = set()
-    for piece in ctx.tree.literals(node):  # each literal as written, as libcst's `SimpleString`s
+    for piece in ctx.tree.written_strings(node):  # each literal as written, as libcst's `SimpleString`s
         if isinstance(piece.value, ast.Constant):
             word = str(piece.value.value).lower()
             found |= {"bf16"} if word in BF16_WORDS else {"fp16"} if word in FP16_WORDS else set()
