@@ -9,10 +9,11 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.helpers import get_full_name_for_node
+from libcst.metadata import MetadataWrapper, PositionProvider, QualifiedNameProvider
 
 from torchferry.scan import engine
-from torchferry.scan.engine import Context, analyse
+from torchferry.scan.engine import analyse
 from torchferry.scan.rules import RULES
 from torchferry.scan.sources import discover
 from torchferry.scan.syntax import SourceTree
@@ -58,16 +59,25 @@ SCOPES = textwrap.dedent("""\
 """)
 
 
+def _libcst_qualname(qualnames, node: cst.CSTNode) -> str | None:  # noqa: ANN001 - libcst's metadata mapping
+    """The name libcst's QualifiedNameProvider gives `node` (the first, sorted), else the name as written."""
+    names = qualnames.get(node, ())
+    names = sorted(q.name for q in (names() if callable(names) else names))  # libcst computes them lazily
+    if names:
+        return names[0]
+    return get_full_name_for_node(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+
+
 def _libcst_callees(code: str) -> dict[tuple[int, int], str | None]:
     wrapper = MetadataWrapper(cst.parse_module(code), unsafe_skip_copy=True)
-    context = Context(wrapper)
+    qualnames = wrapper.resolve(QualifiedNameProvider)
     positions = wrapper.resolve(PositionProvider)
     found = {}
 
     class _Calls(cst.CSTVisitor):
         def visit_Call(self, node: cst.Call) -> None:
             start = positions[node.func].start
-            found[(start.line, start.column)] = context.qualname(node.func)
+            found[(start.line, start.column)] = _libcst_qualname(qualnames, node.func)
 
     wrapper.module.visit(_Calls())
     return found
@@ -132,6 +142,30 @@ def test_a_source_whose_names_cannot_mean_a_libcst_rules_target_is_never_parsed_
     monkeypatch.setattr(engine.cst, "parse_module", refuse)
     hits, fixed = analyse(code, RULES, fix=True)
     assert [h.rule.id for h in hits] == ["TF020"] and fixed is None
+
+
+def test_libcst_parses_a_source_only_to_write_its_fixes(monkeypatch):
+    """Findings with a safe fix are reported, fixable, from Python's tree alone; libcst parses only for `fix`."""
+    code = textwrap.dedent("""\
+        import torch
+        x = torch.ones(2).cuda()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    """)
+    parsed = []
+    real = engine.cst.parse_module
+
+    def counted(source: str):  # noqa: ANN202 - libcst's Module
+        parsed.append(source)
+        return real(source)
+
+    monkeypatch.setattr(engine.cst, "parse_module", counted)
+    hits, fixed = analyse(code, RULES, fix=False)
+    assert [(h.rule.id, h.hit.fix is not None) for h in hits] == [("TF001", True), ("TF003", True), ("TF003", True)]
+    assert fixed is None and parsed == []
+    hits, fixed = analyse(code, RULES, fix=True)
+    assert parsed == [code]
+    assert "torch.accelerator.synchronize()" in fixed and ".to(torch.accelerator.current_accelerator())" in fixed
 
 
 def test_a_gate_passes_through_an_import_alias_in_a_function():

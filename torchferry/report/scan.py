@@ -57,15 +57,15 @@ class Rule:
     severity: Severity
     summary: str  # one line: what is wrong
     fix: str  # one line: what to write instead
-    node_types: tuple[type, ...]
+    node_types: tuple[type, ...]  # the `ast` classes `check` is called on
     check: Callable[[Any, Any], Iterator[Hit]]
     safe_fix: str = ""  # one line: what --fix rewrites, and when; "" = never rewritten
     # A regular expression found in every source this rule can report in (None: any source can
-    # hold a finding). The scan runs the rule, and parses the source with libcst at all, only
-    # where it matches, so it must never miss: derive it from the names the check compares.
+    # hold a finding). The scan runs the rule only where it matches (a source no rule matches is
+    # only parsed), so it must never miss: derive it from the names the check compares.
     prefilter: str | None = None
-    # A finer test of the same kind, on Python's own tree of a source (`torchferry.scan.syntax.SourceTree`),
-    # for a libcst rule: libcst parses a source for this rule only where it returns True (None: always).
+    # A finer test of the same kind, on Python's own tree of a source (`torchferry.scan.syntax.SourceTree`):
+    # the rule runs only where it returns True (None: always).
     # It must never miss either: `syntax.refers_to("torch.load")` for a rule that compares qualified names.
     gate: Callable[[Any], bool] | None = None
 

@@ -1,18 +1,15 @@
-"""Walk one parsed source with the rules that can fire there, then apply the safe fixes in one rewrite.
+"""Run the rules that can fire in one source on Python's tree, then apply the safe fixes in one rewrite.
 
 Cheap first: a rule's `prefilter` (a pattern every source it can report in contains) picks
-the rules worth running on a source; a source none of them can fire in is parsed only by
-Python's own parser (to report a syntax error), never by libcst.
+the rules worth running on a source, and its `gate` (a test on Python's tree, such as "a name
+here can mean `torch.load`") drops those that still cannot fire.
 
-Two trees, each only where it is needed. A rule whose `node_types` are `ast` classes detects
-on Python's own tree (`syntax.SourceTree`, parsed in C; parents, positions and names from one
-walk), through `AstContext`: these rules write no fix, and they are the ones that need to
-know where code runs (`regions`: forward, training step) and what holds a tensor (`tensors`),
-so they run on nearly every model file. The other rules (those that write fixes, and the
-import rules) see libcst nodes through `Context`, which answers the same questions with
-libcst's metadata, each computed on first use; libcst parses a source only when one of them
-is a candidate there: its prefilter matches, and its `gate` (a test on Python's tree, such as
-"a name here can mean `torch.load`") passes.
+Detection runs on Python's own tree (`syntax.SourceTree`: parsed in C; parents, positions and
+names from one walk), through `AstContext`, and decides there whether each finding has a safe
+fix. libcst, whose tree keeps every space and comment so that a rewrite changes nothing else,
+parses a source only to write fixes (`--fix`, `--diff`) where one applies: a fix is a function
+on the libcst node at the same place as its target on Python's tree (the same kind of node,
+the same span; both trees place a node without its parentheses).
 """
 
 from __future__ import annotations
@@ -27,61 +24,12 @@ from functools import cache, cached_property
 import libcst as cst
 from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
-from libcst.helpers import get_full_name_for_node
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider, QualifiedNameProvider
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 from torchferry.report.scan import Hit, Rule
 from torchferry.scan.regions import Regions
-from torchferry.scan.syntax import SourceTree
+from torchferry.scan.syntax import AttributeName, ImportedName, Literal, SourceTree
 from torchferry.scan.tensors import Tensors
-
-
-class Context:
-    """Metadata about one module that rules query while checking nodes."""
-
-    def __init__(self, wrapper: MetadataWrapper) -> None:
-        self.module = wrapper.module
-        self._wrapper = wrapper
-        self.memo: dict[object, object] = {}  # what a rule finds once per source (keys name the rule and the question)
-
-    @cached_property
-    def _qualnames(self):  # noqa: ANN202 - libcst's metadata mapping
-        return self._wrapper.resolve(QualifiedNameProvider)
-
-    @cached_property
-    def _parents(self):  # noqa: ANN202 - libcst's metadata mapping
-        return self._wrapper.resolve(ParentNodeProvider)
-
-    @cached_property
-    def positions(self):  # noqa: ANN201 - libcst's metadata mapping
-        """Where each node starts and ends (1-based lines, 0-based columns)."""
-        return self._wrapper.resolve(PositionProvider)
-
-    def qualname(self, node: cst.CSTNode) -> str | None:
-        """The dotted name `node` refers to (`th.cuda.x` -> `torch.cuda.x` after `import torch as th`).
-
-        Without an import in this source (a later notebook cell) it is the name as written.
-        """
-        names = self._qualnames.get(node, ())
-        names = sorted(q.name for q in (names() if callable(names) else names))  # libcst computes them lazily
-        if names:
-            return names[0]
-        if isinstance(node, (cst.Name, cst.Attribute)):
-            return get_full_name_for_node(node)
-        return None
-
-    def parent(self, node: cst.CSTNode) -> cst.CSTNode | None:
-        return self._parents.get(node)
-
-    def is_outermost(self, node: cst.CSTNode) -> bool:
-        """True unless `node` is the `x` of a longer chain `x.attr` (so a chain is reported once)."""
-        parent = self.parent(node)
-        return not (isinstance(parent, cst.Attribute) and parent.value is node)
-
-    def called(self, node: cst.CSTNode) -> cst.Call | None:
-        """The call `node(...)`, when `node` is what a call calls."""
-        parent = self.parent(node)
-        return parent if isinstance(parent, cst.Call) and parent.func is node else None
 
 
 class AstContext:
@@ -90,9 +38,32 @@ class AstContext:
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
         self.module = tree.module
-        self.qualname = tree.qualname
         self.parent = tree.parent
         self.parenthesized = tree.parenthesized
+        self.memo: dict[object, object] = {}  # what a rule finds once per source (keys name the rule and the question)
+        self._qualnames: dict[object, str | None] = {}
+
+    def qualname(self, node: ast.AST | ImportedName) -> str | None:
+        """`SourceTree.qualname`, once per node (several rules ask it of every name); an imported name as written."""
+        try:
+            return self._qualnames[node]
+        except KeyError:
+            name = node.name if isinstance(node, ImportedName) else self.tree.qualname(node)
+            self._qualnames[node] = name
+            return name
+
+    def is_outermost(self, node: ast.AST | ImportedName) -> bool:
+        """True unless `node` is the `x` of a longer chain `x.attr` (so a chain is reported once)."""
+        parent = self.tree.parent(node)
+        return not (isinstance(parent, ast.Attribute) and parent.value is node)
+
+    def called(self, node: ast.AST) -> ast.Call | None:
+        """The call `node(...)`, when `node` is what a call calls."""
+        parent = self.tree.parent(node)
+        return parent if isinstance(parent, ast.Call) and parent.func is node else None
+
+    def line(self, node: ast.AST | AttributeName | Literal | ImportedName) -> int:
+        return self.tree.start(node)[0]
 
     @cached_property
     def regions(self) -> Regions:
@@ -103,11 +74,6 @@ class AstContext:
         return Tensors(self.tree, self.regions)
 
 
-def is_ast_rule(rule: Rule) -> bool:
-    """Whether `rule` detects on Python's own tree (its node types are `ast` classes) rather than on libcst's."""
-    return issubclass(rule.node_types[0], ast.AST)
-
-
 @dataclass(frozen=True)
 class RuleHit:
     """A hit with its rule and 1-based position."""
@@ -116,22 +82,6 @@ class RuleHit:
     hit: Hit
     line: int
     column: int
-
-
-class _Collector(cst.CSTVisitor):
-    def __init__(self, context: Context, rules: Sequence[Rule]) -> None:
-        self.context = context
-        self.rules = rules
-        self.hits: list[RuleHit] = []
-
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        for rule in self.rules:
-            if isinstance(node, rule.node_types):
-                for hit in rule.check(node, self.context):
-                    start = self.context.positions[hit.node].start
-                    self.hits.append(RuleHit(rule, hit, start.line, start.column + 1))
-        # Names inside import statements are declarations, not uses: only import rules see them.
-        return not isinstance(node, (cst.Import, cst.ImportFrom))
 
 
 class _Fixer(cst.CSTTransformer):
@@ -162,25 +112,21 @@ def analyse(code: str, rules: Sequence[Rule], fix: bool, add_import: bool = True
     Fixes write `torch.` names, so `import torch` is added where missing, unless `add_import`
     is False (a notebook cell after one that imports torch).
 
-    Raises `libcst.ParserSyntaxError` when neither Python's parser nor libcst can parse `code`.
-    Where libcst accepts what Python rejects, the libcst rules still run there.
+    Raises `libcst.ParserSyntaxError` when neither Python's parser nor libcst can parse `code`
+    (libcst's message, the same for every source). Where libcst accepts what this Python rejects
+    (syntax of a newer Python), nothing is found: the rules read Python's tree.
     """
     rules = candidate_rules(code, rules)
     module = _parse(code)
-    cst_rules = [r for r in rules if not is_ast_rule(r)]
-    if module is None:  # Python rejects it: libcst's error, or the libcst rules where libcst accepts it
-        if not cst_rules:
-            cst.parse_module(code)
-            return [], None
-        return _analyse_cst(code, cst_rules, fix, add_import)
-    ast_rules = [r for r in rules if is_ast_rule(r)]
-    tree = SourceTree(code, module) if ast_rules or any(r.gate is not None for r in cst_rules) else None
-    hits = _analyse_ast(tree, ast_rules) if ast_rules else []
-    cst_rules = [r for r in cst_rules if r.gate is None or r.gate(tree)]
-    if not cst_rules:
-        return sorted(hits, key=_position), None
-    cst_hits, fixed = _analyse_cst(code, cst_rules, fix, add_import)
-    return sorted(hits + cst_hits, key=_position), fixed
+    if module is None:
+        cst.parse_module(code)
+        return [], None
+    if not rules:
+        return [], None
+    tree = SourceTree(code, module)
+    hits = sorted(_analyse(tree, [r for r in rules if r.gate is None or r.gate(tree)]), key=_position)
+    fixing = [h for h in hits if h.hit.fix is not None] if fix else []
+    return hits, (_fixed(code, tree, fixing, add_import) if fixing else None)
 
 
 def _position(hit: RuleHit) -> tuple[int, int, str]:
@@ -197,8 +143,10 @@ def _parse(code: str) -> ast.Module | None:
         return None
 
 
-def _analyse_ast(tree: SourceTree, rules: Sequence[Rule]) -> list[RuleHit]:
-    """The hits of the rules that detect on Python's tree, in walk order."""
+def _analyse(tree: SourceTree, rules: Sequence[Rule]) -> list[RuleHit]:
+    """The hits of `rules`, in walk order."""
+    if not rules:
+        return []
     context = AstContext(tree)
     by_type: dict[type, list[Rule]] = {}
     for rule in rules:
@@ -213,24 +161,41 @@ def _analyse_ast(tree: SourceTree, rules: Sequence[Rule]) -> list[RuleHit]:
     return hits
 
 
-def _analyse_cst(code: str, rules: Sequence[Rule], fix: bool, add_import: bool) -> tuple[list[RuleHit], str | None]:
-    """The hits of the libcst rules, and the fixed code."""
+def _fixed(code: str, tree: SourceTree, fixing: list[RuleHit], add_import: bool) -> str:
+    """`code` with the fixes of `fixing` (sorted by position: the first hit on a target fixes it) applied by libcst."""
     # The module is parsed here and never shared, so libcst's defensive deep copy is not needed.
     wrapper = MetadataWrapper(cst.parse_module(code), unsafe_skip_copy=True)
-    collector = _Collector(Context(wrapper), rules)
-    wrapper.module.visit(collector)
-    hits = sorted(collector.hits, key=_position)
+    nodes = _cst_nodes(wrapper, tree, [_target(h) for h in fixing])
     fixes: dict[int, Hit] = {}
-    for rule_hit in hits:
-        if rule_hit.hit.fix is not None:
-            target = rule_hit.hit.target if rule_hit.hit.target is not None else rule_hit.hit.node
-            fixes.setdefault(id(target), rule_hit.hit)
-    if not (fix and fixes):
-        return hits, None
+    for rule_hit in fixing:
+        fixes.setdefault(id(nodes[id(_target(rule_hit))]), rule_hit.hit)
     fixed = wrapper.module.visit(_Fixer(fixes))
     if not add_import:
-        return hits, fixed.code
-    context = CodemodContext()
-    AddImportsVisitor.add_needed_import(context, "torch")  # every fix expression starts with `torch.`
-    fixed = AddImportsVisitor(context).transform_module(fixed)
-    return hits, fixed.code
+        return fixed.code
+    codemod = CodemodContext()
+    AddImportsVisitor.add_needed_import(codemod, "torch")  # every fix expression starts with `torch.`
+    return AddImportsVisitor(codemod).transform_module(fixed).code
+
+
+def _target(rule_hit: RuleHit) -> object:
+    """The node a hit's fix replaces."""
+    return rule_hit.hit.target if rule_hit.hit.target is not None else rule_hit.hit.node
+
+
+# The libcst node that stands where each kind of node a fix replaces on Python's tree stands.
+_CST_KINDS = {ast.Call: cst.Call, ast.Attribute: cst.Attribute, ast.Name: cst.Name, Literal: cst.SimpleString}
+
+
+def _cst_nodes(wrapper: MetadataWrapper, tree: SourceTree, targets: list[object]) -> dict[int, cst.CSTNode]:
+    """id(target on Python's tree) -> the libcst node of the same kind with the same span."""
+    wanted = {(_CST_KINDS[type(t)], tree.span(t)): t for t in targets}
+    found = {}
+    for node, where in wrapper.resolve(PositionProvider).items():
+        target = wanted.get((type(node), (where.start.line, where.start.column, where.end.line, where.end.column)))
+        if target is not None:
+            found[id(target)] = node
+    missing = [key for key, target in wanted.items() if id(target) not in found]
+    if missing:
+        raise LookupError(f"no libcst node for the fix targets {missing}: Python's tree and libcst's disagree there; "
+                          "report it with the source")
+    return found

@@ -18,7 +18,8 @@ from functools import cache
 import ast
 
 from torchferry.device.profile import DEFAULT_PROFILE, HostFallback, load_profile
-from torchferry.scan.tensors import is_dotted_name, keyword, positional
+from torchferry.scan.syntax import keyword, positional
+from torchferry.scan.tensors import is_dotted_name
 
 Condition = Callable[[ast.Call, object, bool], bool]  # (call, ctx, written as a method) -> the op runs
 

@@ -62,38 +62,39 @@ def is_step_call(call: ast.Call) -> bool:
 
 
 class _Index:
-    """One pass over the source: classes, functions, step calls and the call graph."""
+    """Classes, functions, step calls and the call graph, read off the walk `SourceTree` made (no walk of its own)."""
 
-    def __init__(self, module: ast.Module) -> None:
+    def __init__(self, tree: SourceTree) -> None:
         self.classes: dict[str, ast.ClassDef] = {}
         self.owner: dict[Function, ast.ClassDef | None] = {}
         self.module_functions: dict[str, Function] = {}
         self.calls: list[tuple[ast.Call, list[ast.AST]]] = []  # each call with its enclosing stack
         self.forward_roots: set[str] = set()  # module-level functions set as a forward or hook
-        stack: list[ast.AST] = []
-        pending: list[ast.AST | None] = [module]  # None: leave the innermost stacked node
-        while pending:
-            node = pending.pop()
-            if node is None:
-                stack.pop()
-                continue
-            self._note(node, stack)
-            children = list(ast.iter_child_nodes(node))
-            if isinstance(node, _STACKED):
-                stack.append(node)
-                pending.append(None)
-            pending.extend(reversed(children))
+        # node -> the innermost class, function or loop around it (None at the top level)
+        self._around: dict[ast.AST, ast.AST | None] = {}
+        for node in tree.nodes():
+            parent = tree.parent(node)
+            around = parent if isinstance(parent, _STACKED) else self._around.get(parent)
+            self._around[node] = around
+            self._note(node, around)
 
-    def _note(self, node: ast.AST, stack: list[ast.AST]) -> None:
+    def _stack(self, around: ast.AST | None) -> list[ast.AST]:
+        """The classes, functions and loops around a node, outermost first, from the innermost one."""
+        stack = []
+        while around is not None:
+            stack.append(around)
+            around = self._around[around]
+        return stack[::-1]
+
+    def _note(self, node: ast.AST, around: ast.AST | None) -> None:
         if isinstance(node, ast.ClassDef):
             self.classes.setdefault(node.name, node)
         elif isinstance(node, _FUNCTIONS):
-            parent = stack[-1] if stack else None
-            self.owner[node] = parent if isinstance(parent, ast.ClassDef) else None
-            if parent is None:
+            self.owner[node] = around if isinstance(around, ast.ClassDef) else None
+            if around is None:
                 self.module_functions.setdefault(node.name, node)
         elif isinstance(node, ast.Call):
-            self.calls.append((node, list(stack)))
+            self.calls.append((node, self._stack(around)))
             self._note_hook(node)
         elif isinstance(node, ast.Assign):
             self._note_forward_assignment(node)
@@ -118,7 +119,7 @@ class Regions:
 
     def __init__(self, tree: SourceTree) -> None:
         self._tree = tree
-        index = _Index(tree.module)
+        index = _Index(tree)
         self._index = index
         # Each class's methods, and the calls inside each function (nested ones included), found once:
         # the call graph below asks for them per function.

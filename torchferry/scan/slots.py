@@ -7,7 +7,7 @@ rules report it without rewriting it.
 
 from __future__ import annotations
 
-import libcst as cst
+import ast
 
 # Calls whose first positional argument is a device (or device type).
 DEVICE_FIRST = {"torch.device", "torch.autocast", "torch.amp.autocast", "torch.amp.GradScaler", "torch.Generator"}
@@ -15,39 +15,46 @@ DEVICE_FIRST = {"torch.device", "torch.autocast", "torch.amp.autocast", "torch.a
 DEVICE_KEYWORDS = {"device", "device_type", "map_location"}
 
 
-def argument_of(node: cst.BaseExpression, ctx) -> tuple[cst.Call, cst.Arg] | None:
-    """The call and argument that `node` is passed as, directly or as one branch of `a if c else b`."""
+def argument_of(node: ast.expr, ctx) -> tuple[ast.Call, str | None] | None:  # noqa: ANN001 - engine.AstContext
+    """The call that `node` is passed to, directly or as one branch of `a if c else b`, and the keyword it is passed
+    as ("" for the first argument written, None for a later positional one)."""
     value, parent = node, ctx.parent(node)
-    if isinstance(parent, cst.IfExp) and node in (parent.body, parent.orelse):
+    if isinstance(parent, ast.IfExp) and node in (parent.body, parent.orelse):
         value, parent = parent, ctx.parent(parent)
-    if not (isinstance(parent, cst.Arg) and parent.value is value):
+    if isinstance(parent, ast.Starred):  # `f(*x)` is an argument as libcst sees it, keyword-less
+        value, parent = parent, ctx.parent(parent)
+    if isinstance(parent, ast.keyword):
+        call = ctx.parent(parent)
+        return (call, parent.arg) if parent.arg is not None else None
+    if not (isinstance(parent, ast.Call) and value in parent.args):
         return None
-    call = ctx.parent(parent)
-    return (call, parent) if isinstance(call, cst.Call) else None
+    first = parent.args[0] is value and not any(
+        (k.lineno, k.col_offset) < (value.lineno, value.col_offset) for k in parent.keywords)
+    return parent, "" if first else None
 
 
-def is_device_slot(node: cst.BaseExpression, ctx) -> bool:
+def is_device_slot(node: ast.expr, ctx) -> bool:  # noqa: ANN001 - engine.AstContext
     """True when `node` is a device argument of a torch call or of `.to(...)`."""
     found = argument_of(node, ctx)
     if found is None:
         return False
-    call, arg = found
+    call, keyword = found
     callee = ctx.qualname(call.func) or ""
-    is_to = isinstance(call.func, cst.Attribute) and call.func.attr.value == "to"
-    if arg.keyword is not None:
-        return arg.keyword.value in DEVICE_KEYWORDS and (is_to or callee.startswith("torch."))
-    return arg is call.args[0] and (is_to or callee in DEVICE_FIRST)
+    is_to = isinstance(call.func, ast.Attribute) and call.func.attr == "to"
+    if keyword:
+        return keyword in DEVICE_KEYWORDS and (is_to or callee.startswith("torch."))
+    return keyword == "" and (is_to or callee in DEVICE_FIRST)
 
 
-def is_backend_slot(node: cst.BaseExpression, ctx) -> bool:
+def is_backend_slot(node: ast.expr, ctx) -> bool:  # noqa: ANN001 - engine.AstContext
     """True when `node` is the backend argument of `init_process_group` or `new_group`."""
     found = argument_of(node, ctx)
     if found is None:
         return False
-    call, arg = found
+    call, keyword = found
     callee = (ctx.qualname(call.func) or "").rsplit(".", 1)[-1]
     if callee not in ("init_process_group", "new_group"):
         return False
-    if arg.keyword is not None:
-        return arg.keyword.value == "backend"
-    return callee == "init_process_group" and arg is call.args[0]
+    if keyword:
+        return keyword == "backend"
+    return callee == "init_process_group" and keyword == ""

@@ -20,13 +20,19 @@ import re
 import tokenize
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
 _BUILTINS = frozenset(dir(builtins))
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 _ANYWHERE = 1 << 62  # a walk position after every binding
+_SINGLETON_FIELDS = frozenset({"ctx", "op", "ops"})
+# A string literal without prefix or escaped quote inside: the text of a node that is one literal (fast path).
+_ONE_LITERAL = re.compile(r'"[^"\\\n]*"|\'[^\'\\\n]*\'')
+_FROM = re.compile(r"from(?:[ \t\f]|\\\r?\n)*\.*(?:[ \t\f]|\\\r?\n)*")
+_FSTRING_START = getattr(tokenize, "FSTRING_START", -1)  # Python >= 3.12 tokenizes f-strings in parts
+_FSTRING_END = getattr(tokenize, "FSTRING_END", -1)
 
 
 def full_name(node: ast.AST) -> str | None:
@@ -49,6 +55,21 @@ def full_name(node: ast.AST) -> str | None:
     return None
 
 
+def keyword(call: ast.Call, name: str) -> ast.keyword | None:
+    """The `name=` argument of `call`, if given."""
+    return next((k for k in call.keywords if k.arg == name), None)
+
+
+def positional(call: ast.Call) -> list[ast.AST]:
+    """The plain positional arguments of `call` (no `*args`, no keywords)."""
+    return [a for a in call.args if not isinstance(a, ast.Starred)]
+
+
+def has_unpacking(call: ast.Call) -> bool:
+    """Whether `call` passes `*args` or `**kwargs` (arguments the scan cannot see)."""
+    return any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords)
+
+
 class AttributeName:
     """The `name` of `value.name`, as a place to report (ast has no node for it; libcst has)."""
 
@@ -56,6 +77,42 @@ class AttributeName:
 
     def __init__(self, attribute: ast.Attribute) -> None:
         self.attribute = attribute
+
+
+@cache
+def _child_fields(kind: type) -> tuple[str, ...]:
+    """The fields of an ast class that can hold nodes the walk visits (`ast.iter_child_nodes` looks up all of them).
+
+    `ctx` (Load/Store) and the operators are left out: they are shared singletons with no place in the source.
+    """
+    return tuple(f for f in kind._fields if f not in _SINGLETON_FIELDS)
+
+
+class Literal:
+    """One string literal as written: `"cu" "da"` is two (libcst's `SimpleString`s), which ast joins into one node.
+
+    `value` is the literal's own tree (an `ast.Constant`, or an `ast.JoinedStr` for an f-string);
+    `span` is where it is written, in characters.
+    """
+
+    __slots__ = ("value", "span")
+
+    def __init__(self, value: ast.Constant | ast.JoinedStr, span: tuple[int, int, int, int]) -> None:
+        self.value = value
+        self.span = span
+
+
+class ImportedName:
+    """A dotted name in an import statement (`torch.cuda` of `from torch.cuda import x`), which ast keeps as a str.
+
+    libcst has a node for it, and rules that walk a whole block see it there (named as written).
+    """
+
+    __slots__ = ("name", "span")
+
+    def __init__(self, name: str, span: tuple[int, int, int, int]) -> None:
+        self.name = name
+        self.span = span
 
 
 class _Scope:
@@ -91,11 +148,13 @@ class _Scope:
 class _Binding:
     """What a name was bound to: an import (with its module and dotted name) or anything else."""
 
-    __slots__ = ("scope", "module", "imported", "alias")
+    __slots__ = ("prefix", "module", "imported", "alias")
 
     def __init__(self, scope: _Scope, module: str | None = None, imported: str | None = None,
                  alias: str | None = None) -> None:
-        self.scope = scope
+        # The scope's prefix, not the scope: a binding kept in its scope must not point back at it (a cycle
+        # would keep each source's whole tree alive until the cyclic garbage collector finds it).
+        self.prefix = scope.prefix
         self.module = module  # `from MODULE import ...` ("" for `import ...`); None: not an import
         self.imported = imported  # the dotted name after `import`
         self.alias = alias
@@ -103,7 +162,7 @@ class _Binding:
     def qualified(self, name: str, full: str) -> set[str]:
         """libcst's qualified names of `full` (whose first part is `name`) through this binding."""
         if self.module is None:
-            return {f"{self.scope.prefix}.{full}" if self.scope.prefix else full}
+            return {f"{self.prefix}.{full}" if self.prefix else full}
         parts = self.imported.split(".")
         for length in range(len(parts), 0, -1):
             real = ".".join(parts[:length])
@@ -227,7 +286,14 @@ class SourceTree:
                 target_scope = target_scope.parent
             target_scope.bind(node.target.id, order, _Binding(target_scope))
             return [(node.value, node, scope)]
-        return [(child, node, scope) for child in ast.iter_child_nodes(node)]
+        out = []
+        for field in _child_fields(kind):
+            value = getattr(node, field, None)
+            if isinstance(value, list):
+                out.extend((item, node, scope) for item in value if isinstance(item, ast.AST))
+            elif isinstance(value, ast.AST):
+                out.append((value, node, scope))
+        return out
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -335,13 +401,80 @@ class SourceTree:
         text = self._lines[line - 1]
         return byte_offset if text.isascii() else len(text.encode("utf-8")[:byte_offset].decode("utf-8", "replace"))
 
-    def start(self, node: ast.AST | AttributeName) -> tuple[int, int]:
+    def start(self, node: ast.AST | AttributeName | Literal | ImportedName) -> tuple[int, int]:
         """(1-based line, 0-based character column) where `node` starts."""
+        if isinstance(node, (Literal, ImportedName)):
+            return node.span[:2]
         if isinstance(node, AttributeName):
             attribute = node.attribute
             end = attribute.end_col_offset - len(attribute.attr.encode("utf-8"))
             return attribute.end_lineno, self.column(attribute.end_lineno, end)
         return node.lineno, self.column(node.lineno, node.col_offset)
+
+    def span(self, node: ast.AST | Literal) -> tuple[int, int, int, int]:
+        """(line, column, end line, end column) of `node`, columns in characters: libcst's `PositionProvider` range."""
+        if isinstance(node, Literal):
+            return node.span
+        return (*self.start(node), node.end_lineno, self.column(node.end_lineno, node.end_col_offset))
+
+    def literals(self, node: ast.Constant | ast.JoinedStr) -> list[Literal]:
+        """The string literals written where ast has the one string `node` (`"cu" "da"` -> two, `"cuda"` -> one)."""
+        line, column, _, _ = span = self.span(node)
+        text = self.segment(node)
+        if _ONE_LITERAL.fullmatch(text):
+            return [Literal(node, span)]  # the common case, without tokenizing: no prefix, escape or second literal
+        # Tokenized inside parentheses, so that literals on several lines read as one expression.
+        ends, start, depth = [], None, 0
+        for token in tokenize.generate_tokens(io.StringIO(f"({text})").readline):
+            if token.type == _FSTRING_START:
+                start = start if depth else token.start
+                depth += 1
+            elif token.type == _FSTRING_END:
+                depth -= 1
+            if not depth and token.type in (tokenize.STRING, _FSTRING_END):  # not a string inside an f-string
+                ends.append((token.start if token.type == tokenize.STRING else start, token.end))
+
+        def place(row: int, col: int) -> tuple[int, int]:
+            return (line, column + col - 1) if row == 1 else (line + row - 1, col)
+
+        pieces = []
+        for (first_row, first_col), (last_row, last_col) in ends:
+            rows = f"({text})".split("\n")[first_row - 1:last_row]
+            rows[-1] = rows[-1][:last_col]
+            rows[0] = rows[0][first_col:]
+            pieces.append(Literal(ast.parse("\n".join(rows), mode="eval").body,
+                                  (*place(first_row, first_col), *place(last_row, last_col))))
+        return pieces
+
+    def written_strings(self, node: ast.Constant | ast.JoinedStr) -> list[Literal]:
+        """`literals`, where libcst has string nodes: none for the text between an f-string's placeholders, or its
+        format spec (ast gives both as strings of their own)."""
+        parent = self._parents.get(node)
+        if isinstance(parent, ast.JoinedStr) or (isinstance(parent, ast.FormattedValue) and node is parent.format_spec):
+            return []
+        return self.literals(node)
+
+    def string_literal(self, node: ast.AST) -> ast.Constant | None:
+        """`node` when it is one string (or bytes) literal, as libcst's `SimpleString` (not `"a" "b"`, no f-string)."""
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))):
+            return None
+        return node if len(self.literals(node)) == 1 else None
+
+    def imported_names(self, node: ast.Import | ast.ImportFrom) -> list[ImportedName]:
+        """The dotted names an import statement spells out: each module of `import`, the module of `from`."""
+        if isinstance(node, ast.Import):
+            return [ImportedName(alias.name, self.span(alias)) for alias in node.names]
+        if not node.module:
+            return []
+        return [ImportedName(node.module, (*self._module_start(node), node.end_lineno, node.end_col_offset))]
+
+    def _module_start(self, node: ast.ImportFrom) -> tuple[int, int]:
+        """(line, character column) where the module of `from MODULE import ...` is written (ast does not say)."""
+        line, column = self.start(node)
+        text = self.segment(node)
+        skipped = _FROM.match(text).group(0)
+        rows = skipped.count("\n")
+        return (line + rows, column + len(skipped)) if not rows else (line + rows, len(skipped.rsplit("\n", 1)[1]))
 
     def segment(self, node: ast.AST) -> str:
         """The source text of `node` (without the parentheses around it)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from functools import cached_property
 
 from torchferry.scan.syntax import full_name
 
@@ -112,16 +113,6 @@ def argument_values(call: ast.Call) -> list[ast.AST]:
     return [a.value if isinstance(a, (ast.Starred, ast.keyword)) else a for a in written]
 
 
-def positional(call: ast.Call) -> list[ast.AST]:
-    """The plain positional arguments of `call` (no `*args`, no keywords)."""
-    return [a for a in call.args if not isinstance(a, ast.Starred)]
-
-
-def keyword(call: ast.Call, name: str) -> ast.keyword | None:
-    """The `name=` argument of `call`, if given."""
-    return next((k for k in call.keywords if k.arg == name), None)
-
-
 def _name_says_module(name: str) -> bool:
     name = name.lower()
     if any(word in name for word in NOT_MODULE_WORDS):
@@ -129,25 +120,14 @@ def _name_says_module(name: str) -> bool:
     return name in ("module", "net") or name.endswith(("model", "net", "_module", "encoder", "decoder", "unet"))
 
 
-def _own_nodes(scope: ast.AST) -> Iterator[ast.AST]:
-    """The nodes of `scope`, nested functions, classes and lambdas left out, in source order."""
-    pending = [scope]
-    while pending:
-        node = pending.pop()
-        if node is not scope and isinstance(node, _SCOPES):
-            continue
-        yield node
-        pending.extend(reversed(list(ast.iter_child_nodes(node))))
-
-
-def _bindings(scope: ast.AST) -> Iterator[tuple[ast.AST, bool, str, ast.AST | None]]:
-    """Assignments and loop targets directly in one function (nested functions and classes excluded).
+def _bindings(own: list[ast.AST]) -> Iterator[tuple[ast.AST, bool, str, ast.AST | None]]:
+    """Assignments and loop targets among the `own` nodes of one function (`Tensors._own_nodes`).
 
     Each binding is (anchor, from_start, name, value): it holds after the anchor ends (an
     assignment, a `for` target), or, for a comprehension's variables, from the start of the
     comprehension (its element is written before its `for`).
     """
-    for node in _own_nodes(scope):
+    for node in own:
         if isinstance(node, ast.Assign):
             for target in node.targets:
                 yield from ((node, False, name, value) for name, value in _assigned(target, node.value))
@@ -160,11 +140,6 @@ def _bindings(scope: ast.AST) -> Iterator[tuple[ast.AST, bool, str, ast.AST | No
                 yield from ((node, True, n, v) for n, v in _loop_bindings(clause.target, clause.iter))
 
 
-def _returns(function: ast.AST) -> list[ast.AST]:
-    """The values one function returns (nested functions excluded)."""
-    return [n.value for n in _own_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
-
-
 class Tensors:
     """Tensor guesses for the names and expressions of one source (one `SourceTree` and its regions)."""
 
@@ -174,6 +149,32 @@ class Tensors:
         self._bindings: dict[int, list[tuple[tuple[int, int], str, ast.AST | None]]] = {}
         self._judging: set[int] = set()  # functions whose return value is being judged (recursion guard)
         self._following: set[int] = set()  # names whose binding is being judged (`[x for x in x]` leads back)
+
+    @cached_property
+    def _own(self) -> dict[ast.AST, list[ast.AST]]:
+        """Each function, class, lambda and the module -> its own nodes, itself first (nested ones and all of
+        their nodes, decorators and defaults included, left out), from one pass over the tree's walk."""
+        tree = self._tree
+        own: dict[ast.AST, list[ast.AST]] = {}
+        home: dict[ast.AST, ast.AST] = {}  # node -> the scope whose own node it is
+        for node in tree.nodes():
+            parent = tree.parent(node)
+            if parent is None:
+                home[node], own[node] = node, [node]
+            elif isinstance(node, _SCOPES):
+                own[node] = [node]
+            else:
+                home[node] = where = parent if isinstance(parent, _SCOPES) else home[parent]
+                own[where].append(node)
+        return own
+
+    def _own_nodes(self, scope: ast.AST) -> list[ast.AST]:
+        """The nodes of `scope`, nested functions, classes and lambdas left out."""
+        return self._own.get(scope, [scope])
+
+    def _returns(self, function: ast.AST) -> list[ast.AST]:
+        """The values one function returns (nested functions excluded)."""
+        return [n.value for n in self._own_nodes(function) if isinstance(n, ast.Return) and n.value is not None]
 
     def _scope(self, node: ast.AST) -> ast.AST | None:
         return next((n for n in self._tree.ancestors(node) if isinstance(n, (*_FUNCTIONS, ast.Module))), None)
@@ -194,7 +195,7 @@ class Tensors:
         if id(scope) not in self._bindings:
             self._bindings[id(scope)] = sorted(
                 ((self._start(anchor) if from_start else self._end(anchor), n, value)
-                 for anchor, from_start, n, value in _bindings(scope)), key=lambda b: b[0])
+                 for anchor, from_start, n, value in _bindings(self._own_nodes(scope))), key=lambda b: b[0])
         where = self._start(name)
         latest = [value for position, n, value in self._bindings[id(scope)] if n == name.id and position <= where]
         return (True, latest[-1]) if latest else (False, None)
@@ -288,7 +289,7 @@ class Tensors:
             return False
         self._judging.add(id(function))
         try:
-            values = _returns(function)
+            values = self._returns(function)
             return bool(values) and all(self.is_module(v) for v in values)
         finally:
             self._judging.discard(id(function))

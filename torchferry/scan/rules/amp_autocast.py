@@ -1,10 +1,11 @@
 """TF004: `torch.cuda.amp.autocast` autocasts on CUDA only (and is deprecated)."""
 
+import ast
 from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.syntax import refers_to
+from torchferry.scan.syntax import has_unpacking, refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import DEVICE_TYPE, expr, first_arg, positional_to_keywords, prepend
 
@@ -20,11 +21,11 @@ def _to_amp(call: cst.Call) -> cst.Call:
                              args=prepend(first_arg(expr(DEVICE_TYPE), "device_type"), args))
 
 
-def check(node: cst.BaseExpression, ctx) -> Iterator[Hit]:
+def check(node: ast.Name | ast.Attribute, ctx) -> Iterator[Hit]:
     if not ctx.is_outermost(node) or ctx.qualname(node) != NAME:
         return
     call = ctx.called(node)
-    if call is None or positional_to_keywords(call, _PARAMETERS) is None:
+    if call is None or has_unpacking(call) or len(call.args) > len(_PARAMETERS):  # no keyword for every argument
         yield Hit(node)
     else:
         yield Hit(node, fix=_to_amp, target=call)
@@ -37,7 +38,7 @@ RULE = Rule(
     summary="`torch.cuda.amp.autocast` autocasts CUDA ops only; on another accelerator the model runs in full precision.",
     fix="`torch.amp.autocast(device_type=torch.accelerator.current_accelerator().type, ...)`",
     safe_fix="`torch.cuda.amp.autocast(args)` -> `torch.amp.autocast(device_type=<current accelerator type>, args as keywords)`",
-    node_types=(cst.Name, cst.Attribute),
+    node_types=(ast.Name, ast.Attribute),
     check=check,
     prefilter=r"cuda",
     gate=refers_to(NAME),

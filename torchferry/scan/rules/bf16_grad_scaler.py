@@ -8,12 +8,11 @@ Reported when the source names bfloat16 (`torch.bfloat16`, `"bf16"`, `bf16=True`
 float16; a scaler with `enabled=` given is left to its author.
 """
 
+import ast
 from collections.abc import Iterator
 
-import libcst as cst
-
 from torchferry.report.scan import Hit, Rule, Severity
-from torchferry.scan.rewrite import keyword
+from torchferry.scan.syntax import keyword
 
 SCALERS = {"torch.cuda.amp.GradScaler", "torch.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler",
            "torch.amp.grad_scaler.GradScaler", "torch.GradScaler"}
@@ -24,31 +23,33 @@ BF16_WORDS = {"bf16", "bfloat16", "bf16-mixed", "bf16-true"}
 FP16_WORDS = {"fp16", "float16", "half", "16-mixed", "16-true"}
 
 
-def _dtypes(ctx) -> set[str]:
-    """The half-precision dtypes this source names: 'bf16', 'fp16'."""
-    found: set[str] = set()
-
-    class _Find(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if isinstance(node, (cst.Name, cst.Attribute)) and ctx.is_outermost(node):
-                name = ctx.qualname(node) or ""
-                if name in BF16:
-                    found.add("bf16")
-                elif name in FP16:
-                    found.add("fp16")
-            elif isinstance(node, cst.SimpleString):
-                word = str(node.evaluated_value).lower()
-                found.update({"bf16"} if word in BF16_WORDS else {"fp16"} if word in FP16_WORDS else set())
-            elif isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value in ("bf16", "fp16") \
-                    and isinstance(node.value, cst.Name) and node.value.value == "True":
-                found.add(node.keyword.value)  # TrainingArguments(bf16=True)
-            return True
-
-    ctx.module.visit(_Find())
+def _named(node: ast.AST, ctx) -> set[str]:  # noqa: ANN001 - engine.AstContext
+    """The half-precision dtypes `node` names: 'bf16', 'fp16'."""
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        name = (ctx.qualname(node) or "") if ctx.is_outermost(node) else ""
+        return {"bf16"} if name in BF16 else {"fp16"} if name in FP16 else set()
+    if isinstance(node, ast.keyword):  # TrainingArguments(bf16=True)
+        return ({node.arg} if node.arg in ("bf16", "fp16") and isinstance(node.value, ast.Constant)
+                and node.value.value is True else set())
+    if not (isinstance(node, ast.JoinedStr) or isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes))):
+        return set()
+    found = set()
+    for piece in ctx.tree.written_strings(node):  # each literal as written, as libcst's `SimpleString`s
+        if isinstance(piece.value, ast.Constant):
+            word = str(piece.value.value).lower()
+            found |= {"bf16"} if word in BF16_WORDS else {"fp16"} if word in FP16_WORDS else set()
     return found
 
 
-def check(node: cst.Call, ctx) -> Iterator[Hit]:
+def _dtypes(ctx) -> set[str]:  # noqa: ANN001 - engine.AstContext
+    """The half-precision dtypes this source names (found once per source)."""
+    key = ("TF024 dtypes",)
+    if key not in ctx.memo:
+        ctx.memo[key] = set().union(*(_named(n, ctx) for n in ctx.tree.nodes()))
+    return ctx.memo[key]
+
+
+def check(node: ast.Call, ctx) -> Iterator[Hit]:
     if ctx.qualname(node.func) not in SCALERS or keyword(node, "enabled") is not None:
         return
     if _dtypes(ctx) != {"bf16"}:
@@ -65,7 +66,7 @@ RULE = Rule(
     severity=Severity.WARNING,
     summary="A GradScaler is used in a bfloat16 script, where no scaler is needed; it costs a device sync per step.",
     fix="drop the scaler (`loss.backward(); optimizer.step()`), or `GradScaler(..., enabled=False)` for bf16",
-    node_types=(cst.Call,),
+    node_types=(ast.Call,),
     check=check,
     prefilter=r"GradScaler",
 )

@@ -1,19 +1,17 @@
 """TF008: `torch.compile(dynamic=True)`, which the target rejects."""
 
+import ast
 from collections.abc import Iterator
 
-import libcst as cst
-
-from torchferry.scan.syntax import refers_to
+from torchferry.scan.syntax import keyword, refers_to
 from torchferry.report.scan import Hit, Rule, Severity
-from torchferry.scan.rewrite import keyword
 
 
-def check(node: cst.Call, ctx) -> Iterator[Hit]:
+def check(node: ast.Call, ctx) -> Iterator[Hit]:
     if ctx.qualname(node.func) != "torch.compile":
         return
     dynamic = keyword(node, "dynamic")
-    if dynamic is not None and isinstance(dynamic.value, cst.Name) and dynamic.value.value == "True":
+    if dynamic is not None and isinstance(dynamic.value, ast.Constant) and dynamic.value.value is True:
         yield Hit(dynamic)
 
 
@@ -23,7 +21,7 @@ RULE = Rule(
     severity=Severity.ERROR,
     summary="torch.compile(dynamic=True) is rejected by the TorchNeuron backend, which compiles static shapes only.",
     fix="drop `dynamic=True`; pad or bucket inputs to a few fixed shapes",
-    node_types=(cst.Call,),
+    node_types=(ast.Call,),
     check=check,
     prefilter=r"compile",
     gate=refers_to("torch.compile"),

@@ -11,70 +11,65 @@ see that these batches reach the compiled model, nor how many lengths occur.
 import ast
 from collections.abc import Iterator
 
-import libcst as cst
-from libcst.helpers import get_full_name_for_node
-
 from torchferry.scan.host_ops import profile_source
-from torchferry.scan.syntax import full_name
+from torchferry.scan.syntax import full_name, keyword
+from torchferry.scan.tensors import argument_values
 from torchferry.report.scan import Hit, Rule, Severity
-from torchferry.scan.rewrite import keyword
 
 # transformers collators that pad to the longest example of each batch unless told otherwise
 COLLATORS = {"DataCollatorWithPadding", "DataCollatorForSeq2Seq", "DataCollatorForTokenClassification",
              "DataCollatorForLanguageModeling", "DataCollatorForWholeWordMask"}
 DYNAMIC_PADDING = {"longest", True}
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 
-def _compiled_at(ctx) -> int | None:
-    """The line of the first `torch.compile` (call or decorator), `torch_compile=True` or `model.compile()`."""
-    lines = []
+def _compiles_a_model(node: ast.AST) -> bool:
+    """`torch_compile=True`, or `<...model...>.compile(...)`."""
+    if isinstance(node, ast.keyword):
+        return node.arg == "torch_compile" and isinstance(node.value, ast.Constant) and node.value.value is True
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "compile"
+            and "model" in (full_name(node.func.value) or ""))
 
-    class _Find(cst.CSTVisitor):
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            if isinstance(node, (cst.Name, cst.Attribute)) and ctx.is_outermost(node) \
-                    and ctx.qualname(node) == "torch.compile":
-                lines.append(node)
-            elif isinstance(node, cst.Arg) and node.keyword is not None and node.keyword.value == "torch_compile" \
-                    and isinstance(node.value, cst.Name) and node.value.value == "True":
-                lines.append(node)
-            elif (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-                  and node.func.attr.value == "compile" and "model" in (get_full_name_for_node(node.func.value) or "")):
-                lines.append(node)
-            return True
 
-    ctx.module.visit(_Find())
-    return min((ctx.positions[n].start.line for n in lines), default=None)
+def _compiles(node: ast.AST, ctx) -> bool:  # noqa: ANN001 - engine.AstContext
+    """`torch.compile` (called or as a decorator), or `_compiles_a_model`."""
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        return ctx.is_outermost(node) and ctx.qualname(node) == "torch.compile"
+    return _compiles_a_model(node)
+
+
+def _compiled_at(ctx) -> int | None:  # noqa: ANN001 - engine.AstContext
+    """The line of the first place this source compiles a model (found once per source)."""
+    key = ("TF022 compiled at",)
+    if key not in ctx.memo:
+        ctx.memo[key] = min((ctx.line(n) for n in ctx.tree.nodes() if _compiles(n, ctx)), default=None)
+    return ctx.memo[key]
 
 
 def _may_compile(tree) -> bool:  # noqa: ANN001 - a syntax.SourceTree
-    """What `_compiled_at` looks for, on Python's tree: a name that can mean `torch.compile`,
-    `torch_compile=True`, or `<...model...>.compile(...)`."""
-    if tree.can_refer_to(("torch.compile",)):
-        return True
-    return any((isinstance(n, ast.keyword) and n.arg == "torch_compile" and isinstance(n.value, ast.Constant)
-                and n.value.value is True)
-               or (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "compile"
-                   and "model" in (full_name(n.func.value) or ""))
-               for n in tree.nodes())
+    """The gate: what `_compiles` looks for, without resolving every name."""
+    return tree.can_refer_to(("torch.compile",)) or any(_compiles_a_model(n) for n in tree.nodes())
 
 
-def _literal(arg: cst.Arg | None) -> object:
+def _literal(arg: ast.keyword | None, ctx) -> object:  # noqa: ANN001 - engine.AstContext
     if arg is None:
         return None
-    if isinstance(arg.value, cst.SimpleString):
-        return arg.value.evaluated_value
-    if isinstance(arg.value, cst.Name) and arg.value.value in ("True", "False", "None"):
-        return {"True": True, "False": False, "None": None}[arg.value.value]
+    literal = ctx.tree.string_literal(arg.value)
+    if literal is not None:
+        return literal.value
+    value = arg.value
+    if isinstance(value, ast.Constant) and any(value.value is v for v in (True, False, None)):
+        return value.value
     return ...  # an expression: unknown
 
 
-def _pads_to_longest(call: cst.Call, ctx) -> str | None:
+def _pads_to_longest(call: ast.Call, ctx) -> str | None:  # noqa: ANN001 - engine.AstContext
     """How `call` pads to the batch's longest member, or None when it pads to a fixed length (or not at all)."""
     if keyword(call, "pad_to_multiple_of") is not None:
         return None
     qualname = ctx.qualname(call.func) or ""
     last = qualname.rsplit(".", 1)[-1]
-    padding = _literal(keyword(call, "padding"))
+    padding = _literal(keyword(call, "padding"), ctx)
     if last in COLLATORS:
         return f"{last} without pad_to_multiple_of" if padding in (None, True, "longest") else None
     if padding is not None and padding in DYNAMIC_PADDING:
@@ -86,57 +81,40 @@ def _pads_to_longest(call: cst.Call, ctx) -> str | None:
     return None
 
 
-def _longest_in_batch(call: cst.Call) -> bool:
+def _longest_in_batch(call: ast.Call) -> bool:
     """`max(len(x) for x in batch)`, `max([len(x) ...])`, `max(map(len, batch))`."""
-    if len(call.args) != 1:
+    arguments = argument_values(call)
+    if len(arguments) != 1:
         return False
-    arg = call.args[0].value
-    if isinstance(arg, (cst.GeneratorExp, cst.ListComp)):
+    arg = arguments[0]
+    if isinstance(arg, (ast.GeneratorExp, ast.ListComp)):
         elt = arg.elt
-        return isinstance(elt, cst.Call) and isinstance(elt.func, cst.Name) and elt.func.value == "len"
-    return (isinstance(arg, cst.Call) and isinstance(arg.func, cst.Name) and arg.func.value == "map"
-            and bool(arg.args) and isinstance(arg.args[0].value, cst.Name) and arg.args[0].value.value == "len")
+        return isinstance(elt, ast.Call) and isinstance(elt.func, ast.Name) and elt.func.id == "len"
+    if not (isinstance(arg, ast.Call) and isinstance(arg.func, ast.Name) and arg.func.id == "map"):
+        return False
+    mapped = argument_values(arg)
+    return bool(mapped) and isinstance(mapped[0], ast.Name) and mapped[0].id == "len"
 
 
-def _in_collate(node: cst.CSTNode, ctx) -> bool:
+def _in_collate(node: ast.AST, ctx) -> bool:  # noqa: ANN001 - engine.AstContext
     """Inside a function named `...collate...`, or one this source passes as `collate_fn=`."""
-    scope = ctx.parent(node)
-    while scope is not None and not isinstance(scope, cst.FunctionDef):
-        scope = ctx.parent(scope)
+    scope = next((n for n in ctx.tree.ancestors(node) if isinstance(n, _FUNCTIONS)), None)
     if scope is None:
         return False
-    name = scope.name.value
+    name = scope.name
     if "collate" in name.lower():
         return True
-    passed = []
-
-    class _Find(cst.CSTVisitor):
-        def visit_Arg(self, arg: cst.Arg) -> None:
-            if arg.keyword is not None and arg.keyword.value == "collate_fn" and isinstance(arg.value, cst.Name) \
-                    and arg.value.value == name:
-                passed.append(arg)
-
-    ctx.module.visit(_Find())
-    return bool(passed)
+    return any(isinstance(n, ast.keyword) and n.arg == "collate_fn" and isinstance(n.value, ast.Name)
+               and n.value.id == name for n in ctx.tree.nodes())
 
 
-def _pads_again(call: cst.Call, ctx) -> bool:
+def _pads_again(call: ast.Call, ctx) -> bool:  # noqa: ANN001 - engine.AstContext
     """The function around `call` also pads to a fixed length with `torch.nn.functional.pad`."""
-    scope = ctx.parent(call)
-    while scope is not None and not isinstance(scope, (cst.FunctionDef, cst.Module)):
-        scope = ctx.parent(scope)
-    found = []
-
-    class _Find(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> None:
-            if ctx.qualname(node.func) == "torch.nn.functional.pad":
-                found.append(node)
-
-    scope.visit(_Find())
-    return bool(found)
+    scope = next(n for n in ctx.tree.ancestors(call) if isinstance(n, (*_FUNCTIONS, ast.Module)))
+    return any(isinstance(n, ast.Call) and ctx.qualname(n.func) == "torch.nn.functional.pad" for n in ast.walk(scope))
 
 
-def check(node: cst.Call, ctx) -> Iterator[Hit]:
+def check(node: ast.Call, ctx) -> Iterator[Hit]:
     how = _pads_to_longest(node, ctx)
     if how is None:
         return
@@ -157,7 +135,7 @@ RULE = Rule(
     "Neuron compilation) per distinct length.",
     fix='pad to fixed lengths: `padding="max_length", max_length=L`, or `pad_to_multiple_of=64` '
     "(a few buckets)",
-    node_types=(cst.Call,),
+    node_types=(ast.Call,),
     check=check,
     prefilter=r"compile",
     gate=_may_compile,

@@ -2,12 +2,12 @@
 
 from collections.abc import Iterator
 
-import libcst as cst
+import ast
 
 from torchferry.report.scan import Hit, Rule, Severity
 
 
-def check(node: cst.BaseExpression, ctx) -> Iterator[Hit]:
+def check(node: ast.Name | ast.Attribute, ctx) -> Iterator[Hit]:
     if ctx.is_outermost(node) and ctx.qualname(node) == "torch.utils.cpp_extension.CUDAExtension":
         yield Hit(node)
 
@@ -18,7 +18,7 @@ RULE = Rule(
     severity=Severity.ERROR,
     summary="A `CUDAExtension` needs nvcc and a CUDA GPU; it neither builds nor loads on another accelerator.",
     fix="build a `CppExtension` with a CPU path, or guard the extension and fall back to PyTorch ops",
-    node_types=(cst.Name, cst.Attribute),
+    node_types=(ast.Name, ast.Attribute),
     check=check,
     prefilter=r"CUDAExtension",
 )

@@ -6,39 +6,39 @@ with the default (torch-neuronx README, Limitations; neuron_dynamo_backend/backe
 the built-in device's backend does. The overhead the mode hid on CUDA comes back.
 """
 
+import ast
 from collections.abc import Iterator
 
-import libcst as cst
-
-from torchferry.scan.syntax import refers_to
+from torchferry.scan.syntax import keyword, refers_to
 from torchferry.report.scan import Hit, Rule, Severity
-from torchferry.scan.rewrite import keyword
 
 # Inductor's mode table (torch._inductor.list_mode_options()): the modes that set triton.cudagraphs.
 CUDA_GRAPH_MODES = {"reduce-overhead", "max-autotune"}
 CUDA_GRAPH_OPTION = "triton.cudagraphs"
 
 
-def _cuda_graph_option(options: cst.Arg | None) -> cst.DictElement | None:
-    if options is None or not isinstance(options.value, cst.Dict):
+def _cuda_graph_option(options: ast.keyword | None, ctx) -> ast.expr | None:  # noqa: ANN001 - engine.AstContext
+    """The key of `"triton.cudagraphs": <not False>` in `options={...}` (where libcst's dict element starts)."""
+    if options is None or not isinstance(options.value, ast.Dict):
         return None
-    for element in options.value.elements:
-        if (isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString)
-                and element.key.evaluated_value == CUDA_GRAPH_OPTION
-                and not (isinstance(element.value, cst.Name) and element.value.value == "False")):
-            return element
+    for key, value in zip(options.value.keys, options.value.values):
+        literal = ctx.tree.string_literal(key)
+        if (literal is not None and literal.value == CUDA_GRAPH_OPTION
+                and not (isinstance(value, ast.Constant) and value.value is False)):
+            return key
     return None
 
 
-def check(node: cst.Call, ctx) -> Iterator[Hit]:
+def check(node: ast.Call, ctx) -> Iterator[Hit]:
     if ctx.qualname(node.func) != "torch.compile":
         return
     mode = keyword(node, "mode")
-    if mode is not None and isinstance(mode.value, cst.SimpleString) and mode.value.evaluated_value in CUDA_GRAPH_MODES:
-        shown = f"mode={mode.value.evaluated_value!r}"
-        where: cst.CSTNode = mode
+    literal = ctx.tree.string_literal(mode.value) if mode is not None else None
+    if literal is not None and literal.value in CUDA_GRAPH_MODES:
+        shown = f"mode={literal.value!r}"
+        where: ast.AST = mode
     else:
-        where = _cuda_graph_option(keyword(node, "options"))
+        where = _cuda_graph_option(keyword(node, "options"), ctx)
         if where is None:
             return
         shown = f"options {{{CUDA_GRAPH_OPTION!r}: ...}}"
@@ -55,7 +55,7 @@ RULE = Rule(
     "TorchNeuron has no equivalent and compiles with the default mode.",
     fix="drop `mode=` on the target; cut per-step overhead with larger batches or fewer graph breaks, "
     "and measure with `ferry check`",
-    node_types=(cst.Call,),
+    node_types=(ast.Call,),
     check=check,
     prefilter=r"compile",
     gate=refers_to("torch.compile"),

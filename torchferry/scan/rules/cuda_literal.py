@@ -4,40 +4,48 @@ import ast
 import re
 from collections.abc import Iterator
 
-import libcst as cst
-
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import DEVICE_TYPE, expr
 from torchferry.scan.slots import is_device_slot
+from torchferry.scan.syntax import Literal
 
 _CUDA = re.compile(r"cuda(:\d+)?")
 
 
-def _formatted_device(node: cst.FormattedString) -> bool:
+def _formatted_device(node: ast.JoinedStr) -> bool:
     """`f"cuda:{i}"`: the text before the first placeholder is exactly "cuda:"."""
-    parts = node.parts
-    return (len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) and parts[0].value == "cuda:"
-            and isinstance(parts[1], cst.FormattedStringExpression))
+    parts = node.values
+    return (len(parts) == 2 and isinstance(parts[0], ast.Constant) and parts[0].value == "cuda:"
+            and isinstance(parts[1], ast.FormattedValue))
 
 
-def check(node: cst.SimpleString | cst.FormattedString, ctx) -> Iterator[Hit]:
-    if isinstance(node, cst.FormattedString):
-        if _formatted_device(node):
-            yield Hit(node, message='f"cuda:{...}" names a CUDA device by number; it fails on any other accelerator.')
-        return
-    value = node.evaluated_value
-    if not (isinstance(value, str) and _CUDA.fullmatch(value)):
-        return
-    # Only a bare "cuda" in a device slot is rewritten: the replacement is the same str on CUDA.
-    safe = value == "cuda" and is_device_slot(node, ctx)
-    yield Hit(node, message=f'"{value}" names a CUDA device; it fails on any other accelerator.',
-              fix=(lambda _: expr(DEVICE_TYPE)) if safe else None)
+def literals(node: ast.Constant | ast.JoinedStr, word: str, ctx) -> list[Literal]:  # noqa: ANN001 - engine.AstContext
+    """The string literals written at `node` (`"a" "b"` is two: `SourceTree.written_strings`), when `node` is a
+    string that holds `word` (in any case) as ast joins it: a cheap test first, the split only where it passes."""
+    if isinstance(node, ast.Constant):
+        if not (isinstance(node.value, str) and word in node.value.lower()):
+            return []
+    elif not any(isinstance(p, ast.Constant) and word in p.value.lower() for p in node.values):
+        return []
+    return ctx.tree.written_strings(node)
 
 
+def check(node: ast.Constant | ast.JoinedStr, ctx) -> Iterator[Hit]:
+    pieces = literals(node, "cuda", ctx)
+    for piece in pieces:
+        if isinstance(piece.value, ast.JoinedStr):
+            if _formatted_device(piece.value):
+                yield Hit(piece, message='f"cuda:{...}" names a CUDA device by number; it fails on any other '
+                                         'accelerator.')
+            continue
+        value = piece.value.value
+        if not (isinstance(value, str) and _CUDA.fullmatch(value)):
+            continue
+        # Only a bare "cuda" in a device slot is rewritten: the replacement is the same str on CUDA.
+        safe = value == "cuda" and len(pieces) == 1 and is_device_slot(node, ctx)
+        yield Hit(piece, message=f'"{value}" names a CUDA device; it fails on any other accelerator.',
+                  fix=(lambda _: expr(DEVICE_TYPE)) if safe else None)
 
-def _has_cuda_text(tree) -> bool:  # noqa: ANN001 - a syntax.SourceTree
-    """The gate: some string in the source holds "cuda" (Python joins `"cuda" "x"`, libcst reports each part)."""
-    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and "cuda" in n.value for n in tree.nodes())
 
 RULE = Rule(
     id="TF002",
@@ -47,8 +55,7 @@ RULE = Rule(
     fix='`torch.accelerator.current_accelerator()` (a device) or its `.type` (a str) instead of "cuda"',
     safe_fix='"cuda" passed straight to torch as a device (`device=`, `device_type=`, `map_location=`, '
     '`torch.device(...)`, `.to(...)`) -> the current accelerator type; "cuda:N" and stored strings are left alone',
-    node_types=(cst.SimpleString, cst.FormattedString),
+    node_types=(ast.Constant, ast.JoinedStr),
     check=check,
     prefilter=r"cuda",
-    gate=_has_cuda_text,
 )

@@ -7,6 +7,7 @@ import libcst as cst
 
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import ACCELERATOR, expr, first_arg, prepend
+from torchferry.scan.syntax import AttributeName
 
 
 def _to_accelerator(call: cst.Call) -> cst.Call:
@@ -14,21 +15,15 @@ def _to_accelerator(call: cst.Call) -> cst.Call:
     return call.with_changes(func=func, args=prepend(first_arg(expr(ACCELERATOR)), list(call.args)))
 
 
-def check(node: cst.Call, ctx) -> Iterator[Hit]:
+def check(node: ast.Call, ctx) -> Iterator[Hit]:
     func = node.func
-    if not (isinstance(func, cst.Attribute) and func.attr.value == "cuda") or ctx.qualname(func) == "torch.cuda":
+    if not (isinstance(func, ast.Attribute) and func.attr == "cuda") or ctx.qualname(func) == "torch.cuda":
         return
     # `.cuda()` and `.cuda(non_blocking=...)` mean the current device, as does the rewrite;
     # `.cuda(i)` picks a device by number, which has no device-neutral spelling to rewrite to.
-    only_non_blocking = all(a.keyword is not None and a.keyword.value == "non_blocking" for a in node.args)
-    yield Hit(func.attr, fix=_to_accelerator if only_non_blocking else None, target=node)
+    only_non_blocking = not node.args and all(k.arg == "non_blocking" for k in node.keywords)
+    yield Hit(AttributeName(func), fix=_to_accelerator if only_non_blocking else None, target=node)
 
-
-
-def _calls_a_cuda_method(tree) -> bool:  # noqa: ANN001 - a syntax.SourceTree
-    """The gate: some call in the source is `<...>.cuda(...)`."""
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "cuda"
-               for n in tree.nodes())
 
 RULE = Rule(
     id="TF001",
@@ -37,8 +32,7 @@ RULE = Rule(
     summary="`.cuda()` moves data to a CUDA device by name; it fails on any other accelerator.",
     fix="`.to(torch.accelerator.current_accelerator())`",
     safe_fix="`.cuda()` / `.cuda(non_blocking=...)` -> `.to(torch.accelerator.current_accelerator(), ...)`; `.cuda(i)` is left alone",
-    node_types=(cst.Call,),
+    node_types=(ast.Call,),
     check=check,
     prefilter=r"cuda",
-    gate=_calls_a_cuda_method,
 )

@@ -2,10 +2,9 @@
 
 from collections.abc import Iterator
 
-import libcst as cst
-from libcst.helpers import get_full_name_for_node
+import ast
 
-from torchferry.scan.syntax import refers_to
+from torchferry.scan.syntax import ImportedName, refers_to
 from torchferry.report.scan import Hit, Rule, Severity
 
 # package -> what to use instead
@@ -19,16 +18,15 @@ PACKAGES = {
 }
 
 
-def _modules(node: cst.Import | cst.ImportFrom) -> Iterator[tuple[cst.CSTNode, str]]:
-    if isinstance(node, cst.Import):
-        for alias in node.names:
-            yield alias.name, get_full_name_for_node(alias.name) or ""
-    elif node.module is not None and not node.relative:
-        yield node.module, get_full_name_for_node(node.module) or ""
+def _modules(node: ast.Import | ast.ImportFrom, ctx) -> list[ImportedName]:  # noqa: ANN001 - engine.AstContext
+    if isinstance(node, ast.ImportFrom) and node.level:
+        return []
+    return ctx.tree.imported_names(node)
 
 
-def check(node: cst.Import | cst.ImportFrom, ctx) -> Iterator[Hit]:
-    for name_node, module in _modules(node):
+def check(node: ast.Import | ast.ImportFrom, ctx) -> Iterator[Hit]:
+    for name_node in _modules(node, ctx):
+        module = name_node.name
         package = module.split(".")[0]
         if package in PACKAGES:
             yield Hit(name_node, message=f"`{module}` ships CUDA kernels only; it will not import or run "
@@ -41,7 +39,7 @@ RULE = Rule(
     severity=Severity.ERROR,
     summary="A CUDA-only library (flash_attn, bitsandbytes, apex, xformers, pycuda, cupy) is imported.",
     fix="replace it with the PyTorch built-in named in the message",
-    node_types=(cst.Import, cst.ImportFrom),
+    node_types=(ast.Import, ast.ImportFrom),
     check=check,
     prefilter=r"flash_attn|bitsandbytes|apex|xformers|pycuda|cupy",
     gate=refers_to(*PACKAGES),

@@ -2,7 +2,7 @@
 
 from collections.abc import Iterator
 
-import libcst as cst
+import ast
 
 from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
@@ -10,7 +10,7 @@ from torchferry.report.scan import Hit, Rule, Severity
 PREFIXES = ("torch.backends.cudnn.", "torch.backends.cuda.")
 
 
-def check(node: cst.BaseExpression, ctx) -> Iterator[Hit]:
+def check(node: ast.Name | ast.Attribute, ctx) -> Iterator[Hit]:
     name = ctx.qualname(node) if ctx.is_outermost(node) else None
     if name and name.startswith(PREFIXES):
         yield Hit(node, message=f"`{name}` is read by cuDNN/cuBLAS only; it has no effect on another accelerator.")
@@ -23,7 +23,7 @@ RULE = Rule(
     summary="A `torch.backends.cudnn` / `torch.backends.cuda` setting has no effect on another accelerator.",
     fix="use device-neutral settings: `torch.use_deterministic_algorithms(...)`, "
     "`torch.set_float32_matmul_precision(...)`",
-    node_types=(cst.Name, cst.Attribute),
+    node_types=(ast.Name, ast.Attribute),
     check=check,
     prefilter=r"cuda|cudnn",
     gate=refers_to("torch.backends.cudnn", "torch.backends.cuda"),

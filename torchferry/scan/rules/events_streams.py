@@ -7,7 +7,7 @@ and `.record(stream)`, so a rename could change behaviour on CUDA.
 
 from collections.abc import Iterator
 
-import libcst as cst
+import ast
 
 from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
@@ -22,7 +22,7 @@ EQUIVALENTS = {
 }
 
 
-def check(node: cst.BaseExpression, ctx) -> Iterator[Hit]:
+def check(node: ast.Name | ast.Attribute, ctx) -> Iterator[Hit]:
     name = ctx.qualname(node) if ctx.is_outermost(node) else None
     if name in EQUIVALENTS:
         yield Hit(node, message=f"`{name}` is CUDA-only; use {EQUIVALENTS[name]}.")
@@ -35,7 +35,7 @@ RULE = Rule(
     summary="A `torch.cuda` Event/Stream API is CUDA-only; `torch.Event`, `torch.Stream` and "
     "`torch.accelerator.*_stream` work on every accelerator.",
     fix="`torch.Event` / `torch.Stream` / `torch.accelerator.current_stream()` / `torch.accelerator.set_stream()`",
-    node_types=(cst.Name, cst.Attribute),
+    node_types=(ast.Name, ast.Attribute),
     check=check,
     prefilter=r"cuda",
     gate=refers_to(*EQUIVALENTS),

@@ -10,9 +10,8 @@ TestNNDeviceType.json). The built-in device fails the same way (csrc/CpuGaps.cpp
 (tanh/ReLU) has no fused cell and runs.
 """
 
+import ast
 from collections.abc import Iterator
-
-import libcst as cst
 
 from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
@@ -26,7 +25,7 @@ NAMES = {
 }
 
 
-def check(node: cst.Call, ctx) -> Iterator[Hit]:
+def check(node: ast.Call, ctx) -> Iterator[Hit]:
     name = ctx.qualname(node.func)
     kernel = NAMES.get(name)
     if kernel is None:
@@ -44,7 +43,7 @@ RULE = Rule(
     "TorchNeuron has none, so the first forward fails.",
     fix="write the cell with `nn.Linear` and `torch.sigmoid`/`torch.tanh` (it compiles for the device), or keep "
     "the recurrent module on the CPU",
-    node_types=(cst.Call,),
+    node_types=(ast.Call,),
     check=check,
     prefilter=r"LSTM|GRU|lstm|gru",
     gate=refers_to(*NAMES),

@@ -1,5 +1,6 @@
 """TF005: `torch.cuda.amp.GradScaler` scales CUDA gradients only (and is deprecated)."""
 
+import ast
 from collections.abc import Iterator
 
 import libcst as cst
@@ -17,7 +18,7 @@ def _to_amp(call: cst.Call) -> cst.Call:
                              args=prepend(first_arg(expr(DEVICE_TYPE)), list(call.args)))
 
 
-def check(node: cst.BaseExpression, ctx) -> Iterator[Hit]:
+def check(node: ast.Name | ast.Attribute, ctx) -> Iterator[Hit]:
     if not ctx.is_outermost(node) or ctx.qualname(node) not in NAMES:
         return
     call = ctx.called(node)
@@ -31,7 +32,7 @@ RULE = Rule(
     summary="`torch.cuda.amp.GradScaler` is disabled off CUDA, so float16 gradients underflow silently.",
     fix="`torch.amp.GradScaler(torch.accelerator.current_accelerator().type, ...)`",
     safe_fix="`torch.cuda.amp.GradScaler(args)` -> `torch.amp.GradScaler(<current accelerator type>, args)`",
-    node_types=(cst.Name, cst.Attribute),
+    node_types=(ast.Name, ast.Attribute),
     check=check,
     prefilter=r"cuda",
     gate=refers_to(*NAMES),

@@ -2,14 +2,15 @@
 
 from collections.abc import Iterator
 
-import libcst as cst
+import ast
 
 from torchferry.report.scan import Hit, Rule, Severity
+from torchferry.scan.syntax import AttributeName
 
 
-def check(node: cst.Attribute, ctx) -> Iterator[Hit]:
-    if node.attr.value == "is_cuda":
-        yield Hit(node.attr)
+def check(node: ast.Attribute, ctx) -> Iterator[Hit]:
+    if node.attr == "is_cuda":
+        yield Hit(AttributeName(node))
 
 
 RULE = Rule(
@@ -18,7 +19,7 @@ RULE = Rule(
     severity=Severity.WARNING,
     summary="`.is_cuda` is False on every other accelerator, so the code takes its CPU path there.",
     fix="`x.device.type == torch.accelerator.current_accelerator().type` (or `x.device.type != \"cpu\"`)",
-    node_types=(cst.Attribute,),
+    node_types=(ast.Attribute,),
     check=check,
     prefilter=r"is_cuda",
 )

@@ -7,7 +7,7 @@ so a rewrite would break scripts that run on a CPU-only machine today.
 
 from collections.abc import Iterator
 
-import libcst as cst
+import ast
 
 from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
@@ -30,7 +30,7 @@ EQUIVALENTS = {
 NAMES = {f"torch.cuda.{name}" for name in EQUIVALENTS}
 
 
-def check(node: cst.BaseExpression, ctx) -> Iterator[Hit]:
+def check(node: ast.Name | ast.Attribute, ctx) -> Iterator[Hit]:
     name = ctx.qualname(node) if ctx.is_outermost(node) else None
     if not name or not (name in NAMES or name.startswith("torch.cuda.memory.")):
         return
@@ -46,7 +46,7 @@ RULE = Rule(
     severity=Severity.WARNING,
     summary="A `torch.cuda` memory call measures or frees CUDA memory only.",
     fix="the `torch.accelerator` memory function of the same name (guard it with `torch.accelerator.is_available()`)",
-    node_types=(cst.Name, cst.Attribute),
+    node_types=(ast.Name, ast.Attribute),
     check=check,
     prefilter=r"cuda",
     gate=refers_to(*NAMES),

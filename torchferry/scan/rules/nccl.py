@@ -1,22 +1,24 @@
 """TF006: the "nccl" process-group backend exists only for CUDA."""
 
+import ast
 from collections.abc import Iterator
-
-import libcst as cst
 
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import BACKEND, expr
+from torchferry.scan.rules.cuda_literal import literals
 from torchferry.scan.slots import is_backend_slot
 
 
-def check(node: cst.SimpleString, ctx) -> Iterator[Hit]:
-    value = node.evaluated_value
-    if not (isinstance(value, str) and value.lower() == "nccl"):
-        return
-    # "nccl" only initialises on CUDA, where the default backend for "cuda" is "nccl":
-    # wherever the original worked, the rewrite passes the same string.
-    safe = is_backend_slot(node, ctx)
-    yield Hit(node, fix=(lambda _: expr(BACKEND)) if safe else None)
+def check(node: ast.Constant | ast.JoinedStr, ctx) -> Iterator[Hit]:
+    pieces = literals(node, "nccl", ctx)
+    for piece in pieces:
+        value = piece.value.value if isinstance(piece.value, ast.Constant) else None
+        if not (isinstance(value, str) and value.lower() == "nccl"):
+            continue
+        # "nccl" only initialises on CUDA, where the default backend for "cuda" is "nccl":
+        # wherever the original worked, the rewrite passes the same string.
+        safe = len(pieces) == 1 and is_backend_slot(node, ctx)
+        yield Hit(piece, fix=(lambda _: expr(BACKEND)) if safe else None)
 
 
 RULE = Rule(
@@ -27,7 +29,7 @@ RULE = Rule(
     fix="`torch.distributed.get_default_backend_for_device(torch.accelerator.current_accelerator())`, "
     "or omit `backend` to get the default for every registered device",
     safe_fix='"nccl" as the backend of `init_process_group` / `new_group` -> the default backend of the current accelerator',
-    node_types=(cst.SimpleString,),
+    node_types=(ast.Constant, ast.JoinedStr),
     check=check,
     prefilter=r"(?i)nccl",
 )

@@ -2,7 +2,7 @@
 
 from collections.abc import Iterator
 
-import libcst as cst
+import ast
 
 from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
@@ -12,7 +12,7 @@ CLAIMED = (set(device_api.RENAMES) | set(events_streams.EQUIVALENTS) | memory_ap
            | {amp_autocast.NAME})
 
 
-def check(node: cst.BaseExpression, ctx) -> Iterator[Hit]:
+def check(node: ast.Name | ast.Attribute, ctx) -> Iterator[Hit]:
     name = ctx.qualname(node) if ctx.is_outermost(node) else None
     if not name or not (name == "torch.cuda" or name.startswith("torch.cuda.")):
         return
@@ -28,7 +28,7 @@ RULE = Rule(
     summary="Another `torch.cuda` API is used; it exists for CUDA only.",
     fix="the same call on `torch.get_device_module(torch.accelerator.current_accelerator())`, "
     "or its `torch.accelerator` / `torch.amp` equivalent",
-    node_types=(cst.Name, cst.Attribute),
+    node_types=(ast.Name, ast.Attribute),
     check=check,
     prefilter=r"cuda",
     gate=refers_to("torch.cuda"),

@@ -2,16 +2,16 @@
 
 from collections.abc import Iterator
 
-import libcst as cst
+import ast
 
 from torchferry.report.scan import Hit, Rule, Severity
-from torchferry.scan.rewrite import keyword
+from torchferry.scan.syntax import AttributeName, keyword
 
 
-def check(node: cst.Call, ctx) -> Iterator[Hit]:
+def check(node: ast.Call, ctx) -> Iterator[Hit]:
     func = node.func
-    if isinstance(func, cst.Attribute) and func.attr.value == "pin_memory" and node.args:
-        yield Hit(func.attr)
+    if isinstance(func, ast.Attribute) and func.attr == "pin_memory" and (node.args or node.keywords):
+        yield Hit(AttributeName(func))
     named = keyword(node, "pin_memory_device")
     if named is not None:
         yield Hit(named)
@@ -23,7 +23,7 @@ RULE = Rule(
     severity=Severity.WARNING,
     summary="Pinned memory is requested for a named device; the device argument is deprecated and CUDA-bound.",
     fix="drop the device argument: `x.pin_memory()` / `DataLoader(pin_memory=True)` pin for the current accelerator",
-    node_types=(cst.Call,),
+    node_types=(ast.Call,),
     check=check,
     prefilter=r"pin_memory",
 )

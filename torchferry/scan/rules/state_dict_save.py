@@ -11,24 +11,22 @@ other than `.to("cpu")` or a dtype, `.cuda()`, or a library that places it (tran
 The rewrite is not made: a reader's `map_location` is an equal fix.
 """
 
+import ast
 from collections.abc import Iterator
 
-import libcst as cst
-from libcst.helpers import get_full_name_for_node
-
-from torchferry.scan.syntax import refers_to
+from torchferry.scan.syntax import full_name, positional, refers_to
+from torchferry.scan.tensors import argument_values
 from torchferry.report.scan import Hit, Rule, Severity
-from torchferry.scan.rewrite import positional
 
 
-def _state_dicts(value: cst.BaseExpression) -> Iterator[cst.Call]:
+def _state_dicts(value: ast.expr) -> Iterator[ast.Call]:
     """The `X.state_dict()` calls saved as they are: `value` itself, or values of a dict literal."""
-    if isinstance(value, cst.Dict):
-        for element in value.elements:
-            if isinstance(element, cst.DictElement):
-                yield from _state_dicts(element.value)
-    elif (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
-          and value.func.attr.value == "state_dict" and not value.args):
+    if isinstance(value, ast.Dict):
+        for key, element in zip(value.keys, value.values):
+            if key is not None:  # `**other` is no element of its own
+                yield from _state_dicts(element)
+    elif (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute)
+          and value.func.attr == "state_dict" and not value.args and not value.keywords):
         yield value
 
 
@@ -36,39 +34,35 @@ PLACERS = ("transformers.Trainer", "transformers.Seq2SeqTrainer", "accelerate.Ac
 KEEPS_HOST = {"cpu", "torch.float32", "torch.float16", "torch.bfloat16", "torch.float64"}
 
 
-def _places_on_device(call: cst.Call, ctx) -> bool:
+def _places_on_device(call: ast.Call, ctx) -> bool:  # noqa: ANN001 - engine.AstContext
     func = call.func
-    if isinstance(func, cst.Attribute) and func.attr.value == "cuda":
+    if isinstance(func, ast.Attribute) and func.attr == "cuda":
         return True
-    if isinstance(func, cst.Attribute) and func.attr.value == "to" and call.args:
-        first = call.args[0].value
-        written = first.evaluated_value if isinstance(first, cst.SimpleString) else ctx.qualname(first)
+    arguments = argument_values(call)
+    if isinstance(func, ast.Attribute) and func.attr == "to" and arguments:
+        first = arguments[0]
+        literal = ctx.tree.string_literal(first)
+        written = literal.value if literal is not None else ctx.qualname(first)
         return written not in KEEPS_HOST
     return (ctx.qualname(func) or "") in PLACERS
 
 
-def _moves_to_device(ctx) -> bool:
-    """Whether the source puts anything on a device (checked once per `torch.save`, which is rare)."""
-    found: list[bool] = []
-
-    class _Moves(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> bool:
-            if not found and _places_on_device(call, ctx):
-                found.append(True)
-            return not found
-
-    ctx.module.visit(_Moves())
-    return bool(found)
+def _moves_to_device(ctx) -> bool:  # noqa: ANN001 - engine.AstContext
+    """Whether the source puts anything on a device (found once per source)."""
+    key = ("TF027 moves to a device",)
+    if key not in ctx.memo:
+        ctx.memo[key] = any(isinstance(n, ast.Call) and _places_on_device(n, ctx) for n in ctx.tree.nodes())
+    return ctx.memo[key]
 
 
-def check(node: cst.Call, ctx) -> Iterator[Hit]:
+def check(node: ast.Call, ctx) -> Iterator[Hit]:
     if ctx.qualname(node.func) != "torch.save":
         return
     args = positional(node)
-    if not args or not any(True for _ in _state_dicts(args[0].value)) or not _moves_to_device(ctx):
+    if not args or not any(True for _ in _state_dicts(args[0])) or not _moves_to_device(ctx):
         return
-    for call in _state_dicts(args[0].value):
-        owner = get_full_name_for_node(call.func.value) or "the model"
+    for call in _state_dicts(args[0]):
+        owner = full_name(call.func.value) or "the model"
         yield Hit(call, message=(
             f"`torch.save({owner}.state_dict(), ...)` keeps each tensor's device: saved on the accelerator "
             "(`neuron` on TorchNeuron), the file's storages are tagged with it, and `torch.load` on a machine "
@@ -83,7 +77,7 @@ RULE = Rule(
     "accelerator its storages keep the device tag, and the file loads elsewhere only with `map_location`.",
     fix="`torch.save({k: v.cpu() for k, v in model.state_dict().items()}, path)` (the same for optimizer state), "
     'or load with `torch.load(path, map_location="cpu")` everywhere',
-    node_types=(cst.Call,),
+    node_types=(ast.Call,),
     check=check,
     prefilter=r"state_dict",
     gate=refers_to("torch.save"),

@@ -1,12 +1,13 @@
 """TF017: `torch.load` without `map_location` restores tensors onto the device they were saved from."""
 
+import ast
 from collections.abc import Iterator
 
 import libcst as cst
 
-from torchferry.scan.syntax import refers_to
+from torchferry.scan.syntax import has_unpacking, keyword, positional, refers_to
 from torchferry.report.scan import Hit, Rule, Severity
-from torchferry.scan.rewrite import keyword, positional, with_trailing_comma
+from torchferry.scan.rewrite import with_trailing_comma
 
 
 def _add_map_location(call: cst.Call) -> cst.Call:
@@ -15,18 +16,20 @@ def _add_map_location(call: cst.Call) -> cst.Call:
     return call.with_changes(args=with_trailing_comma([*call.args, new]))
 
 
-def _feeds_load_state_dict(call: cst.Call, ctx) -> bool:
+def _feeds_load_state_dict(call: ast.Call, ctx) -> bool:
     """`m.load_state_dict(torch.load(f))` copies into m's own tensors, so where they load does not matter."""
-    arg = ctx.parent(call)
-    outer = ctx.parent(arg) if isinstance(arg, cst.Arg) else None
-    return (isinstance(outer, cst.Call) and isinstance(outer.func, cst.Attribute)
-            and outer.func.attr.value == "load_state_dict")
+    value, outer = call, ctx.parent(call)
+    if isinstance(outer, (ast.Starred, ast.keyword)):
+        value, outer = outer, ctx.parent(outer)
+    passed = isinstance(value, ast.keyword) or (isinstance(outer, ast.Call) and value in outer.args)
+    return (passed and isinstance(outer, ast.Call) and isinstance(outer.func, ast.Attribute)
+            and outer.func.attr == "load_state_dict")
 
 
-def check(node: cst.Call, ctx) -> Iterator[Hit]:
+def check(node: ast.Call, ctx) -> Iterator[Hit]:
     if ctx.qualname(node.func) != "torch.load" or keyword(node, "map_location") is not None:
         return
-    if len(positional(node)) > 1 or any(a.star for a in node.args):
+    if len(positional(node)) > 1 or has_unpacking(node):
         return  # map_location given positionally, or hidden in *args/**kwargs
     yield Hit(node.func, fix=_add_map_location if _feeds_load_state_dict(node, ctx) else None, target=node)
 
@@ -39,7 +42,7 @@ RULE = Rule(
     fix='`torch.load(f, map_location="cpu")`, then move to `torch.accelerator.current_accelerator()`',
     safe_fix='adds `map_location="cpu"` only inside `.load_state_dict(torch.load(f))`, which copies into the '
     "model's own tensors wherever they live",
-    node_types=(cst.Call,),
+    node_types=(ast.Call,),
     check=check,
     prefilter=r"load",
     gate=refers_to("torch.load"),

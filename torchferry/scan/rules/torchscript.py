@@ -6,9 +6,8 @@ none of the graph compilation it buys on CUDA (fusion) happens. PyTorch 2.13 als
 both calls (they warn: "switch to `torch.compile` or `torch.export`").
 """
 
+import ast
 from collections.abc import Iterator
-
-import libcst as cst
 
 from torchferry.scan.syntax import refers_to
 from torchferry.report.scan import Hit, Rule, Severity
@@ -16,7 +15,7 @@ from torchferry.report.scan import Hit, Rule, Severity
 NAMES = {"torch.jit.script", "torch.jit.trace", "torch.jit.trace_module", "torch.jit.script_method"}
 
 
-def check(node: cst.BaseExpression, ctx) -> Iterator[Hit]:
+def check(node: ast.Name | ast.Attribute, ctx) -> Iterator[Hit]:
     if not ctx.is_outermost(node):
         return
     name = ctx.qualname(node)
@@ -34,7 +33,7 @@ RULE = Rule(
     summary="`torch.jit.script` / `torch.jit.trace` make a TorchScript module, which TorchNeuron runs op by op "
     "(no graph compilation); both are deprecated.",
     fix="`torch.compile(model)` for speed, `torch.export.export(model, args)` for a portable graph",
-    node_types=(cst.Name, cst.Attribute),
+    node_types=(ast.Name, ast.Attribute),
     check=check,
     prefilter=r"jit",
     gate=refers_to(*NAMES),

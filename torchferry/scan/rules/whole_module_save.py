@@ -12,7 +12,7 @@ import ast
 
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.syntax import full_name
-from torchferry.scan.tensors import positional
+from torchferry.scan.syntax import positional
 
 
 def _saved_modules(value: ast.AST, ctx) -> Iterator[ast.AST]:
