@@ -95,6 +95,21 @@ def test_unparseable_file_is_reported_and_left_unchanged(tmp_path, ferry):
     assert good.read_text() == "import torch\ntorch.accelerator.synchronize()\n"
 
 
+def test_a_file_only_a_newer_python_parses_is_reported_not_scanned_never_clean(tmp_path, ferry):
+    """The rules read this Python's tree: a source in a newer Python's syntax (PEP 701's nested quotes, 3.12) that
+    libcst accepts is a file whose hazards are unknown, named with the Python that rejected it."""
+    import sys
+
+    newer = tmp_path / "newer.py"
+    newer.write_text('import torch\nx = t.cuda()\nname = f"{"a"}"\n')
+    result = ferry("scan", str(newer))
+    if sys.version_info >= (3, 12):
+        pytest.skip("this Python parses PEP 701 f-strings: the file is scanned, which the other tests cover")
+    assert result.exit_status == ExitStatus.NEGATIVE_RESULT
+    assert f"{newer}: cannot parse" in result.stderr and f"Python 3.{sys.version_info.minor}'s parser rejects it" in result.stderr
+    assert "run ferry scan under the Python this code targets" in result.stderr
+
+
 def test_diff_shows_the_rewrite_without_writing(tmp_path, ferry, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m.py").write_text("import torch\ntorch.cuda.synchronize()\n")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -113,14 +114,17 @@ def analyse(code: str, rules: Sequence[Rule], fix: bool, add_import: bool = True
     is False (a notebook cell after one that imports torch).
 
     Raises `libcst.ParserSyntaxError` when neither Python's parser nor libcst can parse `code`
-    (libcst's message, the same for every source). Where libcst accepts what this Python rejects
-    (syntax of a newer Python), nothing is found: the rules read Python's tree.
+    (libcst's message, the same for every source), and `SyntaxError` naming this Python when only
+    libcst accepts it (syntax of a newer Python): the rules read Python's tree, so such a source is
+    reported as not scanned rather than as clean.
     """
     rules = candidate_rules(code, rules)
     module = _parse(code)
-    if module is None:
+    if isinstance(module, Exception):
         cst.parse_module(code)
-        return [], None
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        raise SyntaxError(f"Python {version}'s parser rejects it ({_parse_error(module)}), though it may be valid in a "
+                          f"newer Python; run ferry scan under the Python this code targets")
     if not rules:
         return [], None
     tree = SourceTree(code, module)
@@ -133,14 +137,20 @@ def _position(hit: RuleHit) -> tuple[int, int, str]:
     return hit.line, hit.column, hit.rule.id
 
 
-def _parse(code: str) -> ast.Module | None:
-    """Python's own tree of `code`, or None when Python rejects it (or it nests too deep for the parser)."""
+def _parse(code: str) -> ast.Module | Exception:
+    """Python's own tree of `code`, or why Python rejects it (or it nests too deep for the parser)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # SyntaxWarning (invalid escapes ...) is the user's business
             return ast.parse(code)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return None
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return exc
+
+
+def _parse_error(exc: Exception) -> str:
+    if isinstance(exc, SyntaxError) and exc.lineno:
+        return f"line {exc.lineno}: {exc.msg}"
+    return type(exc).__name__ if isinstance(exc, (RecursionError, MemoryError)) else str(exc) or type(exc).__name__
 
 
 def _analyse(tree: SourceTree, rules: Sequence[Rule]) -> list[RuleHit]:

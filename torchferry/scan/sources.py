@@ -272,7 +272,7 @@ def scan_notebook(path: Path, rules: Sequence[Rule], fix: bool, write: WritePoli
             continue  # a cell magic: the cell is not Python
         try:
             hits, fixed = analyse(_mask_magics(code), rules, fix, add_import=not torch_imported)
-        except cst.ParserSyntaxError as exc:
+        except (cst.ParserSyntaxError, SyntaxError) as exc:
             errors.append(f"cell {index}: cannot parse: {_parse_error(exc)}")
             continue
         torch_imported = torch_imported or bool(_IMPORTS_TORCH.search(code))
