@@ -290,7 +290,9 @@ def test_no_optimizer_step_judges_the_recorded_losses(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_timeout_ends_a_script_that_waits_and_keeps_what_was_recorded(tmp_path):
-    code, out, err, report = check(tmp_path, "python", str(PLANTED / "reads_stdin.py"), options=("--timeout", "60"))
+    # the limit waits out the child's start and its two steps (under 10 s on a 2-core machine at load 4) with room
+    # to spare; every second above that is spent waiting for input that never comes
+    code, out, err, report = check(tmp_path, "python", str(PLANTED / "reads_stdin.py"), options=("--timeout", "30"))
     assert code == 8, out + err
     assert report["verdict"] == "stopped" and report["failure"]["kind"] == "timeout"
     assert len(report["timing"]["ref"]["steps"]) == 1  # two steps recorded: one step-to-step time

@@ -83,6 +83,7 @@ def test_greedy_generate_is_identical_to_cpu(neuron, build):
     assert torch.equal(cpu, dev.cpu())
 
 
+@pytest.mark.slow  # generate() compiles the static-cache decode step (torch.compile, Inductor): 58 s on a cold cache
 def test_static_cache_generate_runs(neuron):
     torch.manual_seed(0)
     model = _llama().eval().to("neuron")
