@@ -11,7 +11,15 @@ parametrisation: `..._memory_format1_...` is `torch.channels_last` in test_nn's
 in) and counts the failing tests, and failing test functions, whose name carries:
 
 - memory_format: `channels_last`, `memory_format1`, or a test named `..._memory_format`;
-- complex_dtypes: `complex` (complex32/64/128);
+- complex_dtypes: `complex` (complex32/64/128), or one of the tests whose body runs a natively
+  run op on a complex tensor though its name carries no dtype: `test_zeros` (complex64 and
+  complex32 zeros), `test_ones` (chalf), `test_eye`, `test_cat_all_dtypes_and_devices`,
+  `test_fill_all_dtypes_and_devices` (all dtypes, complex included), `test_roll` (writes into a
+  complex tensor), `test_block_diag[_scipy]` (complex pairs), `test_full_like_inference`
+  (`full_like(..., 1j, dtype=complex64)`), `test_conj_view_with_shared_memory` (`add` on
+  cfloat). Each refusal was run on the device (`zero_`, `fill_`, `eye.m_out`, `cat`, `add`);
+  `test_zeros_out` and the other factories' tests without a complex dtype are not listed and
+  not counted;
 - unsigned_dtypes: `uint16`, `uint32`, `uint64`;
 - empty_inputs: `nll_loss_empty_tensor_reduction_mean` only. The rule changes a test only where
   an op the target runs through its torch-mlir kernel gets an empty positional tensor and the
@@ -45,8 +53,9 @@ Trainium) were run too and pass on the device (session i27d; docs/device/fidelit
   for uint8 bilinear/bicubic off the CPU; TorchNeuron runs these upsample ops (absent from its
   native table) with the CPU kernel, which accepts uint8, as the device does. Its float
   variants (no error expected) pass on both.
-- float64_narrowing: float64 computes as float32 on natively run ops (`numerics = "target"`,
-  kernels/type_converter.py). `gradcheck` in float64 (`test_hardsigmoid_grad`,
+- narrowing_64bit: float64 computes as float32, int64 as int32, on natively run ops
+  (`numerics = "target"`, kernels/type_converter.py). `test_large_linspace` int64
+  (`x[1] - x[0]` of values near the int64 limits wraps in 32 bits; int32 passes on both). `gradcheck` in float64 (`test_hardsigmoid_grad`,
   `test_hardswish_grad`, `test_batchnorm_grad`, `test_fold`,
   `test_triplet_margin_with_distance_loss[_default_parity]`: the finite differences are
   computed in float32); `test_scatter_reduce_{sum,mean,prod}` float64 (the expected value is
@@ -77,7 +86,9 @@ from pathlib import Path
 SPEC = "tests/pytorch_tests/specs/aten_spec.json"
 PATTERNS = {
     "memory_format": re.compile(r"channels_last|memory_format1|_memory_format_neuron"),
-    "complex_dtypes": re.compile(r"complex(32|64|128)?"),
+    "complex_dtypes": re.compile(
+        r"complex(32|64|128)?|^test_(zeros|ones|eye|cat_all_dtypes_and_devices|fill_all_dtypes_and_devices|roll"
+        r"|block_diag|block_diag_scipy|full_like_inference|conj_view_with_shared_memory)_neuron$"),
     "unsigned_dtypes": re.compile(r"uint(16|32|64)"),
     "empty_inputs": re.compile(r"nll_loss_empty_tensor_reduction_mean"),
     "overlapping_writes": re.compile(r"(silu|threshold|softplus)_inplace_overlap"),
@@ -86,8 +97,9 @@ MODELLED = {
     "fused_rnn_cells": re.compile(r"^test_((GRU|LSTM)_grad_and_gradgrad|rnn_retain_variables|variable_sequence)_neuron"),
     "missing_dispatch_stub": re.compile(r"^test_kaiser_window_neuron_"),
     "host_fallback_kernel": re.compile(r"^test_upsamplingBiMode2d_nonsupported_dtypes_.*_uint8_neuron_uint8$"),
-    "float64_narrowing": re.compile(
-        r"^test_((hardsigmoid|hardswish|batchnorm)_grad|fold|triplet_margin_with_distance_loss(_default_parity)?)_neuron$"
+    "narrowing_64bit": re.compile(
+        r"^test_large_linspace_neuron_int64$"
+        r"|^test_((hardsigmoid|hardswish|batchnorm)_grad|fold|triplet_margin_with_distance_loss(_default_parity)?)_neuron$"
         r"|^test_scatter_reduce_(sum|mean|prod)_neuron_float64$"
         r"|^test_signal_windows_functions_window_(blackman|cosine|nuttall)_neuron_float64$"
         r"|^test_uniform_from_to_neuron_float64$"),

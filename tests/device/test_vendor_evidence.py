@@ -84,6 +84,26 @@ def test_scatter_reduce_float64_sum_differs_from_its_float64_reference_while_ama
         assert torch.equal(got.cpu(), reference.cpu()) is exact, reduce
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
+def test_large_linspace_steps_wrap_only_where_int64_computes_as_int32(numerics, dtype):
+    """test_large_linspace_int64 subtracts two values near the int64 limits on the device; in 32 bits
+    the difference wraps. Its int32 variant (not listed) stays exact."""
+    numerics("target")
+    start, end = torch.iinfo(dtype).min, torch.iinfo(dtype).max & ~0xfff
+    x = torch.linspace(start, end, 15, dtype=dtype, device="neuron")
+
+    assert ((x[1] - x[0]).item() > (end - start) / 15) is (dtype == torch.int32)
+
+
+def test_a_complex_dtype_in_the_body_is_refused_where_the_name_does_not_say(neuron):
+    """test_full_like_inference (and test_zeros, test_ones, test_eye, ...) run a native op on a complex
+    tensor: the complex_dtypes rule refuses it; the same call in a real dtype runs."""
+    like = torch.empty(5, device="neuron", dtype=torch.long)
+    assert torch.full_like(like, 1.).dtype == torch.long
+    with pytest.raises(ValueError, match="Unsupported PyTorch dtype: torch.complex64"):
+        torch.full_like(like, 1.j, dtype=torch.complex64)
+
+
 # ---- the estimator's patterns -----------------------------------------------------------
 
 def _estimator():
@@ -100,10 +120,13 @@ def _estimator():
     ("test_kaiser_window_neuron_bfloat16", "missing_dispatch_stub"),
     ("test_upsamplingBiMode2d_nonsupported_dtypes_antialias_True_num_channels_5_mode_bicubic_uint8_neuron_uint8",
      "host_fallback_kernel"),
-    ("test_hardswish_grad_neuron", "float64_narrowing"),
-    ("test_scatter_reduce_prod_neuron_float64", "float64_narrowing"),
-    ("test_signal_windows_functions_window_nuttall_neuron_float64", "float64_narrowing"),
-    ("test_uniform_from_to_neuron_float64", "float64_narrowing"),
+    ("test_hardswish_grad_neuron", "narrowing_64bit"),
+    ("test_scatter_reduce_prod_neuron_float64", "narrowing_64bit"),
+    ("test_signal_windows_functions_window_nuttall_neuron_float64", "narrowing_64bit"),
+    ("test_uniform_from_to_neuron_float64", "narrowing_64bit"),
+    ("test_large_linspace_neuron_int64", "narrowing_64bit"),
+    ("test_full_like_inference_neuron", "complex_dtypes"),
+    ("test_zeros_neuron", "complex_dtypes"),
     # variants TorchNeuron does not list (they pass on Trainium) and the device passes
     ("test_upsamplingBiMode2d_nonsupported_dtypes_antialias_False_num_channels_3_mode_bilinear_float32_neuron_float32",
      None),
@@ -113,6 +136,9 @@ def _estimator():
     ("test_signal_windows_functions_window_cosine_neuron_float32", None),
     ("test_uniform_from_to_neuron_float32", None),
     ("test_kaiser_neuron_float32", None),
+    ("test_large_linspace_neuron_int32", None),
+    ("test_zeros_out_neuron", None),
+    ("test_zeros_like_neuron", None),
 ])
 def test_the_estimator_counts_a_modelled_mechanism_only_where_the_device_fails(test: str, mechanism):
     assert _estimator().rule_of(test) == mechanism
