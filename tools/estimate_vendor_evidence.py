@@ -39,14 +39,15 @@ in) and counts the failing tests, and failing test functions, whose name carries
 Tests the device fails by a mechanism outside [rules] (`MODELLED`). Each pattern names only
 listed tests whose PyTorch source (read in the test-source corpus, reconstructed for the
 check) was run on the device in its essential steps and fails there for the named
-mechanism, while the same test's variants that TorchNeuron does not list (they pass on
-Trainium) were run too and pass on the device (session i27d; docs/device/fidelity.md):
+mechanism; where the test has variants TorchNeuron does not list (they pass on Trainium),
+those were run too and pass on the device (session i27d; docs/device/fidelity.md):
 
 - fused_rnn_cells: nn.LSTM/nn.GRU forward calls `_thnn_fused_lstm_cell`/`_thnn_fused_gru_cell`
   for a PrivateUse1 input; TorchNeuron registers neither (csrc/CpuGaps.cpp
   refuse_fused_rnn_cell). `test_{GRU,LSTM}_grad_and_gradgrad`, `test_rnn_retain_variables`
   (LSTM, GRU, RNN) and `test_variable_sequence` (LSTM) build those modules on the device;
-  the other LSTM/GRU tests of the class are `@onlyCUDA`.
+  the class's other LSTM/GRU tests read (`test_rnn_backward_to_input_but_not_parameters`,
+  `test_lstmcell_backward_only_one_output_grad`) are `@onlyCUDA`.
 - missing_dispatch_stub: `torch.kaiser_window` is CompositeExplicitAutograd and calls
   `kaiser_window_stub` for the device type; TorchNeuron registers one PrivateUse1 stub only
   (`_fused_sdp_choice_stub`, csrc/aten/SdpBackendSelection.cpp), so it fails in every dtype
@@ -58,8 +59,8 @@ Trainium) were run too and pass on the device (session i27d; docs/device/fidelit
   variants (no error expected) pass on both.
 - narrowing_64bit: float64 computes as float32, int64 as int32, on natively run ops
   (`numerics = "target"`, kernels/type_converter.py). `test_large_linspace` int64
-  (`x[1] - x[0]` of values near the int64 limits wraps in 32 bits; int32 passes on both). `gradcheck` in float64 (`test_hardsigmoid_grad`,
-  `test_hardswish_grad`, `test_batchnorm_grad`, `test_fold`,
+  (`x[1] - x[0]` of values near the int64 limits wraps in 32 bits; int32 passes on both).
+  `gradcheck` in float64 (`test_hardsigmoid_grad`, `test_hardswish_grad`, `test_batchnorm_grad`, `test_fold`,
   `test_triplet_margin_with_distance_loss[_default_parity]`: the finite differences are
   computed in float32); `test_scatter_reduce_{sum,mean,prod}` float64 (the expected value is
   accumulated on the device, compared at atol=0; `amax`/`amin` float64 are exact and pass);
@@ -98,12 +99,14 @@ PATTERNS = {
     "as_strided_bounds_first": re.compile(r"^test_as_strided_neg_neuron$"),
 }
 MODELLED = {
-    "fused_rnn_cells": re.compile(r"^test_((GRU|LSTM)_grad_and_gradgrad|rnn_retain_variables|variable_sequence)_neuron"),
+    "fused_rnn_cells": re.compile(
+        r"^test_((GRU|LSTM)_grad_and_gradgrad|rnn_retain_variables|variable_sequence)_neuron"),
     "missing_dispatch_stub": re.compile(r"^test_kaiser_window_neuron_"),
     "host_fallback_kernel": re.compile(r"^test_upsamplingBiMode2d_nonsupported_dtypes_.*_uint8_neuron_uint8$"),
     "narrowing_64bit": re.compile(
         r"^test_large_linspace_neuron_int64$"
-        r"|^test_((hardsigmoid|hardswish|batchnorm)_grad|fold|triplet_margin_with_distance_loss(_default_parity)?)_neuron$"
+        r"|^test_((hardsigmoid|hardswish|batchnorm)_grad|fold"
+        r"|triplet_margin_with_distance_loss(_default_parity)?)_neuron$"
         r"|^test_scatter_reduce_(sum|mean|prod)_neuron_float64$"
         r"|^test_signal_windows_functions_window_(blackman|cosine|nuttall)_neuron_float64$"
         r"|^test_uniform_from_to_neuron_float64$"),
@@ -155,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     print("  modelled outside [rules]:")
     for mechanism in MODELLED:
         print(f"    {mechanism:21s} {by_rule[mechanism]} tests")
-    print(f"  with a rule's or a modelled mechanism's pattern: {len(tests) - by_rule[None]} tests ({(len(tests) - by_rule[None]) / len(tests):.1%}), "
+    counted = len(tests) - by_rule[None]
+    print(f"  with a rule's or a modelled mechanism's pattern: {counted} tests ({counted / len(tests):.1%}), "
           f"{with_rule} functions ({with_rule / len(functions):.1%})")
     return 0
 
