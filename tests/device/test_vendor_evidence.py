@@ -104,6 +104,24 @@ def test_a_complex_dtype_in_the_body_is_refused_where_the_name_does_not_say(neur
         torch.full_like(like, 1.j, dtype=torch.complex64)
 
 
+@pytest.mark.parametrize("sparse_grad", [True, False])
+def test_gather_backward_fails_only_where_its_gradient_is_sparse(neuron, sparse_grad: bool):
+    """test_gather_backward_with_empty_index_tensor: with sparse_grad=True the gradient is a sparse COO
+    tensor, which neither TorchNeuron nor the device supports; the dense twin passes (not listed)."""
+    inputs = torch.rand(10, 5, device="neuron", requires_grad=True)
+    index = torch.zeros(3, 0, dtype=torch.int64, device="neuron")
+
+    def backward() -> torch.Tensor:
+        torch.gather(inputs, -1, index, sparse_grad=sparse_grad).sum().backward()
+        return inputs.grad
+
+    if sparse_grad:
+        with pytest.raises(NotImplementedError, match="sparse tensors"):
+            backward()
+    else:
+        assert torch.equal(backward().cpu(), torch.zeros(10, 5))
+
+
 # ---- the estimator's patterns -----------------------------------------------------------
 
 def _estimator():
@@ -127,6 +145,7 @@ def _estimator():
     ("test_large_linspace_neuron_int64", "narrowing_64bit"),
     ("test_full_like_inference_neuron", "complex_dtypes"),
     ("test_zeros_neuron", "complex_dtypes"),
+    ("test_gather_backward_with_empty_index_tensor_sparse_grad_True_neuron_float64", "sparse_tensors"),
     # variants TorchNeuron does not list (they pass on Trainium) and the device passes
     ("test_upsamplingBiMode2d_nonsupported_dtypes_antialias_False_num_channels_3_mode_bilinear_float32_neuron_float32",
      None),
@@ -138,6 +157,7 @@ def _estimator():
     ("test_kaiser_neuron_float32", None),
     ("test_large_linspace_neuron_int32", None),
     ("test_zeros_out_neuron", None),
+    ("test_gather_backward_with_empty_index_tensor_sparse_grad_False_neuron_float32", None),
     ("test_zeros_like_neuron", None),
 ])
 def test_the_estimator_counts_a_modelled_mechanism_only_where_the_device_fails(test: str, mechanism):
