@@ -10,6 +10,7 @@ listed names and against the unlisted variants that pass on Trainium.
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,17 @@ def test_gather_backward_fails_only_where_its_gradient_is_sparse(neuron, sparse_
         assert torch.equal(backward().cpu(), torch.zeros(10, 5))
 
 
+def test_cat_into_an_expanded_out_goes_through_as_on_torchneuron(neuron):
+    """test_cat_mem_overlap expects the CPU's overlap error from `cat(out=expanded)`; `cat.out` is
+    compiled on Trainium, which has no overlap check (the overlapping_writes rule)."""
+    y = torch.rand(3, 3)
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        torch.cat([y, y], out=torch.rand(1, 3).expand(6, 3))  # the CPU
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.cat([y.to("neuron")] * 2, out=torch.rand(1, 3, device="neuron").expand(6, 3))
+
+
 # ---- the estimator's patterns -----------------------------------------------------------
 
 def _estimator():
@@ -146,6 +158,8 @@ def _estimator():
     ("test_full_like_inference_neuron", "complex_dtypes"),
     ("test_zeros_neuron", "complex_dtypes"),
     ("test_gather_backward_with_empty_index_tensor_sparse_grad_True_neuron_float64", "sparse_tensors"),
+    ("test_cat_mem_overlap_neuron", "overlapping_writes"),
+    ("test_linlogspace_mem_overlap_neuron", None),
     # variants TorchNeuron does not list (they pass on Trainium) and the device passes
     ("test_upsamplingBiMode2d_nonsupported_dtypes_antialias_False_num_channels_3_mode_bilinear_float32_neuron_float32",
      None),
