@@ -18,7 +18,8 @@ samples; `unsigned_dtypes` the uint16/uint32/uint64 samples of ops whose OpInfo 
 arguments (twins: the same op's samples with none), where "changed" means the device's
 result now differs from the CPU's (the target's zeros), not an error.
 `overlapping_writes` lets through writes the CPU refuses, so it has no CPU-passing sample to
-change; its tests are in tests/device/test_target_rules.py.
+change; its tests are in tests/device/test_target_rules.py. `as_strided_bounds_first` changes
+only the message of an error the CPU raises too (a negative stride), likewise.
 
     python bench/fidelity.py                      # every OpInfo, 2 samples per op and dtype
     python bench/fidelity.py -k "add,mul,conv" --samples 4 --json fidelity.json

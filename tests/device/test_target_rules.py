@@ -309,3 +309,34 @@ def test_a_profile_without_the_overlapping_writes_rule_raises_the_cpus_error(rul
     rules(overlapping_writes=False)
     with pytest.raises(RuntimeError, match="unsupported operation"):
         torch.ones(1, 3, device="neuron").expand(2, 3).add_(1)
+
+
+# ------------------------------------------------------------------ as_strided: bounds before strides
+# TorchNeuron's as_strided checks the storage bounds before setStrided refuses a negative stride
+# (csrc/aten/TensorShape.cpp); PyTorch's test_as_strided_neg expects the CPU's message and fails there.
+def test_a_negative_stride_the_bounds_check_cannot_take_fails_with_the_bounds_error(neuron):
+    import torch
+
+    with pytest.raises(RuntimeError, match="Negative strides are not supported"):
+        torch.as_strided(torch.ones(14), (2,), (-11,))  # the CPU
+    with pytest.raises(RuntimeError, match=r"Storage size calculation overflowed.*as on TorchNeuron.*Next step"):
+        torch.as_strided(torch.ones(14, device="neuron"), (2,), (-11,))
+
+
+def test_clean_twins_of_as_strided_keep_the_cpus_views_and_errors(neuron):
+    import torch
+
+    base = torch.arange(14.0)
+    view = torch.as_strided(base.to("neuron"), (3, 2), (4, 1), 1)
+    assert torch.equal(view.cpu(), torch.as_strided(base, (3, 2), (4, 1), 1))
+    # a negative stride the bounds check takes (single-element dimension): the CPU's message, there too
+    with pytest.raises(RuntimeError, match="Negative strides are not supported"):
+        torch.as_strided(torch.ones(3, 3, device="neuron"), (1, 1), (2, -1))
+
+
+def test_a_profile_without_the_as_strided_rule_gives_the_cpus_message(rules):
+    import torch
+
+    rules(as_strided_bounds_first=False)
+    with pytest.raises(RuntimeError, match="Negative strides are not supported"):
+        torch.as_strided(torch.ones(14, device="neuron"), (2,), (-11,))

@@ -45,6 +45,12 @@ RULES = {
                            "torch_neuronx (no overlap check anywhere in the package: python_ops/torch_mlir/kernel.py "
                            "writes results into the tensor given; the CPU's TensorIterator runs "
                            "assert_no_internal_overlap)"),
+    "as_strided_bounds_first": (32, "as_strided with a negative stride checks the storage bounds first, as the "
+                                "target does: a stride the bounds arithmetic cannot take fails with PyTorch's "
+                                "bounds error ('Storage size calculation overflowed ...') where the CPU says "
+                                "'Negative strides are not supported'",
+                                "torch_neuronx/csrc/aten/TensorShape.cpp (as_strided_neuron: "
+                                "checkInBoundsForStorage before setStrided)"),
 }
 
 # Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS.

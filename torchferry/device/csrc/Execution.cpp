@@ -31,6 +31,7 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/Resize.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
@@ -634,6 +635,23 @@ at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArr
                       std::optional<int64_t> storage_offset) {
   static const c10::OperatorHandle op = op_handle("aten::as_strided", "");
   count_op(op);
+  // TorchNeuron's as_strided_neuron (csrc/aten/TensorShape.cpp) runs PyTorch's storage bounds
+  // check before `setStrided`, whose first check refuses negative strides: a negative stride
+  // that the bounds arithmetic cannot take fails with the bounds error there. Only a negative
+  // stride can tell the two orders apart, so the usual call pays one scan of its strides.
+  if (rule_on(kRuleAsStridedBoundsFirst) && size.size() == stride.size() &&
+      std::any_of(stride.begin(), stride.end(), [](int64_t s) { return s < 0; })) {
+    try {
+      at::native::checkInBoundsForStorage(size, stride, storage_offset.value_or(self.storage_offset()),
+                                          self.dtype(), self.storage());
+    } catch (const c10::Error& e) {
+      TORCH_CHECK(false, e.msg(), " (aten::as_strided on ", self.device(), ", as on TorchNeuron: its as_strided "
+                  "checks the storage bounds before the strides, csrc/aten/TensorShape.cpp, where the CPU "
+                  "says 'Negative strides are not supported'). Next step: use non-negative strides, e.g. "
+                  "torch.flip for a reversed view; as_strided_bounds_first = false in a profile gives the "
+                  "CPU's error (docs/device/fidelity.md).");
+    }
+  }
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
 }
 

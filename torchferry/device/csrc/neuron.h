@@ -260,6 +260,7 @@ enum Rule : int {
   kRuleUnsigned = 4,      // uint16/32/64 likewise
   kRuleEmptyInputs = 8,   // an empty positional tensor input gives zeros (torch-mlir kernels)
   kRuleOverlappingWrites = 16,  // in-place writes into self-overlapping tensors go through, with a warning
+  kRuleAsStridedBoundsFirst = 32,  // as_strided checks the storage bounds before refusing negative strides
 };
 // Classification code bit (profile.py EMPTY_ZEROS): the op gives zeros on an empty input.
 constexpr int kCodeEmptyZeros = 16;
