@@ -8,8 +8,15 @@ import json
 
 import pytest
 
+import dataclasses
+import sys
+import time
+
 from torchferry.coverage.config import REUSE_ENV
+from torchferry.coverage.job import CoverageJob
+from torchferry.coverage.sweep import has_room
 from torchferry.errors import ExitStatus
+from torchferry.harness.protocol import WorkerProcess
 
 # what differs between two runs of the same row: clocks and the log's place
 TIMES = ("wall_s", "case_s", "phases", "log")
@@ -82,3 +89,22 @@ def test_a_bad_reuse_value_is_a_usage_error_naming_the_valid_values(run_ferry, t
     assert code == ExitStatus.USAGE and "TORCHFERRY_COVERAGE_REUSE='yes'" in stderr
     assert "1 (a warm worker" in stderr and "0 (a fresh process" in stderr
     assert not (tmp_path / "rows.jsonl").exists()  # refused before any case ran
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the worker's address space from /proc (Linux)")
+def test_a_worker_holding_over_half_the_memory_limit_is_not_reused(tmp_path):
+    """A worker that ran a large architecture keeps that address space: the next one would start with less
+    than --memory-gb, so it gets a fresh process."""
+    ready = tmp_path / "ready"
+    holder = WorkerProcess("holder", [sys.executable, "-c", "import pathlib, sys, time; x = bytearray(600 * 2**20); "
+                                      "pathlib.Path(sys.argv[1]).touch(); time.sleep(60)", str(ready)], tmp_path / "holder.log")
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists(), (tmp_path / "holder.log").read_text()
+        job = CoverageJob(arch="llama", spec="llama", modes=("forward",), ref="cpu", target="neuron", seed=0)
+        assert has_room(holder, dataclasses.replace(job, memory_gib=12.0))
+        assert not has_room(holder, dataclasses.replace(job, memory_gib=1.0))  # 600 MiB > half of 1 GiB
+    finally:
+        holder.kill()

@@ -9,7 +9,7 @@ send (the kernel's OOM killer: this host's memory), or ``error`` for any other d
 or exit code, with the log's last line).
 
 Workers are warm (torchferry.coverage.worker): a worker whose architecture's rows all ended normally
-(``REUSABLE``) takes the next architecture of its slot, which then skips the interpreter start and
+(``REUSABLE``), and whose address space is under half of ``--memory-gb``, takes the next architecture of its slot, which then skips the interpreter start and
 the imports of torch and transformers. Any other row (an error, a parity failure, this host's limit,
 a compile failure, a timeout, a death) closes it, and the slot's next architecture starts a fresh
 process, so that what went wrong in one row cannot reach another. ``reuse=False``
@@ -181,12 +181,31 @@ class Sweep:
             reusable = False
             raise
         finally:
-            if reusable and not self.stopping.is_set():
+            if reusable and not self.stopping.is_set() and has_room(proc, job):
                 with self.lock:
                     self.warm[threading.get_ident()] = proc
             else:
                 self._close(proc)
         return done
+
+
+def has_room(proc: WorkerProcess, job: CoverageJob) -> bool:
+    """Whether the worker's address space is under half of the job's ``--memory-gb``.
+
+    Freed memory stays in the process's heap, so a worker carries the largest architecture it ran so
+    far. Past half of the limit it is not reused: the next architecture gets the whole limit, as a
+    fresh process would, and cannot turn ``host-limit`` because of an earlier one."""
+    return _address_space(proc) < job.memory_limit_gib * 2**30 / 2
+
+
+def _address_space(proc: WorkerProcess) -> int:
+    """The process's address space in bytes (Linux's VmSize; 0 where /proc has none)."""
+    try:
+        status = Path(f"/proc/{proc.proc.pid}/status").read_text()
+    except OSError:
+        return 0
+    kib = next((line.split()[1] for line in status.splitlines() if line.startswith("VmSize:")), "0")
+    return int(kib) * 1024
 
 
 def _died(job: CoverageJob, mode: str, event: dict, log: Path) -> Row:
