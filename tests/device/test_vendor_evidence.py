@@ -115,6 +115,26 @@ def test_gumbel_softmax_soft_and_hard_gradients_differ_only_where_float64_comput
     assert within is (dtype == torch.float32)
 
 
+@pytest.mark.parametrize("mode", ["target", "host"])
+def test_clip_grad_norm_of_a_2e200_float64_gradient_is_nonfinite_only_where_float64_computes_as_float32(
+        numerics, mode: str):
+    """test_clip_grad_norm_error_if_nonfinite expects the order-1 norm of a float64 gradient of 2e200
+    to be finite, so `error_if_nonfinite=True` must not raise. With TorchNeuron's numerics the norm
+    is taken in float32, where 2e200 is inf, and it raises; with host numerics it stays finite."""
+    numerics(mode)
+    param = torch.ones(10, dtype=torch.float64, device="neuron", requires_grad=True)
+    param.mul(2e200).sum().backward()
+
+    def clip() -> torch.Tensor:
+        return torch.nn.utils.clip_grad_norm_([param], 1, norm_type=1, error_if_nonfinite=True)
+
+    if mode == "target":
+        with pytest.raises(RuntimeError, match="The total norm of order 1.0 for gradients"):
+            clip()
+    else:
+        assert torch.isfinite(clip().cpu())
+
+
 def test_a_complex_dtype_in_the_body_is_refused_where_the_name_does_not_say(neuron):
     """test_full_like_inference (and test_zeros, test_ones, test_eye, ...) run a native op on a complex
     tensor: the complex_dtypes rule refuses it; the same call in a real dtype runs."""
@@ -175,6 +195,7 @@ def _estimator():
     ("test_uniform_from_to_neuron_float64", "narrowing_64bit"),
     ("test_large_linspace_neuron_int64", "narrowing_64bit"),
     ("test_gumbel_softmax_neuron_float64", "narrowing_64bit"),
+    ("test_clip_grad_norm_error_if_nonfinite_neuron", "narrowing_64bit"),
     ("test_full_like_inference_neuron", "complex_dtypes"),
     ("test_zeros_neuron", "complex_dtypes"),
     ("test_gather_backward_with_empty_index_tensor_sparse_grad_True_neuron_float64", "sparse_tensors"),
