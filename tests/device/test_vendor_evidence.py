@@ -135,6 +135,18 @@ def test_clip_grad_norm_of_a_2e200_float64_gradient_is_nonfinite_only_where_floa
         assert torch.isfinite(clip().cpu())
 
 
+def test_channel_shuffle_of_a_channels_last_copy_is_refused_where_channels_first_runs(neuron):
+    """test_channel_shuffle (its name carries no format) shuffles a 4-D device tensor as it is, then
+    `x.contiguous(memory_format=torch.channels_last)`: the memory_format rule refuses that call, as
+    TorchNeuron's cast_policy.py does; the channels-first step (the clean twin) matches the CPU."""
+    x = torch.arange(1, 17).reshape(1, 4, 2, 2)
+    on_device = x.to("neuron")
+
+    torch.testing.assert_close(F.channel_shuffle(on_device, 2).cpu(), F.channel_shuffle(x, 2))
+    with pytest.raises(RuntimeError, match="only support contiguous or preserve memory format"):
+        on_device.contiguous(memory_format=torch.channels_last)
+
+
 def test_a_complex_dtype_in_the_body_is_refused_where_the_name_does_not_say(neuron):
     """test_full_like_inference (and test_zeros, test_ones, test_eye, ...) run a native op on a complex
     tensor: the complex_dtypes rule refuses it; the same call in a real dtype runs."""
@@ -196,6 +208,7 @@ def _estimator():
     ("test_large_linspace_neuron_int64", "narrowing_64bit"),
     ("test_gumbel_softmax_neuron_float64", "narrowing_64bit"),
     ("test_clip_grad_norm_error_if_nonfinite_neuron", "narrowing_64bit"),
+    ("test_channel_shuffle_neuron", "memory_format"),
     ("test_full_like_inference_neuron", "complex_dtypes"),
     ("test_zeros_neuron", "complex_dtypes"),
     ("test_gather_backward_with_empty_index_tensor_sparse_grad_True_neuron_float64", "sparse_tensors"),
