@@ -15,8 +15,10 @@ import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from torchferry.errors import UsageError
+from torchferry.harness.case import StepPlan
 from torchferry.harness.modes import EXECUTION, Mode, parse_mode
 from torchferry.harness.parity import Tolerance
 
@@ -85,6 +87,21 @@ class CheckConfig:
     def workload_options(self) -> dict:
         """The options offered to the workload's ``build()`` (the protocol's names, workloads/protocol.py)."""
         return {"size": self.size, "batch_size": self.batch_size, "seq_len": self.seq_len, "mode": self.mode}
+
+    def step_plan(self) -> StepPlan:
+        """How each worker's case runs its steps: derived here, once, from the validated values."""
+        return StepPlan(mode=self.mode, seed=self.seed, steps=self.steps, dtype=self.dtype, lr=self.lr,
+                        new_tokens=self.new_tokens, eval_seed=self.eval_seed)
+
+    def load_workload(self) -> Any:
+        """The workload, built in the worker with this config's options; a generate run needs its ``generate``
+        (only the built workload can say whether it has one)."""
+        from torchferry.workloads.protocol import load_workload
+
+        workload = load_workload(self.workload, self.workload_options(), self.workload_source)
+        if self.mode == Mode.GENERATE and not workload.generates:
+            raise UsageError(f"workload {self.workload!r} does not generate (no `generate`). Valid modes for it: train, forward.")
+        return workload
 
     def to_dict(self) -> dict:
         data = dataclasses.asdict(self)

@@ -33,6 +33,11 @@ def activities(device: Any) -> list:
     return [ProfilerActivity.CPU] + ([own] if extra else [])
 
 
+def rank_path(path: Path, rank: int, world: int) -> Path:
+    """Where rank ``rank`` writes its trace: ``path`` itself in one process, one file per rank under several."""
+    return path if world == 1 else path.with_suffix(f".rank{rank}.json")
+
+
 def trace(step: Callable[[int], Any], device: Any, path: Path, first: int, steps: int = STEPS) -> dict:
     """Run ``step(first + i)`` for ``steps`` steps under the profiler; write the Chrome trace to ``path`` atomically."""
     from torch.profiler import profile

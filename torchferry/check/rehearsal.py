@@ -57,6 +57,7 @@ from torchferry.report.check import (
 )
 
 if TYPE_CHECKING:
+    from torchferry.harness.case import ModelCase
     from torchferry.harness.window import Reading
 
 RECORD = "rehearsal-target.json"  # written by the target worker into the work folder
@@ -184,18 +185,39 @@ class Recorder:
             self.record["device_time_us"] = device_time(profiled_step, self.device)
         self.write()
 
-    def failed(self, exc: BaseException | None) -> dict | None:
-        """Record a placement error (the op and the user's line); None when ``exc`` is another error."""
+    def failed(self, exc: BaseException | None, message: str) -> str:
+        """The failure's ``message`` for the runner: a placement error (recorded with its op and the user's line)
+        is the user's code mixing devices, a portability failure rather than a crash, and says so."""
         placement = placement_of(exc) if exc is not None else None
-        if placement is not None:
-            self.record["placement"] = placement
-            self.write()
-        return placement
+        if placement is None:
+            return message
+        self.record["placement"] = placement
+        self.write()
+        return (f"portability failure: {placement['op']} at {placement['file']}:{placement['line']} "
+                f"(`{placement['code']}`): {message}")
 
     def write(self) -> None:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.record))
         os.replace(tmp, self.path)
+
+
+def start(workdir: Path, device: Any, emulates: str | None) -> Recorder | None:
+    """The target's recorder when its device emulates another, else None. An earlier run's record in a reused
+    output folder goes either way, so that the runner never judges a record this run did not write."""
+    (workdir / RECORD).unlink(missing_ok=True)
+    return Recorder(workdir / RECORD, device) if emulates else None
+
+
+def host_numerics_capture(case: ModelCase, model: Any, compile_backend: str | None, tensors: str) -> dict:
+    """The ``numerics`` role: the target's run and probe once more, in a process started with host numerics
+    (64-bit values kept at 64 bits), saved to ``tensors``, so that ``explain_numerics`` can tell whether the
+    target's 32-bit narrowing explains a parity failure. ``model``: a fresh copy on the device."""
+    from torchferry.device import numerics
+
+    run, _ = case.run(case.timed(model, compile_backend))  # one process: compiled as the timed run was
+    Capture(run=run, probe=case.probe()).save(tensors)
+    return {"numerics": numerics()}
 
 
 # -- judge (the runner) -----------------------------------------------------------------------

@@ -16,10 +16,15 @@ are labelled so and never decide the time result.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
 import statistics
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from torchferry.harness.protocol import T0_ENV
 from torchferry.report.check import DeviceTiming, TimingResult, TimingStatus
 
 if TYPE_CHECKING:
@@ -67,6 +72,41 @@ def percentile(values: list[float], q: float) -> float:
     k = (len(ordered) - 1) * q / 100
     lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+class StepClock:
+    """The capture half of the wall-clock figures, in the worker: times from the runner's clock just before the
+    spawn (``T0_ENV``), less the time spent saving checkpoints inside the timed run (``excluded``), so that a
+    resume checkpoint never counts as training time. ``figures`` is what ``device_timing`` reads back."""
+
+    def __init__(self, process_start: float, steps: int) -> None:
+        self.t0 = float(os.environ.get(T0_ENV, process_start))
+        self.steps = steps
+        self.figures: dict[str, Any] = {"python_start_s": process_start - self.t0}
+        self.excluded_s = 0.0
+
+    @contextlib.contextmanager
+    def lap(self, key: str) -> Iterator[None]:
+        """The seconds this block takes, recorded as ``figures[key]`` (import, load)."""
+        start = time.perf_counter()
+        yield
+        self.figures[key] = time.perf_counter() - start
+
+    @contextlib.contextmanager
+    def excluded(self) -> Iterator[None]:
+        """Time inside this block is taken out of every later figure."""
+        start = time.perf_counter()
+        yield
+        self.excluded_s += time.perf_counter() - start
+
+    def stepped(self, index: int, seconds: float) -> str | None:
+        """Record timed step ``index`` (its call took ``seconds``); the progress line after the first step."""
+        now = time.time() - self.t0 - self.excluded_s
+        if index == 0:
+            self.figures.update(first_call_s=seconds, cold_start_s=now)
+        if index + 1 == self.steps:
+            self.figures["time_to_n_s"] = now
+        return f"first result after {now:.1f} s (first call {seconds * 1e3:.0f} ms)" if index == 0 else None
 
 
 def captured(reading: Reading) -> dict[str, Any]:

@@ -17,7 +17,6 @@ runner's commands; every rank reports its own timings.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -25,12 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchferry.check import exit as exit_result, parity, resume, timing
+from torchferry.check import exit as exit_result, parity, rehearsal, resume, timing
 from torchferry.check.config import CheckConfig
-from torchferry.check.rehearsal import RECORD, Recorder
-from torchferry.errors import OutputError, UsageError, disk_full
 from torchferry.harness import launch
-from torchferry.harness.case import Capture, ModelCase, StepPlan
+from torchferry.harness.case import ModelCase
 from torchferry.harness.modes import Mode
 from torchferry.harness.window import Window
 from torchferry.harness.worker import Channel, run_case
@@ -38,9 +35,6 @@ from torchferry.harness.worker import Channel, run_case
 T_MAIN = time.time()
 ROLE_ENV = "TORCHFERRY_CHECK_ROLE"  # "ref" | "target" | "resume" | "numerics": visible to workloads, for test fixtures
 NUMERICS_ENV = "TORCHFERRY_NUMERICS"  # the "numerics" role reruns the target with host numerics
-# A failed rank stays alive this long after reporting: its launcher would otherwise stop every other rank at
-# once, and the runner could no longer tell a peer that hangs from one that was stopped (it waits 10 s).
-FAILED_RANK_WAIT_S = 60.0
 
 
 class Session:
@@ -49,65 +43,45 @@ class Session:
 
     def __init__(self, job: dict, channel: Channel) -> None:
         self.job, self.cfg, self.channel = job, CheckConfig.from_dict(job["config"]), channel
-        self.role = job["role"]
-        self.t0 = float(os.environ.get("TORCHFERRY_T0", T_MAIN))
-        self.outdir = Path(job["outdir"])
-        self.timing: dict[str, Any] = {"python_start_s": T_MAIN - self.t0}
-        self.excluded_s = 0.0  # time spent saving checkpoints inside the timed run
+        self.role, self.outdir = job["role"], Path(job["outdir"])
+        self.clock = timing.StepClock(T_MAIN, self.cfg.steps)
+        self.timing = self.clock.figures
         self.rank, self.world = channel.rank, channel.world
-        self.rehearsal: Recorder | None = None  # on a target that emulates another device (rank 0)
+        self.rehearsal: rehearsal.Recorder | None = None  # on a target that emulates another device (rank 0)
 
     def setup(self) -> None:
-        t = time.perf_counter()
-        import torch
+        with self.clock.lap("import_s"):
+            import torch
 
-        from torchferry.harness import devices
-        from torchferry.workloads.protocol import load_workload
-
+            from torchferry.harness import devices
         self.torch = torch
-        self.timing["import_s"] = time.perf_counter() - t
         self.channel.progress(f"imported torch {torch.__version__} ({self.timing['import_s']:.1f} s)")
         device = devices.resolve(self.job["device"])
         self.timing["emulates"] = devices.emulates(device)
         if self.world > 1:
             device, backend = launch.join_group(device, self.cfg.timeout)
             self.channel.progress(f"rank {self.rank} of {self.world} on {device}, backend {backend!r}")
-        t = time.perf_counter()
-        cfg = self.cfg
-        torch.manual_seed(cfg.seed)
-        workload = load_workload(cfg.workload, cfg.workload_options(), cfg.workload_source)
-        if cfg.mode == Mode.GENERATE and not workload.generates:
-            raise UsageError(f"workload {cfg.workload!r} does not generate (no `generate`). Valid modes for it: train, forward.")
-        plan = StepPlan(mode=cfg.mode, seed=cfg.seed, steps=cfg.steps, dtype=cfg.dtype, lr=cfg.lr,
-                        new_tokens=cfg.new_tokens, eval_seed=cfg.eval_seed)
-        self.case = case = ModelCase(workload, device, plan, self.rank, self.world)
-        first = workload.batch("cpu", cfg.seed)
-        self.batch_rows = case.rows_of(first)  # the runner checks the split over --nproc before the first step
-        self.channel.send("batch", rows=self.batch_rows)
-        if self.world > 1:
-            case.shard(first)  # an indivisible batch fails here, on every rank
-        self.model = case.fresh()
-        if self.role == "target" and self.rank == 0:
-            (self.outdir / RECORD).unlink(missing_ok=True)  # an earlier run's, in a reused output folder
-            if self.timing["emulates"]:
-                self.rehearsal = Recorder(self.outdir / RECORD, device)
-        devices.synchronize(device)
-        self.timing["load_s"] = time.perf_counter() - t
-        self.channel.progress(f"built {cfg.workload} on {device} ({self.timing['load_s']:.1f} s)")
+        with self.clock.lap("load_s"):
+            torch.manual_seed(self.cfg.seed)
+            self.case = case = ModelCase(self.cfg.load_workload(), device, self.cfg.step_plan(), self.rank, self.world)
+            first = case.workload.batch("cpu", self.cfg.seed)
+            self.batch_rows = case.rows_of(first)  # the runner checks the split over --nproc before the first step
+            self.channel.send("batch", rows=self.batch_rows)
+            if self.world > 1:
+                case.shard(first)  # an indivisible batch fails here, on every rank
+            self.model = case.fresh()
+            if self.role == "target" and self.rank == 0:
+                self.rehearsal = rehearsal.start(self.outdir, device, self.timing["emulates"])
+            devices.synchronize(device)
+        self.channel.progress(f"built {self.cfg.workload} on {device} ({self.timing['load_s']:.1f} s)")
 
     def after_primary_step(self, index: int, seconds: float, model: Any, opt: Any) -> None:
-        now = time.time() - self.t0 - self.excluded_s
-        if index == 0:
-            self.timing["first_call_s"] = seconds
-            self.timing["cold_start_s"] = now
-            self.channel.progress(f"first result after {now:.1f} s (first call {seconds * 1e3:.0f} ms)")
+        if (message := self.clock.stepped(index, seconds)) is not None:
+            self.channel.progress(message)
         if (self.role == "target" and self.rank == 0 and self.cfg.mode == Mode.TRAIN
                 and index + 1 == self.cfg.resume_step):
-            t = time.perf_counter()
-            resume.save(self.case, self.case.bare(model), opt, index + 1, self.outdir)
-            self.excluded_s += time.perf_counter() - t
-        if index + 1 == self.cfg.steps:
-            self.timing["time_to_n_s"] = now
+            with self.clock.excluded():
+                resume.save(self.case, self.case.bare(model), opt, index + 1, self.outdir)
 
     # -- the roles -------------------------------------------------------------------------
     def main_job(self) -> dict:
@@ -115,7 +89,7 @@ class Session:
         if self.role == "resume":
             return {"resume": resume.capture(self.case, self.outdir)}
         if self.role == "numerics":
-            return self.host_numerics_run()
+            return rehearsal.host_numerics_capture(self.case, self.model, self.cfg.compile, self.job["tensors"])
         return self.timed_run()
 
     def timed_run(self) -> dict:
@@ -123,13 +97,7 @@ class Session:
         case, cfg = self.case, self.cfg
         compiling = self.role == "target" and bool(cfg.compile)
         window = Window(case.device, cfg.compile if compiling else None)  # the timed run's figures
-        model = self.model
-        if self.world > 1 and cfg.mode == Mode.TRAIN:
-            from torch.nn.parallel import DistributedDataParallel
-
-            model = DistributedDataParallel(model, device_ids=None)
-        if compiling:
-            model = self.torch.compile(model, backend=cfg.compile)
+        model = case.timed(self.model, cfg.compile if compiling else None)
         watch = self.rehearsal.step if self.rehearsal is not None else None
         primary, opt = case.run(model, watch=watch, after_step=self.after_primary_step)
         self.channel.progress(f"{cfg.steps} steps in {self.timing['time_to_n_s']:.1f} s from process start")
@@ -154,16 +122,6 @@ class Session:
         capture.save(self.job["tensors"])
         return summary
 
-    def host_numerics_run(self) -> dict:
-        """The target's run and probe once more, in a process started with host numerics (64-bit values kept at
-        64 bits), so that the runner can tell whether the target's 32-bit narrowing explains a parity failure."""
-        from torchferry.device import numerics
-
-        model = self.torch.compile(self.model, backend=self.cfg.compile) if self.cfg.compile else self.model
-        run, _ = self.case.run(model)
-        Capture(run=run, probe=self.case.probe()).save(self.job["tensors"])
-        return {"numerics": numerics()}
-
     # -- the runner's commands after the main job ------------------------------------------------
     def steady(self, reps: int, offset: int) -> list[float]:
         """Timed repetitions of one step, for the runner to interleave across devices."""
@@ -175,9 +133,8 @@ class Session:
         from torchferry.check import profiling
 
         model, opt = self.live
-        trace = Path(path) if self.world == 1 else Path(path).with_suffix(f".rank{self.rank}.json")
-        return profiling.trace(lambda index: self.case.step(model, opt, index), self.case.device, trace,
-                               self.cfg.steps + offset)
+        return profiling.trace(lambda index: self.case.step(model, opt, index), self.case.device,
+                               profiling.rank_path(Path(path), self.rank, self.world), self.cfg.steps + offset)
 
 
 def main(argv: list[str]) -> int:
@@ -201,23 +158,13 @@ def main(argv: list[str]) -> int:
 
     outcome = run_case(serve)
     if not outcome.ok:  # report the failure to the runner, then exit non-zero
-        with contextlib.suppress(OSError):  # a full disk holds the log too: the event below matters more
-            sys.stderr.write(outcome.traceback)  # the whole traceback, torchferry's frames too, in this worker's log
-            sys.stderr.flush()
-        event = outcome.error_event()
-        if outcome.kind != OutputError.slug and disk_full(outcome.exception, session.outdir):
-            event.update(kind=OutputError.slug, traceback="")  # torch.save says "unexpected pos" for a full disk
-        if event["kind"] == OutputError.slug:
-            event["message"] = (f"the disk holding {session.outdir} is full: the {job['role']} worker could not write "
-                                f"its files ({event['type']}: {event['message']}). Free space there, or pass an "
-                                "--output DIR on a disk with room")
-        placement = session.rehearsal.failed(outcome.exception) if session.rehearsal else None
-        if placement is not None:  # the user's code mixes devices: a portability failure, not a crash
-            event["message"] = (f"portability failure: {placement['op']} at {placement['file']}:{placement['line']} "
-                                f"(`{placement['code']}`): {event['message']}")
+        outcome.log_traceback()
+        event = outcome.failure_event(session.outdir, f"{job['role']} worker")
+        if session.rehearsal is not None:
+            event["message"] = session.rehearsal.failed(outcome.exception, event["message"])
         channel.send("error", **event, timing=session.timing)
         if channel.world > 1:
-            time.sleep(FAILED_RANK_WAIT_S)  # the runner gathers the other ranks' states, then stops the launcher
+            time.sleep(launch.FAILED_RANK_WAIT_S)  # the runner gathers the other ranks' states, then stops the launcher
         return 1
     return 0
 

@@ -300,6 +300,16 @@ class ModelCase:
             model = getattr(model, "module", model)
         return getattr(model, "_orig_mod", model)
 
+    def timed(self, model: Any, compile_backend: str | None = None) -> Any:
+        """``model`` as the timed run steps it: inside DistributedDataParallel when several processes train (each on
+        its shard, gradients averaged over ranks), then compiled with ``compile_backend`` if one is given. ``bare``
+        undoes both."""
+        if self.world > 1 and self.plan.mode == Mode.TRAIN:
+            from torch.nn.parallel import DistributedDataParallel
+
+            model = DistributedDataParallel(model, device_ids=None)
+        return self.torch.compile(model, backend=compile_backend) if compile_backend else model
+
     # -- one step of the mode ------------------------------------------------------------
     def step(self, model: Any, opt: Any, index: int, fp64: bool = False,
              watch: Callable[[Any], Any] | None = None) -> tuple[float, Any]:

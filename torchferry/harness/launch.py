@@ -17,6 +17,9 @@ from pathlib import Path
 from typing import Any
 
 MONITOR_INTERVAL_S = "0.1"  # how often the launcher checks its ranks (a dead rank stops the others this fast)
+# A failed rank stays alive this long after reporting: its launcher would otherwise stop every other rank at
+# once, and the runner could no longer tell a peer that hangs from one that was stopped (it waits 10 s).
+FAILED_RANK_WAIT_S = 60.0
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from torchferry.errors import StepTimeoutError
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder holding the torchferry package
+T0_ENV = "TORCHFERRY_T0"  # the parent's clock (time.time()) just before the spawn: workers time from it
 TERM_GRACE_S = 5.0  # how long a launcher gets to stop its ranks after SIGTERM
 
 
@@ -38,7 +39,7 @@ def worker_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a worker: this one, torchferry importable, the spawn time for cold-start figures."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    env["TORCHFERRY_T0"] = repr(time.time())
+    env[T0_ENV] = repr(time.time())
     env.update(extra or {})
     return env
 

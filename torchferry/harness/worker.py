@@ -8,6 +8,7 @@ error slug, so that check and coverage workers report failures the same way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchferry.errors import kind_of
+from torchferry.errors import OutputError, disk_full, kind_of
 
 PACKAGE = str(Path(__file__).resolve().parents[1]) + os.sep  # torchferry's own files: not the user's frames
 
@@ -76,6 +77,25 @@ class Outcome:
 
     def error_event(self) -> dict:
         return {"kind": self.kind, "type": self.type, "message": self.message, "traceback": self.user_traceback}
+
+    def failure_event(self, folder: Path, who: str) -> dict:
+        """``error_event``, with a full disk under ``folder`` named as the output error it is: torch.save reports
+        one as "unexpected pos", and the user's next step is to free space or choose another --output."""
+        event = self.error_event()
+        if self.kind != OutputError.slug and self.exception is not None and disk_full(self.exception, folder):
+            event.update(kind=OutputError.slug, traceback="")
+        if event["kind"] == OutputError.slug:
+            event["message"] = (f"the disk holding {folder} is full: the {who} could not write its files "
+                                f"({event['type']}: {event['message']}). Free space there, or pass an --output DIR "
+                                "on a disk with room")
+        return event
+
+    def log_traceback(self) -> None:
+        """The whole traceback, torchferry's frames too, to stderr (this worker's log); a full disk that holds
+        the log too must not stop the failure's event, which matters more."""
+        with contextlib.suppress(OSError):
+            sys.stderr.write(self.traceback)
+            sys.stderr.flush()
 
 
 def user_traceback(exc: BaseException) -> str:
