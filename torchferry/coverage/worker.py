@@ -43,6 +43,7 @@ from torchferry.errors import DeviceOutOfMemoryError
 from torchferry.harness import case as on_device
 from torchferry.harness.case import is_host_oom, is_oom
 from torchferry.harness.modes import Mode
+from torchferry.harness.protocol import T0_ENV
 from torchferry.harness.window import Window, dynamo_graphs
 from torchferry.harness.worker import Channel, Outcome, run_case
 from torchferry.report.comparison import Comparison, ComparisonStatus, describe
@@ -433,7 +434,7 @@ def main(argv: list[str]) -> int:
     job = _load(argv[0])
     _limit_memory(job.memory_gib)  # one sweep's jobs share the limit and the threads: set once per process
     _set_threads(job.threads)
-    run_job(channel, job, start_s=started - float(os.environ.get("TORCHFERRY_T0", started)))
+    run_job(channel, job, start_s=started - float(os.environ.get(T0_ENV, started)))
     for command in channel.commands():  # warm: the parent's next architecture, until it says quit
         _log_to(Path(command["log"]))
         _fresh_state()

@@ -44,11 +44,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from torchferry.harness.protocol import T0_ENV
+
 RECORD_ENV = "TORCHFERRY_RECORD"  # folder of the records; unset: the recorders stay off
 STEPS_ENV = "TORCHFERRY_RECORD_STEPS"  # stop after this many optimizer steps
 SEED_ENV = "TORCHFERRY_RECORD_SEED"  # seed the RNGs at start
 SEED_OFFSET_ENV = "TORCHFERRY_RECORD_SEED_OFFSET"  # added to every torch seed (the reference's second run)
-T0_ENV = "TORCHFERRY_T0"  # the parent's clock (time.time()) just before the spawn
 PARAMETER_TENSORS_LIMIT = 50_000_000  # final parameters up to this many elements are kept whole (else hashed only)
 PLACEMENT_TEXT = "Expected all tensors to be on the same device"
 
