@@ -76,6 +76,37 @@ print(json.dumps(out))
 """
 
 
+# Known issues inside compiled graphs (compile/known_issues.py): `clamp_min` (TorchNeuron: "StableHLO
+# broadcast_dimensions mismatch", every dtype) and `sin` ("bfloat16 gradient mismatch") in one
+# `torch.compile(backend="neuron")` function, run twice in float32 then twice in bfloat16; its clean twin
+# computes with neither (`relu` and a product) in both dtypes.
+_COMPILED_TWINS = """
+import json, warnings
+import torch, torchferry.device
+torchferry.device.enable()
+
+def with_issues(x):
+    return torch.clamp_min(torch.sin(x * 2.0), 0.1).sum()
+
+def twin(x):
+    return torch.relu(x * 2.0 - 0.1).sum()
+
+out = {}
+for name, fn in (("twin", twin), ("issues", with_issues)):
+    compiled = torch.compile(fn, backend="neuron")
+    for dtype in (torch.float32, torch.bfloat16):
+        torch.neuron.clear_op_tracking()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for step in range(2):
+                compiled(torch.linspace(-1.0, 1.0, 16, device="neuron", dtype=dtype))
+        out[f"{name} {dtype}"] = {"warnings": [str(w.message).split(" ")[0] for w in caught
+                                               if "known issue" in str(w.message)],
+                                  "issues": {i["op"]: i["calls"] for i in torchferry.device.known_issues()}}
+print(json.dumps(out))
+"""
+
+
 def _run_fresh(script: str) -> dict:
     """The JSON the script prints last, run in a fresh process (the warnings come once per op and process)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TORCHFERRY_", "NEURON_RT_"))}
@@ -157,3 +188,24 @@ def test_a_known_issue_with_an_unknown_dtype_is_a_clear_error(tmp_path):
     with pytest.raises(UsageError, match=r"issues.toml:2: known issue 'aten::remainder' has dtypes \['bf16'\], not "
                                          r"torch dtype names"):
         load_known_issues(table)
+
+
+@pytest.fixture(scope="module")
+def compiled_twins():
+    return _run_fresh(_COMPILED_TWINS)
+
+
+@pytest.mark.slow
+def test_known_issues_inside_a_compiled_graph_count_per_call_and_honour_dtype_scopes(compiled_twins):
+    # float32: clamp_min's unscoped issue, once per call of the graph; sin's bfloat16-only issue is silent.
+    assert compiled_twins["issues torch.float32"] == {"warnings": ["aten::clamp_min"],
+                                                      "issues": {"aten::clamp_min": 2}}
+    # bfloat16: sin's issue now applies (clamp_min warned already: one warning per op and process).
+    assert compiled_twins["issues torch.bfloat16"] == {"warnings": ["aten::sin"],
+                                                       "issues": {"aten::clamp_min": 2, "aten::sin": 2}}
+
+
+@pytest.mark.slow
+def test_a_compiled_clean_twin_gets_no_known_issue_in_either_dtype(compiled_twins):
+    for dtype in ("torch.float32", "torch.bfloat16"):
+        assert compiled_twins[f"twin {dtype}"] == {"warnings": [], "issues": {}}

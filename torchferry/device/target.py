@@ -132,6 +132,18 @@ def runs_on_host(op: str) -> bool:
     return _op_codes.get(op, _default_code) & 3 in (HOST_COPY, HOST_PREDICTED)
 
 
+def known_issue_dtypes(op: str) -> frozenset[torch.dtype] | None:
+    """The dtypes a known issue of the target's vendor with `op` (a full ATen name) is scoped
+    to: empty when it is not scoped (every dtype), None when the op has no known issue."""
+    import torch
+
+    from torchferry.device import _runtime
+
+    known = _runtime.profile().known_issues
+    issue = known.by_op.get(op) if known is not None else None
+    return None if issue is None else frozenset(getattr(torch, d) for d in issue.dtypes)
+
+
 def start(core: ModuleType, profile: DeviceProfile, environ: Mapping[str, str]) -> None:
     """Load the persistent signatures and arrange the exit-time save and summary."""
     global _cache
@@ -242,7 +254,9 @@ def known_issues() -> list[dict[str, object]]:
     """The target's known issues among the ops run since the last `torch.neuron.clear_op_tracking()`,
     one record per vendor op (``op``, ``kind``, ``reason``, ``scope``, ``source``, ``dtypes``, ``calls``,
     ``overloads``), most calls first. An issue scoped to dtypes (``dtypes`` not empty: "bfloat16
-    gradient mismatch") counts only the calls that ran on a device tensor of one of them. Empty when the profile has no known-issue table.
+    gradient mismatch") counts only the calls that ran on a device tensor of one of them. The ops
+    of compiled graphs count once per call of their graph (`compile.known_issues`). Empty when
+    the profile has no known-issue table.
 
     The records are evidence from the vendor's own CI (its tests skip these ops), not a failure
     measured here: the device runs them with the CPU's kernels. See docs/device/fidelity.md."""
@@ -254,10 +268,11 @@ def known_issues() -> list[dict[str, object]]:
     core, by_op = _core(), known.by_op
     calls: dict[str, int] = {}  # vendor op -> calls of its overloads (in its dtypes, where scoped)
     overloads: dict[str, list[str]] = {}
-    scoped = core._known_issue_calls()
-    for counts in (core._executed_ops(), core._fallback_ops(), scoped):
+    scoped, in_graphs = core._known_issue_calls(), core._graph_known_issue_calls()
+    for counts in (core._executed_ops(), core._fallback_ops(), scoped, in_graphs):
         for name, n in sorted(counts.items()):
-            if name in by_op and bool(by_op[name].dtypes) == (counts is scoped):
+            # Op counts hold every call; the scoped and graph counts only those in scope.
+            if name in by_op and (counts is in_graphs or bool(by_op[name].dtypes) == (counts is scoped)):
                 op = by_op[name].op
                 calls[op] = calls.get(op, 0) + n
                 if name not in overloads.setdefault(op, []):

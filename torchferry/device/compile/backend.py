@@ -5,7 +5,8 @@ rejects `dynamic=True`, ignores modes other than `default` and keeps compiled ar
 disk. This backend checks that contract (`contract`), lowers the graph as the host's graph
 (`host_graph`) through Inductor's `compile_fx` with forward and backward compilers of its
 own (`_DeviceCompiler`: Inductor's `compile_fx_inner`, its code wrapped to run on device
-tensors, counting the predicted host fallbacks it holds: `fallbacks`), records each compiled graph (`metrics`) and compiles inside torchferry's
+tensors, counting the predicted host fallbacks and the vendor's known issues it holds: `fallbacks`,
+`known_issues`), records each compiled graph (`metrics`) and compiles inside torchferry's
 persistent cache (`cache`).
 
 `neuron_backend` is the `torch_dynamo_backends` entry point named in pyproject.toml.
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchferry.device.compile import cache, contract, fallbacks, host_graph, metrics, numerics
+from torchferry.device.compile import cache, contract, fallbacks, host_graph, known_issues, metrics, numerics
 
 BACKEND_NAME = "neuron"
 
@@ -44,6 +45,7 @@ class _DeviceCompiler:
 
         numerics.narrow_64bit(gm)  # the target's 32-bit arithmetic, as the eager device computes it
         host_ops = fallbacks.host_ops(gm) if self.index is not None else []
+        issues = known_issues.known_issue_ops(gm) if self.index is not None else []
         before = dict(counters["inductor"])
         start = time.perf_counter_ns()
         # The backward graph is compiled lazily, at the first backward, outside the scope
@@ -68,7 +70,7 @@ class _DeviceCompiler:
             cache_key=cache.graph_key(gm.code, metrics.signature(example_inputs)),
             input_signature=self.signature, kind=kind, compile_id=self.compile_id,
         )
-        return compiled if self.index is None else host_graph.DeviceCode(compiled, self.index, host_ops)
+        return compiled if self.index is None else host_graph.DeviceCode(compiled, self.index, host_ops, issues)
 
 
 def neuron_backend(

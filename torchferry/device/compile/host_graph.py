@@ -132,14 +132,17 @@ class DeviceCode:
     graph sorts its results on every call.
     """
 
-    def __init__(self, compiled: Any, index: int, host_ops: list[str] | None = None) -> None:
+    def __init__(self, compiled: Any, index: int, host_ops: list[str] | None = None,
+                 known_issues: list[str] | None = None) -> None:
         self.compiled, self.index = compiled, index
         self.host_ops = host_ops or []  # counted per call as predicted host fallbacks (`fallbacks`)
+        self.known_issues = known_issues or []  # counted per call (`compile.known_issues`)
         self._boxed_call = True  # an instance attribute: wrappers copy __dict__ (functools.wraps)
         core = _runtime.core()
         self._host_view, self._adopt = core._host_view, core._adopt_host_results
         self._run = core._call_with_device_memory
         self._account = core._account_ops
+        self._note_known_issues = core._note_graph_known_issues
         self._plan: _Plan | None = None
 
     def _host(self, args: list[Any]) -> list[Any]:
@@ -149,6 +152,8 @@ class DeviceCode:
     def __call__(self, args: list[Any]) -> list[Any]:
         if self.host_ops:
             self._account(self.host_ops)
+        if self.known_issues:
+            self._note_known_issues(self.known_issues)
         plan = self._plan
         if plan is None:
             return self._sort(args)

@@ -3,6 +3,7 @@
 #include "neuron.h"
 
 #include <c10/core/AutogradState.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/extension.h>
 
@@ -37,6 +38,15 @@ py::dict memory_stats(c10::DeviceIndex index) {
   d["num_device_free"] = s.num_device_free;
   d["capacity_bytes"] = device_capacity(index);
   return d;
+}
+
+// Calls `account` with the op names, its TORCH_WARNs raised as Python warnings (as an op
+// called from Python warns), so that warning filters and `warnings.catch_warnings` see them.
+template <void (*account)(const std::vector<std::string>&)>
+void with_python_warnings(const std::vector<std::string>& op_names) {
+  HANDLE_TH_ERRORS
+  account(op_names);
+  END_HANDLE_TH_ERRORS_PYBIND
 }
 
 }  // namespace
@@ -74,7 +84,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("_register_cpu_kernels", &register_cpu_kernels);
   m.def("_register_native_composites", &register_native_composites);
-  m.def("_account_ops", &account_ops);
+  m.def("_account_ops", &with_python_warnings<account_ops>);
   m.def("_unboxed_ops", &unboxed_op_names);
   // Called at interpreter exit (atexit). The autograd engine's worker thread for
   // each device keeps its last graph task, and with it Python objects from the
@@ -117,6 +127,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_fallback_reasons", &fallback_reasons_seen);
   m.def("_set_known_issues", &set_known_issues);
   m.def("_known_issue_calls", &known_issue_calls);
+  m.def("_note_graph_known_issues", &with_python_warnings<note_graph_known_issues>);
+  m.def("_graph_known_issue_calls", &graph_known_issue_calls);
   m.def("_host_syncs", &host_syncs);
   m.def("_eager_compile_counts", &eager_compile_counts);
   m.def("_load_persisted_signatures", &load_persisted_signatures);

@@ -65,6 +65,8 @@ struct ScopedIssue {
 };
 std::deque<ScopedIssue> g_scoped_issues;
 std::unordered_map<std::string, int> g_scoped_issue_slot;
+// Known issues met in compiled graphs, per op: each call of a graph counts the issues it holds.
+std::unordered_map<std::string, int64_t> g_graph_issue_calls;
 std::unordered_map<std::string, int64_t> g_syncs;
 TargetConfig g_config;
 
@@ -381,6 +383,31 @@ void note_known_issue(const OpInfo& info) {
   if (!warning.empty()) TORCH_WARN(warning);
 }
 
+void note_graph_known_issues(const std::vector<std::string>& op_names) {
+  std::vector<std::string> warnings;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    for (const std::string& name : op_names) {
+      const std::string* warning = nullptr;
+      if (auto it = g_known_issues.find(name); it != g_known_issues.end()) {
+        warning = &it->second;
+      } else if (auto slot = g_scoped_issue_slot.find(name); slot != g_scoped_issue_slot.end()) {
+        warning = &g_scoped_issues[slot->second].warning;
+      }
+      TORCH_CHECK_VALUE(warning != nullptr, name, " is not a known issue of the device profile '", g_config.profile,
+                        "'");
+      ++g_graph_issue_calls[name];
+      if (g_known_issues_warned.insert(*warning).second) warnings.push_back(*warning);
+    }
+  }
+  for (const std::string& warning : warnings) TORCH_WARN(warning);
+}
+
+std::unordered_map<std::string, int64_t> graph_known_issue_calls() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_graph_issue_calls;
+}
+
 std::unordered_map<std::string, int64_t> known_issue_calls() {
   std::lock_guard<std::mutex> lock(g_mutex);
   std::unordered_map<std::string, int64_t> out;
@@ -430,6 +457,7 @@ void clear_op_tracking() {
     entry.fallback = 0;
   }
   for (ScopedIssue& issue : g_scoped_issues) issue.calls = 0;
+  g_graph_issue_calls.clear();
   g_syncs.clear();
 }
 

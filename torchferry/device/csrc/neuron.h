@@ -312,6 +312,11 @@ void set_known_issues(const std::unordered_map<std::string, std::string>& warnin
 void note_known_issue(const OpInfo& info);
 // op -> its calls in the dtypes of its known issue, since clear_op_tracking.
 std::unordered_map<std::string, int64_t> known_issue_calls();
+// One call of a compiled graph that holds these known-issue ops (dtype scopes judged by the
+// graph, compile/known_issues.py): counted per op, and each issue's warning on its first call.
+void note_graph_known_issues(const std::vector<std::string>& op_names);
+// op -> its calls in compiled graphs, since clear_op_tracking.
+std::unordered_map<std::string, int64_t> graph_known_issue_calls();
 std::unordered_map<std::string, std::string> fallback_reasons_seen();
 std::unordered_map<std::string, int64_t> host_syncs();
 void clear_op_tracking();
