@@ -119,7 +119,8 @@ def test_zamba_runs_forward_on_the_device_with_its_shared_block_still_shared():
     row = run_case("causal-lm", "zamba", ["forward"], case_out=cases)["forward"]
     assert row["category"] in RUNS_CORRECTLY, row["reason"]
     assert row["variant"] == "tiny" and row["checks"] == 1 and row["failed_checks"] == 0
-    _, target, _ = cases[0].copies()
+    _, on_target = cases[0].cases(cases[0].plan())
+    target = cases[0].fresh(on_target)  # the target's copy, as the forward ran it
     first, second = (layer.shared_transf.self_attn.q_proj.weight for layer in target.model.layers
                      if hasattr(layer, "shared_transf"))
     assert first is second and first.device.type == cases[0].target.type

@@ -181,7 +181,7 @@ def test_method_torchneuron_runs_one_forward_backward_at_1024_tokens(tmp_path):
     model = cases[0].model
     assert model.config.num_hidden_layers == 2 and model.config.hidden_size == 32
     assert model.config._attn_implementation == "sdpa"  # the vendor's eager setting is a no-op
-    inputs = cases[0].inputs(1, 1024)
+    inputs = cases[0].cases(cases[0].plan())[0].batch(0)  # what the reference trains on
     assert inputs["input_ids"].shape == (1, 1024) and int(inputs["input_ids"].max()) < 1024
     assert set(inputs) == {"input_ids", "attention_mask", "labels"}
 

@@ -7,7 +7,7 @@ import torch
 
 from torchferry.errors import NonFiniteError
 from torchferry.harness import case
-from torchferry.harness.case import Capture, ProbeCapture, RunCapture
+from torchferry.harness.case import Capture, ModelCase, ProbeCapture, RunCapture, StepPlan
 from torchferry.harness.modes import Mode
 
 
@@ -78,3 +78,73 @@ def test_a_non_finite_forward_names_its_first_non_finite_module(mlp_case):
     case.pristine = model  # every fresh copy (the diagnosis probes one) carries the NaN weights
     with pytest.raises(NonFiniteError, match=r"NaN/Inf at step 1; first module with a non-finite output: '0'"):
         case.run(case.fresh())
+
+
+# -- the plan's parameters where coverage measures otherwise (one step loop for both commands) ---------------
+def test_an_sgd_plan_on_a_repeated_batch_keeps_losses_as_tensors_and_the_first_steps_gradients(mlp_case, monkeypatch):
+    case = mlp_case(Mode.TRAIN, steps=2, optimizer="sgd", lr=1e-2, same_batch=True, in_process=True)
+    built = []
+    batch = case.batch
+    monkeypatch.setattr(case, "batch", lambda index, fp64=False: built.append(index) or batch(index, fp64))
+    model = case.fresh()
+    run, opt = case.run(model)
+    assert isinstance(opt, torch.optim.SGD) and opt.defaults["lr"] == 1e-2 and built == [0]  # one batch, built once
+    assert run.losses == [] and [t.shape for t in run.outputs] == [torch.Size([])] * 2
+    assert run.outputs[1] < run.outputs[0]  # the optimizer stepped on the same batch between them
+    first = mlp_case(Mode.TRAIN, steps=1, optimizer=None, in_process=True)
+    one = first.run(first.fresh())[0]
+    assert run.grads.keys() == one.grads.keys()
+    assert all(torch.equal(run.grads[n], one.grads[n]) for n in one.grads)  # step 1's, not step 2's
+
+
+def test_a_plan_without_an_optimizer_runs_forward_and_backward_and_keeps_the_parameters_own_gradients(mlp_case):
+    case = mlp_case(Mode.TRAIN, steps=1, optimizer=None, in_process=True)
+    model = case.fresh()
+    run, opt = case.run(model)
+    assert opt is None and len(run.outputs) == 1
+    assert all(run.grads[n] is p.grad for n, p in model.named_parameters())  # no copy of a large model's gradients
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), case.pristine.parameters()))  # no step taken
+
+
+def test_the_generators_are_seeded_each_step_or_once_per_run_as_the_plan_says(mlp_case, monkeypatch):
+    for plan, expected in (({}, [0, 1, 2]), ({"seed_each_step": False}, [0])):
+        case = mlp_case(Mode.FORWARD, **plan)
+        seeded = []
+        monkeypatch.setattr(case, "seed_step", seeded.append)
+        case.run(case.fresh())
+        assert seeded == expected, plan
+
+
+def test_an_in_process_forward_keeps_every_output_and_leaves_a_nan_to_the_parity_rule(mlp_case):
+    case = mlp_case(Mode.FORWARD, steps=2, inference_mode=False, in_process=True)
+    model = case.fresh()
+    with torch.no_grad():
+        model[0].weight.fill_(float("nan"))
+    with case.no_grad():
+        assert not torch.is_grad_enabled() and not torch.is_inference_mode_enabled()  # torch.no_grad, as asked
+    run, _ = case.run(model)  # no NonFiniteError: the parity rule judges a NaN in this process
+    assert len(run.outputs) == 2 and bool(torch.isnan(run.outputs[0]).all())
+    assert not run.outputs[0].is_inference()
+
+
+def test_generate_arguments_add_the_workloads_options_and_a_static_cache_only_where_the_plan_keeps_it():
+    class Workload:
+        model = torch.nn.Linear(1, 1)
+
+        def generate_options(self, model):
+            return {"output_scores": True}
+
+    class Static(torch.nn.Linear):
+        _can_compile_fullgraph = True  # transformers' mark of a model that takes a static cache
+
+    plan = StepPlan(mode=Mode.GENERATE, seed=0, steps=1, new_tokens=3)
+    kwargs = ModelCase(Workload(), torch.device("cpu"), plan).generate_kwargs(Static(1, 1), {"input_ids": 1})
+    assert kwargs == {"input_ids": 1, "max_new_tokens": 3, "do_sample": False, "output_scores": True,
+                      "cache_implementation": "static"}
+    dynamic = StepPlan(mode=Mode.GENERATE, seed=0, steps=1, static_cache=False)
+    assert "cache_implementation" not in ModelCase(Workload(), torch.device("cpu"), dynamic).generate_kwargs(Static(1, 1), {})
+
+
+def test_an_unknown_optimizer_is_refused_with_the_valid_names():
+    with pytest.raises(ValueError, match=r"'adam' is not one of adamw, sgd or None"):
+        StepPlan(mode=Mode.TRAIN, seed=0, steps=1, optimizer="adam")

@@ -6,7 +6,10 @@ the reference device (the suite, torchferry.coverage.suites, says how to build, 
 its family; the method, torchferry.coverage.methods, how big and how many steps) (imports dominate a case's time, so the modes of one
 architecture share a process), and for each mode copies it to the target, runs it on both plus
 a float64 golden run on the reference, judges with the harness's parity rule
-(torchferry.harness.parity) and sends that mode's row before starting the next. It speaks the
+(torchferry.harness.parity) and sends that mode's row before starting the next. The runs step
+through the harness's one case runner, as `ferry check`'s do (torchferry.harness.case.ModelCase,
+fed the suite's inputs by torchferry.coverage.workload); coverage's own measure (SGD steps, one
+repeated batch, the seed set once, results judged here) is its ``StepPlan``. It speaks the
 harness's worker protocol: a ``ready`` event once the model is built, then one ``row`` event per
 mode. A crash or hang still costs one row: the parent times each mode, kills the process group,
 records the mode in progress, and runs the remaining modes in a fresh process.
@@ -33,15 +36,17 @@ import os
 import resource
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from torchferry.coverage import predict
 from torchferry.coverage.job import CoverageJob
 from torchferry.coverage.results import error_signature
+from torchferry.coverage.workload import NEW_TOKENS, SuiteWorkload
 from torchferry.errors import DeviceOutOfMemoryError
 from torchferry.harness import case as on_device
-from torchferry.harness.case import is_host_oom, is_oom
+from torchferry.harness.case import ModelCase, RunCapture, StepPlan, is_host_oom, is_oom
 from torchferry.harness.modes import Mode
 from torchferry.harness.protocol import T0_ENV
 from torchferry.harness.window import Window, dynamo_graphs
@@ -49,7 +54,8 @@ from torchferry.harness.worker import Channel, Outcome, run_case
 from torchferry.report.comparison import Comparison, ComparisonStatus, describe
 from torchferry.report.coverage import Category
 
-PROMPT, NEW_TOKENS = 8, 8
+SGD_LR = 1e-2  # train: the optimizer steps' learning rate
+REF_WORK = {Mode.FORWARD: "a forward", Mode.GENERATE: "greedy generation", Mode.TRAIN: "a training step"}  # a skip's words
 MAX_PARAMS = 60_000_000  # the milder shrink variant must stay small enough to run three copies
 SMOKE = (1, 4)  # (batch, length) of the forward that proves a variant runs on the reference
 
@@ -155,22 +161,39 @@ class Case:
             return MAX_PARAMS
         return int(self.job.memory_limit_gib * 2**30 / (self.method.copies * dtype.itemsize))
 
-    def inputs(self, batch: int, seq: int, seed: int = 0) -> dict[str, Any]:
-        return self.suite.inputs(self.model, batch, seq, self.job.seed + seed, self.method)
+    # -- modes: the harness's one case runner, as coverage parameterises it -------------------
+    def plan(self) -> StepPlan:
+        """How the mode in progress steps (torchferry.harness.case.StepPlan): every forward input signature once;
+        ``optimizer_steps`` SGD steps on one repeated batch, or one forward and backward when 0; one greedy
+        generation. Seeded once per run, under ``torch.no_grad``, judged here."""
+        mode = Mode(self.mode)
+        steps = {Mode.FORWARD: len(self.shapes()), Mode.TRAIN: max(1, self.method.optimizer_steps), Mode.GENERATE: 1}
+        return StepPlan(mode=mode, seed=self.job.seed, steps=steps[mode], lr=SGD_LR, new_tokens=NEW_TOKENS,
+                        optimizer="sgd" if self.method.optimizer_steps else None, seed_each_step=False,
+                        same_batch=mode == Mode.TRAIN, inference_mode=False, in_process=True)
 
-    def copies(self) -> tuple[Any, Any, Any | None]:
-        """(reference model, target model, float64 golden model or None when fp64 cannot be built)."""
-        ref = on_device.fresh(self.model, self.ref, inference=False)  # built in eval mode; train() switches
-        target = on_device.fresh(self.model, self.target, inference=False)
-        if not self.method.golden:
-            return ref, target, None
-        try:
-            golden = on_device.fresh(self.model, self.ref, inference=False, fp64=True)
-        except Exception:
-            golden = None
-        return ref, target, golden
+    def shapes(self) -> list[tuple[int, int]]:
+        """One (batch, length) per forward input signature (two under --compile: the recompile check); train's one."""
+        if self.mode == Mode.FORWARD:
+            return self.suite.shapes(self.method.batch, self.method.seq, bool(self.job.compile))
+        return [(self.method.batch, self.method.seq)]
+
+    def cases(self, plan: StepPlan) -> tuple[ModelCase, ModelCase]:
+        """The built model on the reference and on the target, fed as the suite feeds it."""
+        workload = SuiteWorkload(self.suite, self.model, self.method, loss_seed=self.job.seed + 7,
+                                 shapes={self.job.seed + i: s for i, s in enumerate(self.shapes())},
+                                 prompt=plan.mode == Mode.GENERATE, compiled=bool(self.job.compile))
+        return ModelCase(workload, self.ref, plan), ModelCase(workload, self.target, plan)
+
+    @staticmethod
+    def fresh(case: ModelCase, fp64: bool = False) -> Any:
+        """A fresh copy; in train mode with dropout as the config has it (every run draws the same masks: each is
+        seeded alike). The model is built in eval mode."""
+        model = case.fresh(fp64)
+        return model.train() if case.plan.mode == Mode.TRAIN else model
 
     def compiled(self, model: Any) -> Any:
+        """``model`` (or its ``forward``) compiled with --compile's backend, from a reset Dynamo."""
         if not self.job.compile:
             return model
         import torch._dynamo
@@ -178,10 +201,33 @@ class Case:
         torch._dynamo.reset()
         return self.torch.compile(model, backend=self.job.compile)
 
-    def on_target(self, fn: Any) -> Any:
+    def on_ref(self, case: ModelCase) -> RunCapture:
+        """The reference's run; its failure is a skip (not the target's fault), its OOM the OOM rule's."""
+        try:
+            return case.run(self.fresh(case))[0]
+        except Exception as exc:
+            if is_oom(exc):
+                raise
+            raise Skip(f"the reference ({self.job.ref}) fails {REF_WORK[case.plan.mode]}: {error_signature(exc)}") from exc
+
+    def on_target(self, case: ModelCase) -> RunCapture:
+        """The target's run, compiled under --compile (generate compiles the model's forward); a failure inside
+        torch.compile is a compile failure. Its first step's time and graphs are the row's."""
+        model = self.fresh(case)
+        if self.job.compile and case.plan.mode == Mode.GENERATE:
+            model.forward = self.compiled(model.forward)
+        elif self.job.compile:
+            model = self.compiled(model)
+        graphs0 = dynamo_graphs() if self.job.compile else 0
+
+        def first_step(index: int, seconds: float, _model: Any, _opt: Any) -> None:
+            if index == 0:
+                self.first_call_s = round(seconds, 3)
+                self.first_signature_graphs = dynamo_graphs() - graphs0 if self.job.compile else 0
+
         start = time.perf_counter()
         try:
-            return fn()
+            return case.run(model, after_step=first_step)[0]
         except Exception as exc:
             if is_oom(exc):
                 raise
@@ -189,59 +235,44 @@ class Case:
                 raise CompileFailure(error_signature(exc)) from exc
             raise
         finally:
-            if self.first_call_s is None:
+            if self.first_call_s is None:  # it failed before its first step ended
                 self.first_call_s = round(time.perf_counter() - start, 3)
 
-    def on_ref(self, what: str, fn: Any) -> Any:
+    def golden(self, case: ModelCase) -> RunCapture | None:
+        """The float64 run on the reference, or None when the method has none or the model no fp64 path (the rule then
+        falls back to allclose)."""
+        if not self.method.golden:
+            return None
         try:
-            return fn()
-        except Exception as exc:
-            if is_oom(exc):
-                raise
-            raise Skip(f"the reference ({self.job.ref}) fails {what}: {error_signature(exc)}") from exc
+            return case.run(self.fresh(case, fp64=True), fp64=True)[0]
+        except Exception:
+            return None
 
-    # -- modes -------------------------------------------------------------------------
     def forward(self) -> tuple[list, int]:
-        torch = self.torch
-        ref, target, golden = self.copies()
-        shapes = self.suite.shapes(self.method.batch, self.method.seq, bool(self.job.compile))
-        run_target = self.compiled(target)
-        out = self.suite.output
-        comps = []
-        graphs0 = dynamo_graphs() if self.job.compile else 0
-        with torch.no_grad():
-            for i, shape in enumerate(shapes):
-                x = self.inputs(*shape, seed=i)
-                r = self.on_ref("a forward", lambda: out(ref(**on_device.moved(x, self.ref))))
-                g = _golden(lambda: out(golden(**on_device.moved(x, self.ref, torch.float64))), golden)
-                t = self.on_target(lambda: out(run_target(**on_device.moved(x, self.target))))
-                comps.append(self._compare(f"{self.suite.output_name} {tuple(shape)}", r, t, g))
-                if i == 0 and self.job.compile:
-                    self.first_signature_graphs = dynamo_graphs() - graphs0
+        ref_case, target_case = self.cases(self.plan())
+        ref, target, golden = self.on_ref(ref_case), self.on_target(target_case), self.golden(ref_case)
+        out, shapes = self.suite.output, self.shapes()
+        comps = [self._compare(f"{self.suite.output_name} {tuple(shape)}", out(ref.outputs[i]), out(target.outputs[i]),
+                               out(golden.outputs[i]) if golden is not None else None) for i, shape in enumerate(shapes)]
         return comps, len(shapes)
 
     def generate(self) -> tuple[list, int]:
         torch = self.torch
-        ref, target, golden = self.copies()
-        x = self.suite.prompt(self.model, PROMPT, self.job.seed)
-        # eager means eager: transformers would otherwise torch.compile a static-cache generate on accelerators
-        kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False, output_scores=True,
-                      return_dict_in_generate=True, pad_token_id=0, disable_compile=not self.job.compile,
-                      **self.suite.generation(self.model))
-        cache = "static" if on_device.static_cache(ref) else "dynamic"
+        plan = self.plan()
+        ref_case, target_case = self.cases(plan)
+        cache = "static" if on_device.static_cache(self.model) else "dynamic"
+        ref: RunCapture | None = None
         if cache == "static":
             try:
-                out_ref = ref.generate(x, cache_implementation="static", **kwargs)
+                ref = ref_case.run(self.fresh(ref_case))[0]
             except Exception:
                 cache = "dynamic (static cache failed on the reference)"
-        if not cache.startswith("static"):
-            out_ref = self.on_ref("greedy generation", lambda: ref.generate(x, **kwargs))
-        extra = {"cache_implementation": "static"} if cache == "static" else {}
+                ref_case, target_case = self.cases(replace(plan, static_cache=False))
+        if ref is None:
+            ref = self.on_ref(ref_case)
         self.row["cache"] = cache
-        if self.job.compile:
-            target.forward = self.compiled(target.forward)
-        out_t = self.on_target(lambda: target.generate(x.to(self.target), **kwargs, **extra))
-        out_g = _golden(lambda: golden.generate(x, **kwargs, **extra), golden)
+        out_ref, out_t, golden = ref.outputs[0], self.on_target(target_case).outputs[0], self.golden(ref_case)
+        out_g = golden.outputs[0] if golden is not None else None
         tok_r, tok_t = out_ref.sequences.cpu(), out_t.sequences.cpu()
         scores_r, scores_t = torch.stack(out_ref.scores), torch.stack([s.cpu() for s in out_t.scores])
         scores_g = torch.stack(out_g.scores) if out_g is not None else None
@@ -258,43 +289,18 @@ class Case:
         return comps, 1
 
     def train(self) -> tuple[list, int]:
-        """``optimizer_steps`` SGD steps (losses and first-step gradients), or one forward+backward when 0."""
-        torch = self.torch
-        ref, target, golden = self.copies()
-        x = self.inputs(self.method.batch, self.method.seq)
-        steps = max(1, self.method.optimizer_steps)
-
-        def step(model: Any, device: Any, dtype: Any = None) -> dict:
-            """The steps' losses and the first step's gradients, kept where they are (no copy: a float64 copy of a
-            large vocabulary's gradients would be this host's limit, not the model's)."""
-            model.train()  # dropout as the config has it: every run starts from one seed, so they draw the same masks
-            run = self.compiled(model) if device == self.target else model
-            opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-            inputs = on_device.moved(x, device, dtype)
-            losses, grads = [], {}
-            torch.manual_seed(self.job.seed)
-            for _ in range(steps):
-                opt.zero_grad(set_to_none=True)
-                loss = self.suite.loss(run(**inputs), inputs, self.job.seed + 7)
-                loss.backward()
-                if not losses and self.method.optimizer_steps:  # the first step's, before the optimizer moves on
-                    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
-                if self.method.optimizer_steps:
-                    opt.step()
-                losses.append(loss.detach().cpu())
-            if not self.method.optimizer_steps:  # one forward and backward: the gradients are the parameters' own
-                grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-            return {"losses": torch.stack(losses), "grads": grads}
-
-        r = self.on_ref("a training step", lambda: step(ref, self.ref))
-        t = self.on_target(lambda: step(target, self.target))
-        g = _golden(lambda: step(golden, self.ref, torch.float64), golden)
-        comps = [self._compare("loss", r["losses"], t["losses"], g["losses"] if g else None)]
-        for name, grad in r["grads"].items():  # parameter by parameter, each streamed (harness.parity.compare)
-            if name not in t["grads"]:
+        """The steps' losses and the first step's gradients, parameter by parameter (each streamed by the rule)."""
+        ref_case, target_case = self.cases(self.plan())
+        ref, target, golden = self.on_ref(ref_case), self.on_target(target_case), self.golden(ref_case)
+        stack = self.torch.stack
+        comps = [self._compare("loss", stack(ref.outputs), stack(target.outputs),
+                               stack(golden.outputs) if golden is not None else None)]
+        for name, grad in ref.grads.items():
+            if name not in target.grads:
                 comps.append(Comparison(f"grad {name}", False, ComparisonStatus.MISSING))
                 continue
-            comps.append(self._compare(f"grad {name}", grad, t["grads"][name], g["grads"].get(name) if g else None))
+            comps.append(self._compare(f"grad {name}", grad, target.grads[name],
+                                       golden.grads.get(name) if golden is not None else None))
         return comps, 1
 
     def _compare(self, name: str, ref: Any, target: Any, golden: Any | None) -> Any:
@@ -336,7 +342,8 @@ class Case:
         return self._row(Category.PASS, f"{len(comps)} checks within tolerance")
 
     def phases(self) -> dict[str, float | None]:
-        """The mode's own phases (Row.phases): its first target call, and with --compile the compilations."""
+        """The mode's own phases (Row.phases): its first target call (the run's first step), and with --compile the
+        compilations."""
         own: dict[str, float | None] = {"first_call": self.first_call_s}
         if self.job.compile:
             own["compile"] = round(_dynamo_compile_seconds(), 3)
@@ -353,16 +360,6 @@ def _dynamo_compile_seconds() -> float:
     from torch._dynamo.utils import compilation_time_metrics
 
     return float(sum(compilation_time_metrics.get("_compile.compile_inner", ())))
-
-
-def _golden(fn: Any, golden: Any | None) -> Any | None:
-    """The float64 run, or None when the model has no fp64 path (the rule then falls back to allclose)."""
-    if golden is None:
-        return None
-    try:
-        return fn()
-    except Exception:
-        return None
 
 
 def _import_plugin(path: str) -> None:

@@ -18,10 +18,13 @@ here, once:
   plain containers of tensors on disk, dataclasses on either side;
 - ``ModelCase``: a workload (anything with torchferry.workloads.protocol's ``model``, ``batch``,
   ``forward`` and ``loss_of``) on one device, run as ``StepPlan`` says: fresh and float64 copies, each
-  step's batch (this rank's shard of it under several processes), one step per mode (train with AdamW,
-  forward and greedy generate under ``torch.inference_mode``, autocast at the run's dtype, a device
-  synchronisation around the timed part), a run of every step, a per-module probe, the first module
-  that turns non-finite, the generators' state and the FLOPs of one step.
+  step's batch (this rank's shard of it under several processes), one step per mode (train with the
+  plan's optimizer, forward and greedy generate under ``torch.inference_mode``, autocast at the run's
+  dtype, a device synchronisation around the timed part), the one ``generate`` argument builder, a run
+  of every step, a per-module probe, the first module that turns non-finite, the generators' state and
+  the FLOPs of one step. Check and coverage both step through it: where coverage measures otherwise
+  (SGD or no optimizer, one batch repeated, the generators seeded once, ``torch.no_grad``, results
+  judged in the same process) the plan says so, so that there is one step loop.
 
 Nothing here imports a command (import-linter's harness-not-commands contract).
 """
@@ -158,12 +161,13 @@ def is_compile_error(exc: BaseException) -> bool:
 @dataclass
 class RunCapture:
     """One run of every step: the losses (train), the step times, the first step's gradients (train) and the
-    first call's tokens (generate)."""
+    first call's tokens (generate); under ``StepPlan.in_process``, every step's result as it came (``outputs``)."""
 
     losses: list[float] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     grads: dict[str, Any] = field(default_factory=dict)
     tokens: Any = None
+    outputs: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -214,19 +218,47 @@ class Capture:
 
 
 # -- a workload on one device --------------------------------------------------------------------
+OPTIMIZERS = ("adamw", "sgd")  # StepPlan.optimizer's names (None: backward only, no optimizer step)
+
+
 @dataclass(frozen=True, kw_only=True)
 class StepPlan:
     """How a case runs its steps: the mode, the seed every step's batch and random draws derive from, the step
-    count, the autocast dtype, the AdamW learning rate (train), the tokens per generate call (generate) and the
-    seed of the held-out eval batch."""
+    count, the autocast dtype, the optimizer and its learning rate (train), the tokens per generate call
+    (generate) and the seed of the held-out eval batch.
+
+    The defaults are `ferry check`'s; the rest say where `ferry coverage` measures otherwise, each kept so
+    that its rows stay what they were measured as:
+
+    - ``optimizer``: ``"sgd"``, or None for one forward and backward with no optimizer (the vendor's method);
+    - ``seed_each_step``: False seeds the generators once, before step 0, and later steps draw on;
+    - ``same_batch``: a run builds step 0's batch once, and every step trains on it;
+    - ``inference_mode``: False runs forward and generate under ``torch.no_grad`` instead;
+    - ``static_cache``: False generates with the dynamic cache even where the model allows a static one;
+    - ``in_process``: the results are judged in this process rather than handed to a parent, so they are
+      kept as they came (``RunCapture.outputs``: the loss detached on the CPU, the output, the ``generate``
+      output), the first step's gradients stay on their device, and a NaN is the parity rule's to judge
+      rather than a ``NonFiniteError``.
+    """
 
     mode: Mode
     seed: int
     steps: int
     dtype: str = "float32"
+    optimizer: str | None = "adamw"
     lr: float = 1e-3
     new_tokens: int = 8
     eval_seed: int = 0
+    seed_each_step: bool = True
+    same_batch: bool = False
+    inference_mode: bool = True
+    static_cache: bool = True
+    in_process: bool = False
+
+    def __post_init__(self) -> None:
+        if self.optimizer is not None and self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"StepPlan.optimizer {self.optimizer!r} is not one of {', '.join(OPTIMIZERS)} or None "
+                             "(backward only); pass one of those.")
 
 
 class ModelCase:
@@ -281,8 +313,11 @@ class ModelCase:
         self.torch.manual_seed(self.plan.seed + index)
 
     def no_grad(self) -> Any:
-        """Inference as users run it (``torch.inference_mode``) in forward and generate; ``no_grad`` in train."""
-        return self.torch.no_grad() if self.plan.mode == Mode.TRAIN else self.torch.inference_mode()
+        """Inference as users run it (``torch.inference_mode``) in forward and generate; ``no_grad`` in train, and
+        where the plan asks for it."""
+        if self.plan.mode == Mode.TRAIN or not self.plan.inference_mode:
+            return self.torch.no_grad()
+        return self.torch.inference_mode()
 
     def autocast(self, fp64: bool) -> Any:
         if fp64 or self.plan.dtype == "float32":
@@ -290,8 +325,11 @@ class ModelCase:
         return self.torch.autocast(device_type=self.device.type, dtype=getattr(self.torch, self.plan.dtype))
 
     def optimizer(self, model: Any) -> Any:
-        """The run's optimizer: AdamW in train mode, none otherwise."""
-        return self.torch.optim.AdamW(model.parameters(), lr=self.plan.lr) if self.plan.mode == Mode.TRAIN else None
+        """The run's optimizer in train mode (the plan's: AdamW or SGD), none otherwise or when the plan has none."""
+        if self.plan.mode != Mode.TRAIN or self.plan.optimizer is None:
+            return None
+        optimizer = self.torch.optim.AdamW if self.plan.optimizer == "adamw" else self.torch.optim.SGD
+        return optimizer(model.parameters(), lr=self.plan.lr)
 
     def bare(self, model: Any) -> Any:
         """The workload's own module inside DDP and torch.compile: its parameter names and state dict are the plain
@@ -312,22 +350,25 @@ class ModelCase:
 
     # -- one step of the mode ------------------------------------------------------------
     def step(self, model: Any, opt: Any, index: int, fp64: bool = False,
-             watch: Callable[[Any], Any] | None = None) -> tuple[float, Any]:
+             watch: Callable[[Any], Any] | None = None, batch: Any = None) -> tuple[float, Any]:
         """Run step ``index``, synchronised; returns (seconds, loss or output or tokens). ``watch(batch)``: a context
-        around the step (the rehearsal's recorder)."""
-        mode = self.plan.mode
-        batch = self.batch(index, fp64)
+        around the step (the rehearsal's recorder); ``batch``: the run's repeated batch (None: step ``index``'s own)."""
+        mode, plan = self.plan.mode, self.plan
+        if batch is None:
+            batch = self.batch(index, fp64)
         if self.world > 1:
             batch = self.shard(batch)
-        self.seed_step(index)
+        if plan.seed_each_step or index == 0:
+            self.seed_step(index)
         with watch(batch) if watch is not None else contextlib.nullcontext():
             t = time.perf_counter()
             if mode == Mode.TRAIN:
-                opt.zero_grad(set_to_none=True)
+                (opt if opt is not None else model).zero_grad(set_to_none=True)
                 with self.autocast(fp64):
                     loss = self.workload.loss_of(self.workload.forward(model, batch), batch)
                 loss.backward()
-                opt.step()
+                if opt is not None:
+                    opt.step()
                 result = loss
             elif mode == Mode.FORWARD:
                 with self.no_grad(), self.autocast(fp64):
@@ -339,9 +380,14 @@ class ModelCase:
             return time.perf_counter() - t, result
 
     def generate_kwargs(self, model: Any, batch: dict) -> dict:
-        kwargs = {**batch, "max_new_tokens": self.plan.new_tokens, "do_sample": False}
-        if static_cache(model):
-            kwargs["cache_implementation"] = "static"  # where the model allows: no dynamic shapes per token
+        """``model.generate``'s arguments: the batch, greedy for ``new_tokens`` tokens, a static cache where the model
+        allows it (no dynamic shapes per token) and the plan keeps it, and the workload's own options when it
+        has any (``generate_options(model)``: coverage's scores and its suites' tokens)."""
+        options = getattr(self.workload, "generate_options", None)
+        kwargs = {**batch, "max_new_tokens": self.plan.new_tokens, "do_sample": False,
+                  **(options(model) if options is not None else {})}
+        if self.plan.static_cache and static_cache(model):
+            kwargs["cache_implementation"] = "static"
         return kwargs
 
     def units_per_step(self) -> tuple[float, str]:
@@ -364,10 +410,13 @@ class ModelCase:
         torch = self.torch
         opt = opt or self.optimizer(model)
         record = RunCapture()
+        batch = self.batch(0, fp64) if self.plan.same_batch else None
         for index in range(start, self.plan.steps):
-            seconds, result = self.step(model, opt, index, fp64, watch=watch)
+            seconds, result = self.step(model, opt, index, fp64, watch=watch, batch=batch)
             record.times.append(seconds)
-            if self.plan.mode == Mode.TRAIN:
+            if self.plan.in_process:
+                self.keep(record, model, opt, index == start, result)
+            elif self.plan.mode == Mode.TRAIN:
                 loss = self.global_loss(result)
                 if not torch.isfinite(torch.tensor(loss)):
                     raise NonFiniteError(f"loss is {loss} at training step {index + 1}{self.first_nonfinite_module(index, fp64)}")
@@ -382,6 +431,18 @@ class ModelCase:
             if after_step is not None:
                 after_step(index, seconds, model, opt)
         return record, opt
+
+    def keep(self, record: RunCapture, model: Any, opt: Any, first: bool, result: Any) -> None:
+        """A step's result as an in-process judge takes it (``StepPlan.in_process``): no copy it does not need. The
+        first step's gradients stay on their device (a float64 host copy of a large vocabulary's gradients would be
+        this host's limit, not the model's), cloned only when an optimizer steps on."""
+        if self.plan.mode != Mode.TRAIN:
+            record.outputs.append(result)
+            return
+        record.outputs.append(result.detach().cpu())
+        if first:
+            grads = {n: p.grad for n, p in self.bare(model).named_parameters() if p.grad is not None}
+            record.grads = {n: g.detach().clone() for n, g in grads.items()} if opt is not None else grads
 
     def global_loss(self, loss: Any) -> float:
         """The loss of the whole batch: each rank's shard loss averaged over ranks (equal shards)."""
