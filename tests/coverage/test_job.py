@@ -34,3 +34,17 @@ def test_the_case_key_and_row_base_are_the_rows_own():
 
 def test_the_memory_limit_defaults_once():
     assert _job(memory_gib=None).memory_limit_gib == DEFAULT_MEMORY_GIB and _job().memory_limit_gib == 4.0
+
+
+def test_a_modes_compile_phase_starts_at_zero_not_at_the_previous_modes_figure():
+    # A mode that fails before it compiles (its reference, its build) must not report the previous
+    # mode's Dynamo compilations as its own `phases.compile`.
+    from torch._dynamo.utils import compilation_time_metrics
+
+    from torchferry.coverage.worker import Case
+
+    case = Case(_job(arch="llama", spec="llama", suite="causal-lm", plugins=()))
+    compilation_time_metrics["_compile.compile_inner"] = [4.0, 2.5]  # what the first mode compiled
+    assert case.phases()["compile"] == 6.5
+    case.start_row("train")
+    assert case.phases() == {"first_call": None, "compile": 0.0}

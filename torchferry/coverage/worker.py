@@ -93,6 +93,8 @@ class Case:
         built = {k: self.row[k] for k in ("model_class", "variant", "params", "dtype") if k in self.row}
         self.mode = mode
         self.first_call_s = None
+        if self.job.compile:  # a mode that fails before compiling must not show the previous mode's compilations
+            _clear_dynamo_compile_seconds()
         self.row = {**self.job.base(mode), **built}
 
     # -- setup -------------------------------------------------------------------------
@@ -355,11 +357,17 @@ class Case:
 
 
 def _dynamo_compile_seconds() -> float:
-    """Seconds Dynamo spent compiling frames (backend included) since its last reset: the mode's own, since
-    ``Case.compiled`` resets Dynamo before compiling the target."""
+    """Seconds Dynamo spent compiling frames (backend included) since the mode's row started
+    (``Case.start_row`` clears them)."""
     from torch._dynamo.utils import compilation_time_metrics
 
     return float(sum(compilation_time_metrics.get("_compile.compile_inner", ())))
+
+
+def _clear_dynamo_compile_seconds() -> None:
+    from torch._dynamo.utils import compilation_time_metrics
+
+    compilation_time_metrics.pop("_compile.compile_inner", None)
 
 
 def _import_plugin(path: str) -> None:
