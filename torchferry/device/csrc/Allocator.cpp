@@ -460,7 +460,7 @@ bool is_host_alias(const c10::Storage& storage) {
 
 void rebind_host_alias(c10::StorageImpl* alias, const c10::Storage& device_storage) {
   alias->set_data_ptr_noswap(alias_bytes(device_storage));
-  alias->set_nbytes(device_storage.sym_nbytes());
+  alias->set_nbytes(device_storage.nbytes());
 }
 
 void clear_host_alias(c10::StorageImpl* alias) {
@@ -485,6 +485,17 @@ c10::Storage adopt_host_storage(const c10::Storage& host_storage, c10::DeviceInd
       &g_allocator, /*resizable=*/true));
 }
 
+namespace {
+// The weak count of a StorageImpl that someone holds (1: no weak reference), read without
+// making a weak pointer (two atomic updates per adopted result).
+uint32_t weak_references(c10::StorageImpl* storage) {
+  auto borrowed = c10::intrusive_ptr<c10::StorageImpl>::reclaim(storage);
+  const uint32_t count = borrowed.weak_use_count();
+  borrowed.release();  // not ours: the reference count is left as it was
+  return count;
+}
+}  // namespace
+
 bool adopt_in_place(const at::Tensor& host, c10::DeviceIndex index) {
   // Only a tensor no one else can see: not held elsewhere (a Python object, a kernel's
   // cache, another result), not weakly referenced, a plain strided CPU tensor over a
@@ -495,8 +506,7 @@ bool adopt_in_place(const at::Tensor& host, c10::DeviceIndex index) {
   }
   c10::TensorImpl* impl = host.unsafeGetTensorImpl();
   const c10::Storage& storage = impl->storage();
-  // (The weak pointer made to ask counts itself: 2 means no other weak reference.)
-  if (storage.use_count() != 1 || storage.getWeakStorageImpl().weak_use_count() != 2 ||
+  if (storage.use_count() != 1 || weak_references(storage.unsafeGetStorageImpl()) != 1 ||
       storage.device_type() != c10::kCPU || impl->key_set().has(c10::DispatchKey::Python)) {
     return false;
   }

@@ -40,6 +40,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <typeinfo>
 
 namespace torchferry {
 namespace {
@@ -69,42 +70,80 @@ at::Tensor make_tensor(c10::Storage storage, c10::DispatchKey key, const at::Ten
 
 at::ScalarType narrow_type(at::ScalarType type) { return type == at::kLong ? at::kInt : at::kFloat; }
 
+// A pooled host view: a CPU TensorImpl over an alias of a device tensor's storage that
+// takes the device tensor's metadata as it is. PyTorch computed that tensor's numel and
+// contiguity flags when its sizes were set, and they depend on sizes and strides alone:
+// a view whose last tensor had the same sizes and strides (an elementwise chain, a
+// layer's parameters step after step) keeps its own, and any other copies them
+// (set_sizes_and_strides would compute them again, per argument per op). The flags are
+// protected members of TensorImpl, hence the subclass.
+class HostViewImpl final : public c10::TensorImpl {
+ public:
+  HostViewImpl(c10::Storage alias, const c10::TensorImpl& device)
+      : c10::TensorImpl(std::move(alias), c10::DispatchKeySet(c10::DispatchKey::CPU), device.dtype()) {
+    mirror(device);
+  }
+
+  // Takes `device`'s dtype, sizes, strides, offset, contiguity and conj/neg bits (the
+  // storage is the caller's to rebind).
+  void mirror(const c10::TensorImpl& device) {
+    storage_offset_ = device.storage_offset();
+    data_type_ = device.dtype();
+    _set_conj(device.is_conj());
+    _set_neg(device.is_neg());
+    const c10::IntArrayRef sizes = device.sizes(), strides = device.strides();
+    if (sizes == sizes_and_strides_.sizes_arrayref() && strides == sizes_and_strides_.strides_arrayref()) return;
+    sizes_and_strides_.set_sizes(sizes);
+    sizes_and_strides_.set_strides(strides);
+    numel_ = device.numel();
+    is_contiguous_ = device.is_contiguous(at::MemoryFormat::Contiguous);
+    is_channels_last_contiguous_ = device.is_contiguous(at::MemoryFormat::ChannelsLast);
+    is_channels_last_3d_contiguous_ = device.is_contiguous(at::MemoryFormat::ChannelsLast3d);
+    is_channels_last_ = device.is_strides_like(at::MemoryFormat::ChannelsLast);
+    is_channels_last_3d_ = device.is_strides_like(at::MemoryFormat::ChannelsLast3d);
+    is_non_overlapping_and_dense_ = device.is_non_overlapping_and_dense();
+  }
+};
+
 // Host views of op arguments are made and dropped once per argument per op. A thread keeps
 // up to kPooled of those no one kept (a TensorImpl, its version counter and its alias
 // StorageImpl: three allocations) and points them at its next arguments instead.
 class HostViewPool {
  public:
   at::Tensor take(const at::Tensor& t) {
-    if (free_.empty() || t._is_zerotensor()) return make_tensor(host_alias(t.storage()), c10::DispatchKey::CPU, t);
-    c10::intrusive_ptr<c10::TensorImpl> impl = std::move(free_.back());
+    const c10::TensorImpl& device = *t.unsafeGetTensorImpl();
+    // A device tensor's sizes may be symbolic only under a Python dispatch key (a tracing
+    // wrapper): such a view takes make_tensor's checked path, as does a zero tensor's.
+    if (t._is_zerotensor() || device.has_symbolic_sizes_strides()) {
+      return make_tensor(host_alias(t.storage()), c10::DispatchKey::CPU, t);
+    }
+    if (free_.empty()) return at::Tensor(c10::make_intrusive<HostViewImpl>(host_alias(t.storage()), device));
+    c10::intrusive_ptr<HostViewImpl> impl = std::move(free_.back());
     free_.pop_back();
     rebind_host_alias(impl->storage().unsafeGetStorageImpl(), t.storage());
-    impl->set_storage_and_dtype(impl->storage(), t.dtype());
-    impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-    impl->_set_conj(t.is_conj());
-    impl->_set_neg(t.is_neg());
+    impl->mirror(device);
     return at::Tensor(std::move(impl));
   }
 
-  // Keeps `view` if it is a plain host view that nothing else holds (the kernel may have
-  // kept it, resized its storage or pointed it elsewhere: then it is simply let go).
+  // Keeps `view` if it is a pooled kind of host view that nothing else holds (the kernel
+  // may have kept it, resized its storage or pointed it elsewhere: then it is let go).
   void give(at::Tensor& view) {
     if (free_.size() >= kPooled || !view.defined() || view.use_count() != 1 || view.weak_use_count() != 1) return;
     c10::TensorImpl* impl = view.unsafeGetTensorImpl();
+    if (typeid(*impl) != typeid(HostViewImpl)) return;  // a second view of a storage (make_tensor)
     const c10::Storage& storage = impl->storage();
     if (!storage || storage.use_count() != 1 || !is_host_alias(storage) || impl->autograd_meta() != nullptr ||
-        !impl->allow_tensor_metadata_change() || view._is_zerotensor() ||
-        impl->key_set().has(c10::DispatchKey::Python)) {
+        !impl->allow_tensor_metadata_change() || impl->key_set().has(c10::DispatchKey::Python)) {
       return;
     }
     clear_host_alias(storage.unsafeGetStorageImpl());  // holds no device memory while pooled
-    free_.push_back(view.getIntrusivePtr());
-    view.reset();
+    free_.push_back(c10::intrusive_ptr<HostViewImpl>::reclaim(
+        static_cast<HostViewImpl*>(view.unsafeReleaseIntrusivePtr().release())));  // leaves `view` undefined
   }
 
  private:
   static constexpr size_t kPooled = 16;
-  c10::SmallVector<c10::intrusive_ptr<c10::TensorImpl>, kPooled> free_;
+  c10::SmallVector<c10::intrusive_ptr<HostViewImpl>, kPooled> free_;
 };
 
 thread_local HostViewPool t_host_views;

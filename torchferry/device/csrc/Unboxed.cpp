@@ -113,7 +113,7 @@ class UnboxedCall {
   at::Tensor host(const at::Tensor& t) {
     if (!t.defined() || t.device().type() != kNeuron) return t;
     at::Tensor view = take_host_view(t);
-    views_.emplace_back(view.storage().unsafeGetStorageImpl(), t.storage());
+    views_.emplace_back(view.storage().unsafeGetStorageImpl(), &t);
     return view;
   }
   at::Tensor host(at::Tensor& t) { return host(std::as_const(t)); }  // not the template below
@@ -147,7 +147,7 @@ class UnboxedCall {
   at::Tensor to_device(const at::Tensor& result) {
     if (!result.defined()) return result;
     for (const auto& [host, device] : views_) {
-      if (host == result.storage().unsafeGetStorageImpl()) return device_view(device, result);
+      if (host == result.storage().unsafeGetStorageImpl()) return device_view(device->storage(), result);
     }
     if (info_.target_numerics) round_to_target(result);
     return adopt_host_result(result, device_);
@@ -171,7 +171,8 @@ class UnboxedCall {
   bool known_issue_dtype_ = false;  // a device tensor has a dtype of the op's known issue
   c10::DeviceIndex device_ = -1;
   c10::SmallVector<c10::StorageImpl*, 4> storages_;                  // of the device tensors taken
-  c10::SmallVector<std::pair<c10::StorageImpl*, c10::Storage>, 4> views_;  // host alias, device
+  // Host alias, device tensor: the caller holds the arguments for the whole call.
+  c10::SmallVector<std::pair<c10::StorageImpl*, const at::Tensor*>, 4> views_;
 };
 
 template <class First, class... Rest>
