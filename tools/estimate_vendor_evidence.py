@@ -81,7 +81,13 @@ those were run too and pass on the device (session i27d; docs/device/fidelity.md
   soft and a hard draw at atol = 2 * finfo(float64).eps: computed in float32 they differ by
   about 2e-8; session i27e); `test_clip_grad_norm_error_if_nonfinite` (float64 gradients of
   +-2e200, whose norms of order inf, 1, 0.1, -1, ... the test expects finite: in float32 they
-  are inf, and `error_if_nonfinite=True` raises; session i27e). Float32 variants pass on both.
+  are inf, and `error_if_nonfinite=True` raises; session i27e). `test_upsamplingBiMode2d`,
+  `test_upsamplingNearest2d` and `test_upsamplingNearest3d` with `memory_format0` (contiguous)
+  and `test_upsamplingNearest1d`: each runs `gradcheck` on a float64 device tensor (its
+  channels_last twins are counted by the memory_format rule); the upsample ops are host
+  fallbacks, but gradcheck's perturbations and differences run on the device (session i27f).
+  `test_upsamplingTrilinear3d` with `memory_format0` (not listed) runs its gradcheck on a CPU
+  tensor and passes on both. Float32 variants pass on both.
 
 It is an estimate, not the held-out measurement: a name says what the test is
 parametrised with, not that it calls the refused op on a device tensor, and it says
@@ -126,7 +132,11 @@ MODELLED = {
         r"|^test_signal_windows_functions_window_(blackman|cosine|nuttall)_neuron_float64$"
         r"|^test_uniform_from_to_neuron_float64$"
         r"|^test_gumbel_softmax_neuron_float64$"
-        r"|^test_clip_grad_norm_error_if_nonfinite_neuron$"),
+        r"|^test_clip_grad_norm_error_if_nonfinite_neuron$"
+        r"|^test_upsamplingBiMode2d_antialias_(True|False)_align_corners_(True|False)_mode_(bilinear|bicubic)"
+        r"_memory_format0_neuron$"
+        r"|^test_upsamplingNearest[23]d_memory_format0_mode_nearest(-exact)?_neuron$"
+        r"|^test_upsamplingNearest1d_mode_nearest(-exact)?_neuron$"),
 }
 
 

@@ -135,6 +135,42 @@ def test_clip_grad_norm_of_a_2e200_float64_gradient_is_nonfinite_only_where_floa
         assert torch.isfinite(clip().cpu())
 
 
+@pytest.mark.parametrize(("shape", "size", "kwargs"), [
+    ((1, 1, 20), 11, {"mode": "nearest"}),
+    ((1, 2, 2, 2), 4, {"mode": "nearest-exact"}),
+    ((1, 2, 2, 2, 2), 4, {"mode": "nearest"}),
+    ((2, 3, 8, 8), 4, {"mode": "bicubic", "align_corners": False, "antialias": True}),
+], ids=["nearest1d", "nearest_exact2d", "nearest3d", "bicubic2d_aa"])
+@pytest.mark.parametrize("mode", ["target", "host"])
+def test_upsampling_gradcheck_on_a_float64_device_tensor_fails_only_where_float64_computes_as_float32(
+        numerics, mode: str, shape, size, kwargs):
+    """test_upsamplingNearest{1,2,3}d and test_upsamplingBiMode2d (contiguous format) run gradcheck on
+    a float64 device tensor. The upsample ops are host fallbacks (exact), but gradcheck perturbs the
+    input and takes differences with device ops: with TorchNeuron's numerics those compute in float32
+    and the Jacobians differ; with host numerics the check passes."""
+    numerics(mode)
+    torch.manual_seed(0)
+    inputs = torch.randn(*shape, dtype=torch.float64, device="neuron", requires_grad=True)
+
+    passed = torch.autograd.gradcheck(lambda x: F.interpolate(x, size, **kwargs), (inputs,),
+                                      raise_exception=False)
+
+    assert passed is (mode == "host")
+
+
+def test_trilinear_upsampling_whose_gradcheck_input_stays_on_the_cpu_passes_with_target_numerics(numerics):
+    """The clean twin: test_upsamplingTrilinear3d (contiguous format, not listed) runs the upsample and its
+    backward on a float64 device tensor of ones, and its gradcheck on a CPU tensor: all exact."""
+    numerics("target")
+    ones = torch.ones(1, 2, 4, 4, 4, dtype=torch.float64, device="neuron", requires_grad=True)
+    out = F.interpolate(ones, scale_factor=1.5, mode="trilinear", align_corners=False)
+    out.backward(torch.randn_like(out))
+    on_cpu = torch.randn(1, 2, 4, 4, 4, dtype=torch.float64, requires_grad=True)
+
+    assert torch.equal(out.cpu(), torch.ones(1, 2, 6, 6, 6, dtype=torch.float64))
+    assert torch.autograd.gradcheck(lambda x: F.interpolate(x, 6, mode="trilinear"), (on_cpu,))
+
+
 def test_channel_shuffle_of_a_channels_last_copy_is_refused_where_channels_first_runs(neuron):
     """test_channel_shuffle (its name carries no format) shuffles a 4-D device tensor as it is, then
     `x.contiguous(memory_format=torch.channels_last)`: the memory_format rule refuses that call, as
@@ -208,6 +244,12 @@ def _estimator():
     ("test_large_linspace_neuron_int64", "narrowing_64bit"),
     ("test_gumbel_softmax_neuron_float64", "narrowing_64bit"),
     ("test_clip_grad_norm_error_if_nonfinite_neuron", "narrowing_64bit"),
+    ("test_upsamplingBiMode2d_antialias_True_align_corners_False_mode_bicubic_memory_format0_neuron",
+     "narrowing_64bit"),
+    ("test_upsamplingNearest2d_memory_format0_mode_nearest-exact_neuron", "narrowing_64bit"),
+    ("test_upsamplingNearest3d_memory_format0_mode_nearest_neuron", "narrowing_64bit"),
+    ("test_upsamplingNearest1d_mode_nearest-exact_neuron", "narrowing_64bit"),
+    ("test_upsamplingNearest2d_memory_format1_mode_nearest_neuron", "memory_format"),
     ("test_channel_shuffle_neuron", "memory_format"),
     ("test_full_like_inference_neuron", "complex_dtypes"),
     ("test_zeros_neuron", "complex_dtypes"),
@@ -228,6 +270,11 @@ def _estimator():
     ("test_zeros_out_neuron", None),
     ("test_gather_backward_with_empty_index_tensor_sparse_grad_False_neuron_float32", None),
     ("test_zeros_like_neuron", None),
+    ("test_upsamplingTrilinear3d_align_corners_True_memory_format0_neuron", None),
+    ("test_upsamplingNearest2d_correctness_memory_format0_isize_20_osize_11_neuron", None),
+    ("test_upsamplingBiMode2d_consistency_memory_format0_mode_bilinear_antialias_False_align_corners_False"
+     "_num_channels_3_output_size_32_check_as_unsqueezed_3d_tensor_False_non_contig_False_batch_size_1_neuron",
+     None),
 ])
 def test_the_estimator_counts_a_modelled_mechanism_only_where_the_device_fails(test: str, mechanism):
     assert _estimator().rule_of(test) == mechanism
