@@ -171,6 +171,51 @@ def test_trilinear_upsampling_whose_gradcheck_input_stays_on_the_cpu_passes_with
     assert torch.autograd.gradcheck(lambda x: F.interpolate(x, 6, mode="trilinear"), (on_cpu,))
 
 
+def _ctc_loss_of_a_tiled_input(x: torch.Tensor) -> torch.Tensor:
+    """test_ctc_loss's function of its 10 float64 inputs (one of its configurations, smaller)."""
+    torch.manual_seed(0)
+    input_length, batch_size, num_labels = 20, 4, 11
+    targets = torch.randint(1, num_labels, (batch_size, 5), device="neuron")
+    tile = torch.randn(input_length * batch_size * num_labels // x.numel() + 1, device="neuron")
+    full = (x[:, None] * tile[None, :]).view(-1)[:input_length * batch_size * num_labels]
+    log_probs = torch.log_softmax(full.view(input_length, batch_size, num_labels), 2)
+    return F.ctc_loss(log_probs, targets, [input_length] * batch_size, [5] * batch_size)
+
+
+@pytest.mark.parametrize(("fn", "shape"), [
+    (lambda x: F.pad(x, (1, 1, 1, 1)), (1, 3, 4, 4)),
+    (_ctc_loss_of_a_tiled_input, (10,)),
+    (torch.nn.Softplus(threshold=1), ()),
+], ids=["pad", "ctc_loss", "softplus_low_threshold"])
+@pytest.mark.parametrize("mode", ["target", "host"])
+@pytest.mark.filterwarnings("ignore:aten::clamp_min is a known issue")  # ctc_loss's; another prediction
+def test_nn_gradchecks_on_float64_device_tensors_fail_only_where_float64_computes_as_float32(
+        numerics, mode: str, fn, shape):
+    """test_pad (float64), test_ctc_loss and test_softplus_low_threshold run gradcheck on float64 device
+    tensors; with TorchNeuron's numerics the finite differences are taken in float32 and the check
+    fails, with host numerics it passes."""
+    numerics(mode)
+    torch.manual_seed(1)
+    inputs = (torch.randn(shape, dtype=torch.float64) if shape else torch.tensor(0.9, dtype=torch.float64))
+    inputs = inputs.to("neuron").requires_grad_()
+
+    assert torch.autograd.gradcheck(fn, (inputs,), raise_exception=False) is (mode == "host")
+
+
+def test_ctc_loss_of_float64_device_tensors_without_gradcheck_matches_its_reference_with_target_numerics(numerics):
+    """The clean twin: test_CTCLoss_empty_target (not listed) runs ctc_loss on float64 device tensors and
+    compares it with a sum of the same log-probabilities at float64 tolerance; no finite differences,
+    and it passes with TorchNeuron's numerics."""
+    numerics("target")
+    torch.manual_seed(0)
+    log_probs = torch.randn(50, 3, 15, dtype=torch.float64, device="neuron").log_softmax(2)
+    targets = torch.randint(1, 15, (0,), dtype=torch.long, device="neuron")
+
+    loss = F.ctc_loss(log_probs, targets, [50, 50, 50], [0, 0, 0], reduction="none")
+
+    torch.testing.assert_close(loss.cpu(), -log_probs.sum(0)[:, 0].cpu())
+
+
 def test_channel_shuffle_of_a_channels_last_copy_is_refused_where_channels_first_runs(neuron):
     """test_channel_shuffle (its name carries no format) shuffles a 4-D device tensor as it is, then
     `x.contiguous(memory_format=torch.channels_last)`: the memory_format rule refuses that call, as
@@ -181,6 +226,17 @@ def test_channel_shuffle_of_a_channels_last_copy_is_refused_where_channels_first
     torch.testing.assert_close(F.channel_shuffle(on_device, 2).cpu(), F.channel_shuffle(x, 2))
     with pytest.raises(RuntimeError, match="only support contiguous or preserve memory format"):
         on_device.contiguous(memory_format=torch.channels_last)
+
+
+def test_l1_loss_of_a_complex_device_tensor_is_refused_where_a_real_one_runs(neuron):
+    """test_invalid_reduction_strings (its name carries no dtype) calls F.l1_loss on a complex64 device
+    tensor with reduction="none": the complex_dtypes rule refuses the subtraction it runs, with the
+    ValueError TorchNeuron raises; the real-valued call (the clean twin) runs."""
+    real = torch.randn(3, 5, device="neuron")
+    assert F.l1_loss(real, real, reduction="none").shape == (3, 5)
+    complex_input = torch.randn(3, 5, device="neuron", dtype=torch.cfloat)
+    with pytest.raises(ValueError, match="Unsupported PyTorch dtype: torch.complex64"):
+        F.l1_loss(complex_input, complex_input, reduction="none")
 
 
 def test_a_complex_dtype_in_the_body_is_refused_where_the_name_does_not_say(neuron):
@@ -250,6 +306,10 @@ def _estimator():
     ("test_upsamplingNearest3d_memory_format0_mode_nearest_neuron", "narrowing_64bit"),
     ("test_upsamplingNearest1d_mode_nearest-exact_neuron", "narrowing_64bit"),
     ("test_upsamplingNearest2d_memory_format1_mode_nearest_neuron", "memory_format"),
+    ("test_pad_neuron_float64", "narrowing_64bit"),
+    ("test_ctc_loss_neuron", "narrowing_64bit"),
+    ("test_softplus_low_threshold_neuron", "narrowing_64bit"),
+    ("test_invalid_reduction_strings_neuron", "complex_dtypes"),
     ("test_channel_shuffle_neuron", "memory_format"),
     ("test_full_like_inference_neuron", "complex_dtypes"),
     ("test_zeros_neuron", "complex_dtypes"),
@@ -271,6 +331,7 @@ def _estimator():
     ("test_gather_backward_with_empty_index_tensor_sparse_grad_False_neuron_float32", None),
     ("test_zeros_like_neuron", None),
     ("test_upsamplingTrilinear3d_align_corners_True_memory_format0_neuron", None),
+    ("test_CTCLoss_empty_target_neuron", None),
     ("test_upsamplingNearest2d_correctness_memory_format0_isize_20_osize_11_neuron", None),
     ("test_upsamplingBiMode2d_consistency_memory_format0_mode_bilinear_antialias_False_align_corners_False"
      "_num_channels_3_output_size_32_check_as_unsqueezed_3d_tensor_False_non_contig_False_batch_size_1_neuron",
