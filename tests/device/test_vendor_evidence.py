@@ -188,7 +188,7 @@ def _ctc_loss_of_a_tiled_input(x: torch.Tensor) -> torch.Tensor:
     (torch.nn.Softplus(threshold=1), ()),
 ], ids=["pad", "ctc_loss", "softplus_low_threshold"])
 @pytest.mark.parametrize("mode", ["target", "host"])
-@pytest.mark.filterwarnings("ignore:aten::clamp_min is a known issue")  # ctc_loss's; another prediction
+@pytest.mark.filterwarnings("ignore:aten..clamp_min is a known issue")  # ctc_loss's; another prediction
 def test_nn_gradchecks_on_float64_device_tensors_fail_only_where_float64_computes_as_float32(
         numerics, mode: str, fn, shape):
     """test_pad (float64), test_ctc_loss and test_softplus_low_threshold run gradcheck on float64 device
