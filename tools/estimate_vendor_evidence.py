@@ -102,7 +102,9 @@ those were run too and pass on the device (session i27d; docs/device/fidelity.md
   on the device, no gradcheck, not listed) passes on both. `test_signal_window_functions` float64
   `hann`, `hamming`, `blackman`: their float scalars (`2 * pi / (n - 1)`) are float32 there too
   (processors/argument_processor.py), and the windows leave float64's tolerance; `bartlett`
-  (listed) stays within it, not counted (session i27f). Float32 variants pass on both.
+  (listed) stays within it, not counted (session i27f). `test_randint_distribution` bins int64 draws
+  below 0.75 * 2**32 with `//` on the device: in int32 the values past 2**31 wrap negative and fall
+  out of the histogram (session i27f). Float32 variants pass on both.
 
 It is an estimate, not the held-out measurement: a name says what the test is
 parametrised with, not that it calls the refused op on a device tensor, and it says
@@ -156,7 +158,8 @@ MODELLED = {
         r"|^test_upsamplingNearest[23]d_memory_format0_mode_nearest(-exact)?_neuron$"
         r"|^test_upsamplingNearest1d_mode_nearest(-exact)?_neuron$"
         r"|^test_(pad_neuron_float64|ctc_loss_neuron|softplus_low_threshold_neuron)$"
-        r"|^test_signal_window_functions_window_(hann|hamming|blackman)_neuron_float64$"),
+        r"|^test_signal_window_functions_window_(hann|hamming|blackman)_neuron_float64$"
+        r"|^test_randint_distribution_neuron$"),
 }
 
 

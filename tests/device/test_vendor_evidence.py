@@ -129,6 +129,21 @@ def test_large_linspace_steps_wrap_only_where_int64_computes_as_int32(numerics, 
     assert ((x[1] - x[0]).item() > (end - start) / 15) is (dtype == torch.int32)
 
 
+@pytest.mark.parametrize("mode", ["target", "host"])
+def test_int64_draws_past_2_to_the_31_bin_outside_the_range_only_where_int64_computes_as_int32(numerics, mode):
+    """test_randint_distribution draws int64 values below 0.75 * 2**32 and bins them with `//` on the
+    device: in int32 (TorchNeuron's numerics) the values past 2**31 wrap negative and leave the
+    histogram's range; with host numerics every bin is in [0, 8)."""
+    numerics(mode)
+    torch.manual_seed(0)
+    n_max = int(0.75 * 2 ** 32)
+    draws = torch.randint(n_max, (10_000,), device="neuron")
+
+    bins = (draws // (n_max // 8)).cpu()
+
+    assert bool(((bins >= 0) & (bins < 8)).all()) is (mode == "host")
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
 def test_gumbel_softmax_soft_and_hard_gradients_differ_only_where_float64_computes_as_float32(numerics, dtype):
     """test_gumbel_softmax ends by comparing the gradients of a soft and a hard draw from the same
@@ -382,6 +397,7 @@ def _estimator():
     ("test_normal_neuron_float64", None),  # listed: its out= resizes go through a composite, not found
     ("test_signal_window_functions_window_hann_neuron_float64", "narrowing_64bit"),
     ("test_signal_window_functions_window_blackman_neuron_float64", "narrowing_64bit"),
+    ("test_randint_distribution_neuron", "narrowing_64bit"),
     ("test_signal_window_functions_window_bartlett_neuron_float64", None),  # listed: another cause, not found
     ("test_channel_shuffle_neuron", "memory_format"),
     ("test_full_like_inference_neuron", "complex_dtypes"),
