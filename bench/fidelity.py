@@ -19,7 +19,9 @@ arguments (twins: the same op's samples with none), where "changed" means the de
 result now differs from the CPU's (the target's zeros), not an error.
 `overlapping_writes` lets through writes the CPU refuses, so it has no CPU-passing sample to
 change; its tests are in tests/device/test_target_rules.py. `as_strided_bounds_first` changes
-only the message of an error the CPU raises too (a negative stride), likewise.
+only the message of an error the CPU raises too (a negative stride, strides of another length),
+likewise. `fallback_out_resize` changes only host-fallback calls given a non-empty `out=` of
+another size than the result, which the samples here (no `out=`) never make; its tests are there too.
 
     python bench/fidelity.py                      # every OpInfo, 2 samples per op and dtype
     python bench/fidelity.py -k "add,mul,conv" --samples 4 --json fidelity.json

@@ -49,6 +49,19 @@ def test_float64_carries_float32_precision_and_range(numerics):
     assert (x * 1.0).cpu().tolist() == [1 / 3, 1e39]
 
 
+def test_a_float_scalar_of_a_float64_op_computes_as_the_float32_torchneuron_passes(numerics):
+    """TorchNeuron passes a float scalar as a float32 tensor (processors/argument_processor.py):
+    7 * (1/3) is then float32(7 * float32(1/3)) = 2.3333335, where a 64-bit scalar rounds to 2.3333333.
+    A float32 operand is the CPU's either way, and host numerics keep 64 bits."""
+    numerics("target")
+    seven = torch.tensor([7.0], dtype=torch.float64, device="neuron")
+    as_float32 = torch.tensor([7.0], dtype=torch.float32) * torch.tensor(1 / 3, dtype=torch.float32)
+    assert (seven * (1 / 3)).cpu().tolist() == as_float32.double().tolist() == [2.3333334922790527]
+    assert torch.equal((seven.float() * (1 / 3)).cpu(), torch.tensor([7.0]) * (1 / 3))
+    numerics("host")
+    assert (seven * (1 / 3)).cpu().tolist() == [7 * (1 / 3)]
+
+
 def test_copies_and_ops_the_target_runs_on_the_cpu_keep_64_bits(numerics):
     numerics("target")
     big = torch.tensor([2**40 + 3], dtype=torch.int64)

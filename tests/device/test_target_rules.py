@@ -334,9 +334,71 @@ def test_clean_twins_of_as_strided_keep_the_cpus_views_and_errors(neuron):
         torch.as_strided(torch.ones(3, 3, device="neuron"), (1, 1), (2, -1))
 
 
+def test_strides_of_another_length_than_the_sizes_fail_the_bounds_check_first(neuron):
+    """PyTorch's test_strided_mismatched_stride_shape expects the CPU's message; TorchNeuron's bounds check
+    (computeStorageNbytes) refuses the lengths first, with its own."""
+    import torch
+
+    with pytest.raises(RuntimeError, match="mismatch in length of strides and shape"):
+        torch.tensor(0.42).as_strided((1, 2), (1,))  # the CPU
+    with pytest.raises(RuntimeError, match=r"dimensionality of sizes \(2\) must match dimensionality of strides "
+                                           r"\(1\).*as on TorchNeuron.*Next step") as refused:
+        torch.tensor(0.42, device="neuron").as_strided((1, 2), (1,))
+    assert "mismatch in length of strides and shape" not in str(refused.value)  # the test matches on the CPU's
+    # no strides at all: the bounds check takes its contiguous path there, and setStrided gives the CPU's message
+    with pytest.raises(RuntimeError, match="mismatch in length of strides and shape"):
+        torch.tensor(0.42, device="neuron").as_strided((1,), ())
+
+
 def test_a_profile_without_the_as_strided_rule_gives_the_cpus_message(rules):
     import torch
 
     rules(as_strided_bounds_first=False)
     with pytest.raises(RuntimeError, match="Negative strides are not supported"):
         torch.as_strided(torch.ones(14, device="neuron"), (2,), (-11,))
+
+
+# ------------------------------------------------------------------ host fallbacks keep a non-empty out='s size
+# TorchNeuron runs an op it does not implement with PyTorch's CPU fallback, which copies each out= result back
+# with TorchNeuron's _copy_from_and_resize (csrc/aten/CopyKernel.cpp): another size is refused unless out= is
+# empty. PyTorch's test_randperm (`randperm(0, out=<0-dim tensor>)`) fails there; the CPU resizes out=.
+def test_a_host_fallback_refuses_to_resize_a_non_empty_out_as_torchneuron_does(neuron):
+    import torch
+
+    cpu_out = torch.tensor(5)
+    torch.randperm(0, out=cpu_out)  # the CPU resizes out=
+    assert cpu_out.shape == (0,)
+    out = torch.tensor(5, device="neuron")
+    with pytest.raises(RuntimeError, match=r"_copy_from_and_resize now only support copy with same size, or "
+                                           r"dst.numel\(\) == 0!.*aten::randperm.generator_out.*Next step"):
+        torch.randperm(0, out=out)
+    assert out.shape == () and out.item() == 5
+
+
+@pytest.mark.filterwarnings("ignore:An output with one or more elements was resized")  # PyTorch's, as meant
+def test_clean_twins_of_fallback_outs_an_empty_out_its_size_or_an_op_that_resizes_first_work(neuron):
+    import torch
+
+    empty = torch.empty(0, dtype=torch.long, device="neuron")
+    torch.randperm(5, out=empty)
+    assert sorted(empty.cpu().tolist()) == [0, 1, 2, 3, 4]
+    sized = torch.empty(5, dtype=torch.long, device="neuron")
+    torch.randperm(5, out=sized)
+    assert sorted(sized.cpu().tolist()) == [0, 1, 2, 3, 4]
+    # normal(mean, std, size, out=) is a composite that resizes out= before its kernel, there as here
+    resized = torch.empty(100, 100, device="neuron")
+    torch.normal(2.0, 0.0, (10, 10), out=resized)
+    assert torch.equal(resized.cpu(), torch.full((10, 10), 2.0))
+    # an op TorchNeuron implements resizes its out= itself (python_ops/base.py _resize_output_if_needed)
+    native_out = torch.empty(7, device="neuron")
+    torch.add(torch.ones(3, device="neuron"), 1, out=native_out)
+    assert torch.equal(native_out.cpu(), torch.full((3,), 2.0))
+
+
+def test_a_profile_without_the_fallback_out_rule_resizes_out_as_the_cpu(rules):
+    import torch
+
+    rules(fallback_out_resize=False)
+    out = torch.tensor(5, device="neuron")
+    torch.randperm(0, out=out)
+    assert out.shape == (0,)

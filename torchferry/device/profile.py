@@ -45,12 +45,19 @@ RULES = {
                            "torch_neuronx (no overlap check anywhere in the package: python_ops/torch_mlir/kernel.py "
                            "writes results into the tensor given; the CPU's TensorIterator runs "
                            "assert_no_internal_overlap)"),
-    "as_strided_bounds_first": (32, "as_strided with a negative stride checks the storage bounds first, as the "
-                                "target does: a stride the bounds arithmetic cannot take fails with PyTorch's "
-                                "bounds error ('Storage size calculation overflowed ...') where the CPU says "
-                                "'Negative strides are not supported'",
+    "as_strided_bounds_first": (32, "as_strided with a negative stride, or with fewer or more strides than sizes, "
+                                "checks the storage bounds first, as the target does: PyTorch's bounds error "
+                                "('Storage size calculation overflowed ...', 'dimensionality of sizes (2) must "
+                                "match dimensionality of strides (1)') where the CPU says 'Negative strides are "
+                                "not supported' or 'mismatch in length of strides and shape'",
                                 "torch_neuronx/csrc/aten/TensorShape.cpp (as_strided_neuron: "
                                 "checkInBoundsForStorage before setStrided)"),
+    "fallback_out_resize": (64, "an op the target runs with PyTorch's CPU fallback, given a non-empty out= tensor "
+                            "of another size than its result, raises the target's '_copy_from_and_resize now only "
+                            "support copy with same size, or dst.numel() == 0!' where the CPU resizes out=",
+                            "torch_neuronx/csrc/aten/CopyKernel.cpp (_copy_from_and_resize_neuron), "
+                            "csrc/core/NeuronBindings.cpp (neuron_cpu_fallback: at::native::cpu_fallback copies "
+                            "each written argument back with _copy_from_and_resize)"),
 }
 
 # Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS.

@@ -4,7 +4,9 @@ Under `TORCHFERRY_NUMERICS=target` the eager device rounds the 64-bit inputs and
 every op TorchNeuron compiles (int64 wraps as int32, float64 rounds to float32; the dtype
 stays 64-bit, as TorchNeuron casts results back: docs/device/fidelity.md). A compiled graph
 must compute the same values, so before Inductor sees an ATen graph (forward or backward)
-each such op gets the same round trips around it. Inductor fuses them into its kernels.
+each such op gets the same round trips around it, and its float scalar arguments the float32
+value TorchNeuron passes them as when a float64 operand is rounded
+(processors/argument_processor.py). Inductor fuses the round trips into its kernels.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ def _wide(node: object) -> torch.dtype | None:
     return value.dtype if isinstance(value, torch.Tensor) and value.dtype in _NARROW else None
 
 
+def as_float32(value: float) -> float:
+    """`value` rounded to the nearest float32 (inf beyond its range), as a Python float."""
+    return torch.tensor(value, dtype=torch.float32).item()
+
+
 def narrow_64bit(gm: torch.fx.GraphModule) -> int:
     """Round the 64-bit inputs and results of the target's compiled ops in `gm` (in place);
     returns how many ops were wrapped (0 under host numerics: the graph is unchanged)."""
@@ -55,6 +62,9 @@ def narrow_64bit(gm: torch.fx.GraphModule) -> int:
         if not inputs and _wide(node) is None:
             continue
         wrapped += 1
+        if any(_wide(a) == torch.float64 for a in inputs):
+            node.args = tuple(as_float32(a) if type(a) is float else a for a in node.args)
+            node.kwargs = {k: as_float32(v) if type(v) is float else v for k, v in node.kwargs.items()}
         for arg in inputs:
             if arg not in rounded:
                 with graph.inserting_before(node):  # before its first rounding consumer

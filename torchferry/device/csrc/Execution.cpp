@@ -158,6 +158,7 @@ class HostCall {
   ~HostCall() {
     mutated_.clear();
     rounded_writes_.clear();
+    sized_outs_.clear();
     aliases_.clear();
     for (auto& view : views_) recycle_host_view(view.first);
   }
@@ -178,10 +179,22 @@ class HostCall {
         if (info_.empty_zeros && !args[i].kwarg_only() && iv.toTensor().defined() && iv.toTensor().numel() == 0) {
           empty_input_ = true;
         }
+        // A host fallback's out= that is not empty must keep its size (fallback_out_resize rule).
+        const bool sized_out = writes && info_.out_keeps_size && args[i].kwarg_only() &&
+                               is_neuron(iv.toTensor()) && iv.toTensor().numel() != 0;
+        at::Tensor out_before = sized_out ? iv.toTensor() : at::Tensor();
+        // A Python float reaches an op as a 0-dim CPU double tensor (a wrapped number).
+        if (info_.target_numerics && !is_neuron(iv.toTensor()) && iv.toTensor().defined() &&
+            iv.toTensor().dim() == 0 && iv.toTensor().scalar_type() == at::kDouble) {
+          float_scalars_.push_back(begin + i);
+        }
         iv = to_host(iv.toTensor(), writes);
+        if (sized_out) sized_outs_.emplace_back(iv.toTensor(), std::move(out_before));
         if (writes && info_.writes_through_overlap && at::has_internal_overlap(iv.toTensor()) == at::MemOverlap::Yes) {
           overlapping_writes_.push_back({begin + i, iv.toTensor(), at::Tensor()});
         }
+      } else if (iv.isDouble()) {
+        if (info_.target_numerics) float_scalars_.push_back(begin + i);
       } else if (iv.isList()) {
         const auto kind = args[i].type()->kind();
         if (kind == c10::TypeKind::ListType) convert_list(iv, writes);
@@ -207,6 +220,18 @@ class HostCall {
         }
       }
     }
+    // TorchNeuron's argument processor passes a float scalar, and moves a 0-dim CPU tensor, as a
+    // float32 tensor (processors/argument_processor.py): with float64 operands computed as float32,
+    // so is the scalar (`x.mul(2 * pi / (n - 1))` multiplies by the float32 constant).
+    if (!float_scalars_.empty() && std::any_of(rounded_.begin(), rounded_.end(),
+                                               [](const at::Tensor& r) { return r.scalar_type() == at::kDouble; })) {
+      for (size_t i : float_scalars_) {
+        c10::IValue& scalar = (*stack)[i];
+        scalar = scalar.isDouble()
+                     ? c10::IValue(static_cast<double>(static_cast<float>(scalar.toDouble())))
+                     : c10::IValue(scalar.toTensor().to(at::kFloat).to(at::kDouble));
+      }
+    }
     // A random op without a generator draws from the device's default generator,
     // never from the CPU's.
     for (size_t i : default_generators) {
@@ -217,6 +242,14 @@ class HostCall {
 
   // The eager signature of this call (valid after `convert_arguments`).
   uint64_t signature() const { return signature_.value(); }
+
+  // TorchNeuron's CPU fallback copies an out= result back only into an empty tensor or one of its
+  // size (csrc/aten/CopyKernel.cpp): checked after the kernel, before anything is written back.
+  void check_out_sizes() const {
+    for (const auto& [host, out] : sized_outs_) {
+      if (host.sizes() != out.sizes()) throw_fallback_out_resize(info_, out, host);
+    }
+  }
 
   void write_back_mutations() {
     for (auto& [host, original] : rounded_writes_) {
@@ -474,6 +507,7 @@ class HostCall {
   std::string foreign_device_, foreign_argument_;
   Signature signature_;
   bool index_mask_ = false;
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 1> sized_outs_;  // host out=, device out= (non-empty)
   bool known_issue_dtype_ = false;
   bool empty_input_ = false;
   struct OverlappingWrite {
@@ -488,6 +522,7 @@ class HostCall {
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 6> views_;  // host view, device
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> mutated_;  // host view, device
   c10::SmallVector<at::Tensor, 1> rounded_;  // rounded copies of 64-bit inputs (target numerics)
+  c10::SmallVector<size_t, 2> float_scalars_;  // stack slots of float scalars (target numerics)
   c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 2> rounded_writes_;  // rounded copy, device
   c10::SmallVector<c10::StorageImpl*, 2> cpu_inputs_;
 };
@@ -631,6 +666,7 @@ void run_on_host_kernels(const c10::OperatorHandle& op, const OpInfo& info, torc
     call.write_through_overlapping(schema.returns().size(), stack);
     warn_overlapping_write(info);
   }
+  call.check_out_sizes();
   call.write_back_mutations();
   call.convert_results(schema.returns().size(), stack);
   if (call.has_empty_input()) zero_results(info, schema.returns().size(), stack);
@@ -675,20 +711,24 @@ at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArr
   static const c10::OperatorHandle op = op_handle("aten::as_strided", "");
   count_op(op);
   // TorchNeuron's as_strided_neuron (csrc/aten/TensorShape.cpp) runs PyTorch's storage bounds
-  // check before `setStrided`, whose first check refuses negative strides: a negative stride
-  // that the bounds arithmetic cannot take fails with the bounds error there. Only a negative
-  // stride can tell the two orders apart, so the usual call pays one scan of its strides.
-  if (rule_on(kRuleAsStridedBoundsFirst) && size.size() == stride.size() &&
-      std::any_of(stride.begin(), stride.end(), [](int64_t s) { return s < 0; })) {
+  // check before `setStrided`, whose first checks refuse strides of another length than the sizes
+  // and negative strides: the bounds check fails first there, with its own message ("dimensionality
+  // of sizes (2) must match dimensionality of strides (1)"; no strides at all take its contiguous
+  // path and pass; or the bounds error for a negative stride its arithmetic cannot take). Only
+  // those cases tell the orders apart, so the usual call pays one scan of its strides. The
+  // message must not quote the CPU's: PyTorch's tests match on it.
+  if (rule_on(kRuleAsStridedBoundsFirst) &&
+      (size.size() != stride.size() ||
+       std::any_of(stride.begin(), stride.end(), [](int64_t s) { return s < 0; }))) {
     try {
       at::native::checkInBoundsForStorage(size, stride, storage_offset.value_or(self.storage_offset()),
                                           self.dtype(), self.storage());
     } catch (const c10::Error& e) {
       TORCH_CHECK(false, e.msg(), " (aten::as_strided on ", self.device(), ", as on TorchNeuron: its as_strided "
                   "checks the storage bounds before the strides, csrc/aten/TensorShape.cpp, where the CPU "
-                  "says 'Negative strides are not supported'). Next step: use non-negative strides, e.g. "
-                  "torch.flip for a reversed view; as_strided_bounds_first = false in a profile gives the "
-                  "CPU's error (docs/device/fidelity.md).");
+                  "refuses the strides first: their number or a negative one). Next step: give one "
+                  "non-negative stride per size, e.g. torch.flip for a reversed view; "
+                  "as_strided_bounds_first = false in a profile gives the CPU's error (docs/device/fidelity.md).");
     }
   }
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);

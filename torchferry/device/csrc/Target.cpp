@@ -137,6 +137,7 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
                                              ((rules & kRuleUnsigned) ? kUnsignedTypes : 0);
   info.empty_zeros = (rules & kRuleEmptyInputs) && (code & kCodeEmptyZeros) && !info.on_host();
   info.writes_through_overlap = (rules & kRuleOverlappingWrites) && info.compiles && !info.on_host();
+  info.out_keeps_size = (rules & kRuleFallbackOutResize) && info.on_host();
   auto scoped = g_scoped_issue_slot.find(info.name);
   info.known_issue = scoped == g_scoped_issue_slot.end() ? -1 : scoped->second;
   info.checked_dtypes = info.refused_dtypes | (info.known_issue < 0 ? 0 : g_scoped_issues[info.known_issue].dtypes);
@@ -291,6 +292,16 @@ void throw_unsupported_dtype(const OpInfo& info, at::ScalarType type) {
                               "the real part), or run this op on the CPU (x.cpu())"
                             : "convert first, e.g. x.to(torch.int32), or run this op on the CPU (x.cpu())",
                     "; a device profile with this rule off (docs/device/fidelity.md) skips the check.");
+}
+
+void throw_fallback_out_resize(const OpInfo& info, const at::Tensor& out, const at::Tensor& result) {
+  TORCH_CHECK(false, "_copy_from_and_resize now only support copy with same size, or dst.numel() == 0! (",
+              info.name, " on neuron, as on ", g_config.profile, ": an op TorchNeuron runs with PyTorch's CPU "
+              "fallback copies each out= tensor back with its _copy_from_and_resize, csrc/aten/CopyKernel.cpp, "
+              "which refuses a result of another size unless out= is empty; here out= has size ", out.sizes(),
+              " and the result ", result.sizes(), ", which the CPU would resize out= to). Next step: pass an "
+              "empty out= (torch.empty(0, device=...)) or one of the result's size, or call without out=; "
+              "fallback_out_resize = false in a profile gives the CPU's resize (docs/device/fidelity.md).");
 }
 
 NativeCompositeScope::NativeCompositeScope(const c10::OperatorHandle& op, uint64_t signature) {

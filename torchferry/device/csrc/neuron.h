@@ -248,6 +248,9 @@ struct OpInfo {
   // The target writes into a written argument whose elements share memory where the CPU
   // refuses (overlapping_writes rule): ops it compiles.
   bool writes_through_overlap = false;
+  // The target copies an out= result back with a copy that refuses another size unless the
+  // out= tensor is empty (fallback_out_resize rule): ops it runs with PyTorch's CPU fallback.
+  bool out_keeps_size = false;
   bool on_host() const { return kind == OpKind::HostCopy || kind == OpKind::HostPredicted; }
   bool refuses(at::ScalarType type) const { return (refused_dtypes >> static_cast<int>(type)) & 1; }
   bool checks(at::ScalarType type) const { return (checked_dtypes >> static_cast<int>(type)) & 1; }
@@ -261,6 +264,7 @@ enum Rule : int {
   kRuleEmptyInputs = 8,   // an empty positional tensor input gives zeros (torch-mlir kernels)
   kRuleOverlappingWrites = 16,  // in-place writes into self-overlapping tensors go through, with a warning
   kRuleAsStridedBoundsFirst = 32,  // as_strided checks the storage bounds before refusing negative strides
+  kRuleFallbackOutResize = 64,  // a host fallback's non-empty out= of another size than its result is refused
 };
 // Classification code bit (profile.py EMPTY_ZEROS): the op gives zeros on an empty input.
 constexpr int kCodeEmptyZeros = 16;
@@ -271,6 +275,8 @@ void warn_empty_zeros(const OpInfo& info);
 bool rule_on(Rule rule);
 // TorchNeuron's error for a dtype its tables lack, with the way out.
 [[noreturn]] void throw_unsupported_dtype(const OpInfo& info, at::ScalarType type);
+// TorchNeuron's error for a host fallback's out= tensor that its result would resize.
+[[noreturn]] void throw_fallback_out_resize(const OpInfo& info, const at::Tensor& out, const at::Tensor& result);
 // While alive, the op the target runs as one native kernel (`op`, counted once with its
 // eager signature) is what the accounting sees: the ops this device runs it through
 // (PyTorch's composite, or the CPU's dropout) are neither counted nor warned about.
