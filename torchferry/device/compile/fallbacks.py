@@ -22,6 +22,8 @@ fx/passes/random_op_legalization.py) replace with their own.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import torch.fx
 
@@ -29,16 +31,18 @@ from torchferry.device import target
 from torchferry.device.compile.numerics import full_name, is_view
 
 
-def host_ops(gm: torch.fx.GraphModule) -> list[str]:
-    """The ATen ops of `gm` the profile runs on the host, one entry per call in the graph."""
-    ops = []
+def aten_calls(gm: torch.fx.GraphModule) -> Iterator[tuple[torch.fx.Node, str]]:
+    """The graph's calls of ATen ops that are not views, with each op's full name: the calls
+    the eager device would judge one by one."""
     for node in gm.graph.nodes:
         op = node.target
         if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
             continue
         if op.namespace != "aten" or is_view(op):
             continue
-        name = full_name(op)
-        if target.runs_on_host(name):
-            ops.append(name)
-    return ops
+        yield node, full_name(op)
+
+
+def host_ops(gm: torch.fx.GraphModule) -> list[str]:
+    """The ATen ops of `gm` the profile runs on the host, one entry per call in the graph."""
+    return [name for _, name in aten_calls(gm) if target.runs_on_host(name)]

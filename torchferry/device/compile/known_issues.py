@@ -20,7 +20,7 @@ import torch
 import torch.fx
 
 from torchferry.device import target
-from torchferry.device.compile.numerics import full_name, is_view
+from torchferry.device.compile.fallbacks import aten_calls
 
 
 def _dtypes(node: torch.fx.Node) -> set[torch.dtype]:
@@ -39,13 +39,7 @@ def known_issue_ops(gm: torch.fx.GraphModule) -> list[str]:
     graph: an unscoped issue whatever the dtypes (unless the op runs on the host and is
     counted as a fallback), a dtype-scoped one when the node takes a tensor of its dtypes."""
     ops = []
-    for node in gm.graph.nodes:
-        op = node.target
-        if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload):
-            continue
-        if op.namespace != "aten" or is_view(op):
-            continue
-        name = full_name(op)
+    for node, name in aten_calls(gm):
         scope = target.known_issue_dtypes(name)
         if scope is None:
             continue
