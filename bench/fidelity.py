@@ -22,6 +22,8 @@ change; its tests are in tests/device/test_target_rules.py. `as_strided_bounds_f
 only the message of an error the CPU raises too (a negative stride, strides of another length),
 likewise. `fallback_out_resize` changes only host-fallback calls given a non-empty `out=` of
 another size than the result, which the samples here (no `out=`) never make; its tests are there too.
+`compiled_out_written_after` changes only calls with an `out=` (a resize warning dropped, an `out=`
+that shares memory with an input let through), which the samples here never make; likewise.
 
     python bench/fidelity.py                      # every OpInfo, 2 samples per op and dtype
     python bench/fidelity.py -k "add,mul,conv" --samples 4 --json fidelity.json

@@ -1,6 +1,7 @@
 """Fixtures of the built-in device tests.
 
 `neuron` enables the device in this process (once; enabling is idempotent).
+`rules` switches the device profile's [rules] for one test.
 `run_python` runs a snippet in a fresh interpreter, for behaviour fixed at start-up
 (environment variables, registration conflicts, autoload, out-of-memory).
 """
@@ -11,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import dataclasses
 from dataclasses import dataclass
 
 import pytest
@@ -36,6 +38,19 @@ def numerics(neuron):
 
     yield set_numerics
     target.configure(_runtime.core(), _runtime.profile(), "warn", "target")
+
+
+@pytest.fixture
+def rules(neuron):
+    """Switch the profile's rules for one test (`rules(memory_format=False)`); back after."""
+    from torchferry.device import _runtime, target
+
+    def set_rules(**changes: bool) -> None:
+        profile = _runtime.profile()
+        target.configure(_runtime.core(), dataclasses.replace(profile, rules={**profile.rules, **changes}), "silent")
+
+    yield set_rules
+    target.configure(_runtime.core(), _runtime.profile(), "warn")
 
 
 @pytest.fixture

@@ -29,9 +29,12 @@ def _cases() -> dict[str, Callable]:
 
 
 @pytest.mark.parametrize("name", list(_cases()))
-def test_an_in_place_op_never_changes_its_selfs_shape(neuron, name):
+def test_an_in_place_op_never_changes_its_selfs_shape(rules, name):
+    """With the compiled_out_written_after rule off: with it, an op TorchNeuron compiles resizes its out=
+    with a plain resize_, as there (the test below)."""
     import torch
 
+    rules(compiled_out_written_after=False)
     op = _cases()[name]
     with pytest.raises(RuntimeError) as on_cpu:
         op(torch.ones(5, 1), torch.ones(5))
@@ -57,3 +60,15 @@ def test_the_same_tensor_twice_as_input_computes_as_on_the_cpu(neuron):
     on_device = x.to("neuron")
     on_device.addcmul_(on_device, on_device, value=0.5)
     assert torch.equal(on_device.cpu(), x.clone().addcmul_(x, x, value=0.5))
+
+
+@pytest.mark.parametrize("name", ["add out=self", "mul out=self"])
+def test_an_out_that_is_also_an_input_is_resized_to_the_result_as_torchneuron_does(neuron, name):
+    """TorchNeuron resizes a compiled op's out= to the result's shape with a plain resize_, before or after
+    its kernel (python_ops/base.py _resize_output_if_needed, torch_mlir/kernel.py _prepare_execution_tensors),
+    also when out= is an input: no error there, where the CPU raises (the compiled_out_written_after rule)."""
+    import torch
+
+    x = torch.ones(5, 1, device="neuron")
+    _cases()[name](x, torch.ones(5, device="neuron"))
+    assert x.shape == (5, 5)

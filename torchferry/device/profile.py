@@ -58,6 +58,14 @@ RULES = {
                             "torch_neuronx/csrc/aten/CopyKernel.cpp (_copy_from_and_resize_neuron), "
                             "csrc/core/NeuronBindings.cpp (neuron_cpu_fallback: at::native::cpu_fallback copies "
                             "each written argument back with _copy_from_and_resize)"),
+    "compiled_out_written_after": (128, "an op the target compiles computes into an output of its own, then resizes "
+                                   "its out= tensor with a plain resize_ and writes the result into it: no 'out "
+                                   "tensor will be resized' / 'An output with one or more elements was resized' "
+                                   "warning, an out= of another shape reshaped to the result's, and no error for "
+                                   "an out= that is also an input, where the CPU warns, writes through out= or raises",
+                                   "torch_neuronx/python_ops/torch_mlir/kernel.py (_prepare_execution_tensors: "
+                                   "provided.resize_), python_ops/handlers/output.py (_copy_to_output, "
+                                   "_resize_output: out.resize_), python_ops/base.py (_resize_output_if_needed)"),
 }
 
 # Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS.

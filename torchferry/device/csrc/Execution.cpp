@@ -183,6 +183,8 @@ class HostCall {
         const bool sized_out = writes && info_.out_keeps_size && args[i].kwarg_only() &&
                                is_neuron(iv.toTensor()) && iv.toTensor().numel() != 0;
         at::Tensor out_before = sized_out ? iv.toTensor() : at::Tensor();
+        // A compiled op's out= (compiled_out_written_after rule): the kernel writes a fresh tensor.
+        const bool later_out = writes && info_.out_written_after && args[i].kwarg_only() && is_neuron(iv.toTensor());
         // A Python float reaches an op as a 0-dim CPU double tensor (a wrapped number).
         if (info_.target_numerics && !is_neuron(iv.toTensor()) && iv.toTensor().defined() &&
             iv.toTensor().dim() == 0 && iv.toTensor().scalar_type() == at::kDouble) {
@@ -192,6 +194,9 @@ class HostCall {
         if (sized_out) sized_outs_.emplace_back(iv.toTensor(), std::move(out_before));
         if (writes && info_.writes_through_overlap && at::has_internal_overlap(iv.toTensor()) == at::MemOverlap::Yes) {
           overlapping_writes_.push_back({begin + i, iv.toTensor(), at::Tensor()});
+        } else if (later_out) {
+          later_outs_.push_back({iv.toTensor(), at::empty({0}, iv.toTensor().options())});
+          iv = c10::IValue(later_outs_.back().result);
         }
       } else if (iv.isDouble()) {
         if (info_.target_numerics) float_scalars_.push_back(begin + i);
@@ -452,6 +457,18 @@ class HostCall {
       }
     }
   }
+  // TorchNeuron's kernels compute into an output of their own, then resize each out= with a plain
+  // resize_ and write the result into it (python_ops/torch_mlir/kernel.py _prepare_execution_tensors,
+  // handlers/output.py _copy_to_output): no "resized" warning, no check that out= overlaps an input.
+  void write_later_outs(size_t num_returns, torch::jit::Stack* stack) {
+    for (LaterOut& o : later_outs_) {
+      if (o.out.sizes() != o.result.sizes()) o.out.resize_(o.result.sizes());
+      o.out.copy_(o.result);
+      for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
+        if ((*stack)[i].isTensor() && (*stack)[i].toTensor().is_same(o.result)) (*stack)[i] = c10::IValue(o.out);
+      }
+    }
+  }
   // Whether a positional tensor argument is empty (the target returns zeros: info.empty_zeros).
   bool has_empty_input() const { return empty_input_; }
   // Whether a device tensor has a dtype the op's known issue is scoped to.
@@ -516,6 +533,11 @@ class HostCall {
     at::Tensor compact; // what the kernel writes instead
   };
   c10::SmallVector<OverlappingWrite, 1> overlapping_writes_;
+  struct LaterOut {
+    at::Tensor out;     // the host view of the out= tensor given
+    at::Tensor result;  // the fresh tensor the kernel writes instead
+  };
+  c10::SmallVector<LaterOut, 1> later_outs_;
   c10::DeviceIndex device_ = -1;
   c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 4> aliases_;  // host alias, device
   c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 2> adopted_;  // kernel output, device
@@ -666,6 +688,7 @@ void run_on_host_kernels(const c10::OperatorHandle& op, const OpInfo& info, torc
     call.write_through_overlapping(schema.returns().size(), stack);
     warn_overlapping_write(info);
   }
+  call.write_later_outs(schema.returns().size(), stack);
   call.check_out_sizes();
   call.write_back_mutations();
   call.convert_results(schema.returns().size(), stack);

@@ -251,6 +251,9 @@ struct OpInfo {
   // The target copies an out= result back with a copy that refuses another size unless the
   // out= tensor is empty (fallback_out_resize rule): ops it runs with PyTorch's CPU fallback.
   bool out_keeps_size = false;
+  // The target computes into an output of its own, then resizes out= with a plain resize_ and
+  // writes the result into it (compiled_out_written_after rule): ops it compiles.
+  bool out_written_after = false;
   bool on_host() const { return kind == OpKind::HostCopy || kind == OpKind::HostPredicted; }
   bool refuses(at::ScalarType type) const { return (refused_dtypes >> static_cast<int>(type)) & 1; }
   bool checks(at::ScalarType type) const { return (checked_dtypes >> static_cast<int>(type)) & 1; }
@@ -265,6 +268,7 @@ enum Rule : int {
   kRuleOverlappingWrites = 16,  // in-place writes into self-overlapping tensors go through, with a warning
   kRuleAsStridedBoundsFirst = 32,  // as_strided checks the storage bounds before refusing negative strides
   kRuleFallbackOutResize = 64,  // a host fallback's non-empty out= of another size than its result is refused
+  kRuleCompiledOutWrittenAfter = 128,  // a compiled op's out= is resized silently and written after the kernel
 };
 // Classification code bit (profile.py EMPTY_ZEROS): the op gives zeros on an empty input.
 constexpr int kCodeEmptyZeros = 16;
