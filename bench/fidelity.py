@@ -1,15 +1,22 @@
-"""Fidelity of the device's target rules on what the torch wheel ships: OpInfo samples.
+"""Fidelity of the device's target rules on what the torch wheel ships: OpInfo and ModuleInfo samples.
 
 Each rule of the device profile (profiles/trn2.toml [rules], docs/device/fidelity.md)
 makes the device refuse a pattern TorchNeuron refuses. For each rule this runs the OpInfo
-samples (torch.testing._internal's op_db) in the rule's pattern, on the CPU and on the
-device with the rule on and off, and counts:
+samples (torch.testing._internal's op_db) and the ModuleInfo inputs (module_db: the module
+built on the CPU from seed 0, in eval mode, and moved to the device as `model.to("neuron")`
+does) in the rule's pattern, on the CPU and on the device with the rule on and off, and
+counts, per database:
 
 - changed: samples the CPU runs and the device ran with the rule off, that the rule now
   refuses with TorchNeuron's error (what the rehearsal newly predicts);
 - twins: the same ops' samples without the pattern (float32, plain `.contiguous()`): how
   many the CPU runs, and how many of those the rule changes. That must be 0: a rule never
-  touches code that does not use its pattern.
+  touches code that does not use its pattern. A float32 sample whose op makes complex
+  tensors itself (`torch.fft.fft2` of a real tensor) carries the `complex_dtypes` pattern, so
+  it is counted apart (how many, how many the rule refuses), not as a twin.
+
+OpInfos whose results PyTorch marks "not comparable" (`empty`, `new_empty`, ...: uninitialised
+memory) are left out and named: a comparison with the CPU cannot judge them.
 
 Patterns: `memory_format` calls `input.contiguous(memory_format=torch.channels_last)`
 (4-D inputs; channels_last_3d for 5-D) before the op; `complex_dtypes` runs the complex64
@@ -25,8 +32,8 @@ another size than the result, which the samples here (no `out=`) never make; its
 `compiled_out_written_after` changes only calls with an `out=` (a resize warning dropped, an `out=`
 that shares memory with an input let through), which the samples here never make; likewise.
 
-    python bench/fidelity.py                      # every OpInfo, 2 samples per op and dtype
-    python bench/fidelity.py -k "add,mul,conv" --samples 4 --json fidelity.json
+    python bench/fidelity.py                      # every OpInfo and ModuleInfo, 2 samples each per dtype
+    python bench/fidelity.py -k "add,mul,nn.Conv2d" --samples 4 --json fidelity.json
 
 Exit status 0 when no rule changes a twin, 1 otherwise, 2 for bad arguments. A rule no
 OpInfo sample exercises (the wheel's OpInfos rarely list uint16/32/64) says so; its
@@ -37,6 +44,7 @@ the same bytes on both devices, results compared bitwise or within assert_close.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import json
 import sys
@@ -54,7 +62,7 @@ import torch  # noqa: E402
 
 import conformance_harness as harness  # noqa: E402
 
-JSON_VERSION = 1
+JSON_VERSION = 2  # 2: figures per rule and database (OpInfo, ModuleInfo)
 # rule -> what the device's failure says when the rule changes a sample (None: any failure,
 # for a rule that changes results rather than refusing).
 REFUSALS = {
@@ -75,6 +83,13 @@ class Tally:
     twin_changed: int = 0
     changed_ops: set[str] = dataclasses.field(default_factory=set)
     twin_failures: list[str] = dataclasses.field(default_factory=list)
+    # complex_dtypes: real-input samples whose op makes complex tensors itself (torch.fft.fft2
+    # of a float32 tensor), so they carry the pattern and are no twins: how many, how many refused.
+    made_complex: int = 0
+    made_complex_refused: int = 0
+    # OpInfos PyTorch marks "not comparable" (empty, new_empty, ...): their values are
+    # uninitialised memory, which a comparison with the CPU cannot judge, so they are left out.
+    not_comparable: set[str] = dataclasses.field(default_factory=set)
 
 
 def set_rules(**rules: bool) -> None:
@@ -84,17 +99,55 @@ def set_rules(**rules: bool) -> None:
     target.configure(_runtime.core(), dataclasses.replace(profile, rules={**profile.rules, **rules}), "silent")
 
 
-def samples(op: Any, dtype: torch.dtype, limit: int, keep: Callable[[Any], bool] | None = None) -> Iterator[Any]:
-    """The op's first `limit` CPU samples for `dtype` (of those `keep` accepts), moved to the device
-    (generating them on the device would itself run the device's ops in that dtype)."""
+class ModuleCall:
+    """A ModuleInfo's module as an op: called with the sample's arguments, it runs a copy of
+    the module on the device those arguments are on (built once on the CPU, from seed 0, in
+    eval mode: the same weights on both sides, as `model.to("neuron")` gives)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module.eval()
+        self.copies: dict[torch.device, torch.nn.Module] = {}
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        leaves = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        device = leaves[0].device if leaves else torch.device("cpu")
+        if device not in self.copies:
+            self.copies[device] = copy.deepcopy(self.module).to(device)
+        return self.copies[device](*args, **kwargs)
+
+
+def cpu_samples(subject: Any, dtype: torch.dtype) -> Iterator[tuple[Callable, Any]]:
+    """(what to call, its CPU sample) for each of an OpInfo's or ModuleInfo's samples in `dtype`.
+    A module input whose forward takes no positional argument is left out (the patterns act
+    on the first one)."""
+    if not hasattr(subject, "module_inputs_func"):
+        for sample in subject.sample_inputs("cpu", dtype, requires_grad=False):
+            yield subject, sample
+        return
+    for module_input in subject.module_inputs_func(subject, device="cpu", dtype=dtype, requires_grad=False,
+                                                   training=False):
+        forward = module_input.forward_input
+        if forward is None or not forward.args:
+            continue
+        torch.manual_seed(0)
+        constructor = module_input.constructor_input
+        module = subject.module_cls(*constructor.args, **constructor.kwargs).to(dtype)
+        yield ModuleCall(module), SimpleNamespace(input=forward.args[0], args=forward.args[1:], kwargs=forward.kwargs)
+
+
+def samples(subject: Any, dtype: torch.dtype, limit: int,
+            keep: Callable[[Any], bool] | None = None) -> Iterator[tuple[Callable, Any]]:
+    """(what to call, sample) for the first `limit` CPU samples in `dtype` (of those `keep`
+    accepts), moved to the device (generating them on the device would itself run the device's
+    ops in that dtype)."""
     try:
-        generated = (s for s in op.sample_inputs("cpu", dtype, requires_grad=False) if keep is None or keep(s))
-        for i, sample in enumerate(generated):
+        generated = ((fn, s) for fn, s in cpu_samples(subject, dtype) if keep is None or keep(s))
+        for i, (fn, sample) in enumerate(generated):
             if i >= limit:
                 return
             moved = harness.transfer((sample.input, sample.args, sample.kwargs), "neuron")
-            yield SimpleNamespace(input=moved[0], args=moved[1], kwargs=moved[2])
-    except Exception:  # noqa: BLE001 - an OpInfo that cannot make samples here has none to judge
+            yield fn, SimpleNamespace(input=moved[0], args=moved[1], kwargs=moved[2])
+    except Exception:  # noqa: BLE001 - an OpInfo or ModuleInfo that cannot make samples here has none to judge
         return
 
 
@@ -117,16 +170,52 @@ def in_format(fn: Callable, fmt: str | None) -> Callable:
     return call
 
 
-def cases(rule: str, op: Any) -> tuple[list[tuple[Callable, torch.dtype]], list[tuple[Callable, torch.dtype]]]:
-    """(samples in the rule's pattern, their twins without it) as (function, dtype) pairs."""
-    cpu_dtypes = op.supported_dtypes("cpu")
+def cpu_dtypes(subject: Any) -> set[torch.dtype]:
+    return set(subject.dtypes) if hasattr(subject, "module_inputs_func") else set(subject.supported_dtypes("cpu"))
+
+
+def cases(rule: str, subject: Any) -> tuple[list[tuple[str | None, torch.dtype]], list[tuple[str | None, torch.dtype]]]:
+    """(samples in the rule's pattern, their twins without it) as (memory format, dtype) pairs:
+    the format the first argument is made contiguous in ("channels_last", plain "contiguous",
+    or None: as generated)."""
+    dtypes = cpu_dtypes(subject)
     if rule == "memory_format":
-        return [(in_format(op, "channels_last"), torch.float32)], [(in_format(op, None), torch.float32)]
+        return ([("channels_last", torch.float32)], [("contiguous", torch.float32)]) if torch.float32 in dtypes \
+            else ([], [])
     if rule == "empty_inputs":
-        return ([(op, torch.float32)], [(op, torch.float32)]) if torch.float32 in cpu_dtypes else ([], [])
+        return ([(None, torch.float32)], [(None, torch.float32)]) if torch.float32 in dtypes else ([], [])
     wanted = [torch.complex64] if rule == "complex_dtypes" else [torch.uint16, torch.uint32, torch.uint64]
-    pattern = [(op, d) for d in wanted if d in cpu_dtypes]
-    return pattern, ([(op, torch.float32)] if pattern and torch.float32 in cpu_dtypes else [])
+    pattern = [(None, d) for d in wanted if d in dtypes]
+    return pattern, ([(None, torch.float32)] if pattern and torch.float32 in dtypes else [])
+
+
+def formatted(fn: Callable, fmt: str | None) -> Callable:
+    return fn if fmt is None else in_format(fn, fmt if fmt == "channels_last" else None)
+
+
+def comparable(op: Any) -> bool:
+    """Whether the op's results have defined values. PyTorch's OpInfos skip comparing the ones
+    that return uninitialised memory with `unittest.skip("Expected: <op> is not comparable")`
+    (`empty_strided`'s names `empty`); read that rather than keep a list of our own. A reason
+    naming another op (a decomposition's `new_empty_strided`) says nothing about this op's values."""
+    prefix, suffix = "Expected: ", " is not comparable"
+    for info in op.decorators:
+        for decorator in getattr(info, "decorators", None) or [info]:
+            for cell in getattr(decorator, "__closure__", None) or ():
+                reason = cell.cell_contents
+                if isinstance(reason, str) and reason.startswith(prefix) and reason.endswith(suffix) \
+                        and op.name.startswith(reason[len(prefix):-len(suffix)]):
+                    return False
+    return True
+
+
+def makes_complex(fn: Callable, sample: Any) -> bool:
+    """Whether the op, run on the CPU, returns a complex tensor (from real inputs here)."""
+    try:
+        result = harness.seeded_call(fn, harness.transfer((sample.input, sample.args, sample.kwargs), "cpu"), 0)
+    except Exception:  # noqa: BLE001 - the twin's own run reports a sample the CPU rejects
+        return False
+    return any(isinstance(t, torch.Tensor) and t.is_complex() for t in torch.utils._pytree.tree_leaves(result))
 
 
 def has_empty_input(sample: Any) -> bool:
@@ -143,21 +232,24 @@ def in_pattern(rule: str, sample: Any) -> bool:
     return True
 
 
-def measure(rule: str, ops: list[Any], limit: int) -> Tally:
+def measure(rule: str, subjects: list[Any], limit: int) -> Tally:
     tally = Tally()
     refusal = REFUSALS[rule]
-    for op in ops:
+    for op in subjects:
         pattern, twins = cases(rule, op)
         if not pattern:
             continue
+        if not comparable(op):
+            tally.not_comparable.add(op.name)
+            continue
         tried = False
-        for fn, dtype in pattern:
-            for sample in samples(op, dtype, limit, has_empty_input if rule == "empty_inputs" else None):
+        for fmt, dtype in pattern:
+            for fn, sample in samples(op, dtype, limit, has_empty_input if rule == "empty_inputs" else None):
                 if not in_pattern(rule, sample):
                     continue
                 tried = True
                 tally.samples += 1
-                off, on, reason = judge(fn, sample, rule)
+                off, on, reason = judge(formatted(fn, fmt), sample, rule)
                 if off in harness.PASSING:
                     tally.cpu_passing += 1
                     if on == harness.FAIL and (refusal is None or refusal in reason):
@@ -166,9 +258,15 @@ def measure(rule: str, ops: list[Any], limit: int) -> Tally:
         if not tried:
             continue
         tally.ops += 1
-        for fn, dtype in twins:
-            for sample in samples(op, dtype, limit, (lambda s: not has_empty_input(s)) if rule == "empty_inputs" else None):
+        for fmt, dtype in twins:
+            for fn, sample in samples(op, dtype, limit, (lambda s: not has_empty_input(s)) if rule == "empty_inputs" else None):
+                fn = formatted(fn, fmt)
                 off, on, reason = judge(fn, sample, rule)
+                if rule == "complex_dtypes" and makes_complex(fn, sample):
+                    if off in harness.PASSING:
+                        tally.made_complex += 1
+                        tally.made_complex_refused += on == harness.FAIL and refusal in reason
+                    continue
                 if off in harness.PASSING:
                     tally.twin_cpu_passing += 1
                     if on not in harness.PASSING:
@@ -179,7 +277,7 @@ def measure(rule: str, ops: list[Any], limit: int) -> Tally:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("-k", help="comma-separated OpInfo names to keep (default: all)")
+    parser.add_argument("-k", help="comma-separated OpInfo or ModuleInfo names to keep (default: all)")
     parser.add_argument("--samples", type=int, default=2, help="samples per op and dtype (default 2)")
     parser.add_argument("--rules", default=",".join(REFUSALS), help=f"rules to measure (default {','.join(REFUSALS)})")
     parser.add_argument("--json", type=Path, help="write the figures here (versioned JSON, written atomically)")
@@ -192,28 +290,40 @@ def main(argv: list[str] | None = None) -> int:
 
     import torchferry.device
     from torch.testing._internal.common_methods_invocations import op_db
+    from torch.testing._internal.common_modules import module_db
 
     torchferry.device.enable()
     warnings.simplefilter("ignore")
     keep = {k.strip() for k in args.k.split(",")} if args.k else None
-    ops = [op for op in op_db if keep is None or op.name in keep]
-    print(f"torch {torch.__version__}, {len(ops)} OpInfos, {args.samples} samples per op and dtype")
+    databases = {kind: [info for info in db if keep is None or info.name in keep]
+                 for kind, db in (("OpInfo", op_db), ("ModuleInfo", module_db))}
+    print(f"torch {torch.__version__}, {len(databases['OpInfo'])} OpInfos, {len(databases['ModuleInfo'])} "
+          f"ModuleInfos, {args.samples} samples per op (module) and dtype")
     results, ok = {}, True
     for rule in rules:
-        start = time.perf_counter()
-        t = measure(rule, ops, args.samples)
-        passed = t.twin_changed == 0
-        ok &= passed
-        note = "" if t.samples else " (no OpInfo sample in the pattern)"
-        print(f"{rule:16s} {'PASS' if passed else 'FAIL'}{note}: {t.ops} ops, {t.samples} samples in the pattern, "
-              f"{t.cpu_passing} run on the CPU and with the rule off, {t.changed} "
-              f"{'now refused' if REFUSALS[rule] else 'now differ from the CPU'} "
-              f"({len(t.changed_ops)} ops); twins: {t.twin_cpu_passing} CPU-passing, {t.twin_changed} changed "
-              f"[{time.perf_counter() - start:.0f} s]")
-        for line in t.twin_failures[:10]:
-            print(f"    twin changed: {line}")
-        results[rule] = {**{k: v for k, v in dataclasses.asdict(t).items() if k not in ("changed_ops",)},
-                         "changed_ops": sorted(t.changed_ops), "pass": passed}
+        results[rule] = {}
+        for kind, subjects in databases.items():
+            start = time.perf_counter()
+            t = measure(rule, subjects, args.samples)
+            passed = t.twin_changed == 0
+            ok &= passed
+            note = "" if t.samples else f" (no {kind} sample in the pattern)"
+            print(f"{rule:16s} {kind:10s} {'PASS' if passed else 'FAIL'}{note}: {t.ops} {kind}s, {t.samples} samples "
+                  f"in the pattern, {t.cpu_passing} run on the CPU and with the rule off, {t.changed} "
+                  f"{'now refused' if REFUSALS[rule] else 'now differ from the CPU'} "
+                  f"({len(t.changed_ops)} {kind}s); twins: {t.twin_cpu_passing} CPU-passing, {t.twin_changed} changed "
+                  f"[{time.perf_counter() - start:.0f} s]")
+            if t.made_complex:
+                print(f"    real-input samples whose op makes complex tensors (in the pattern, not twins): "
+                      f"{t.made_complex} CPU-passing, {t.made_complex_refused} refused")
+            if t.not_comparable:
+                print(f"    left out, values undefined (PyTorch: not comparable): {', '.join(sorted(t.not_comparable))}")
+            for line in t.twin_failures[:10]:
+                print(f"    twin changed: {line}")
+            results[rule][kind] = {**{k: v for k, v in dataclasses.asdict(t).items()
+                                      if k not in ("changed_ops", "not_comparable")},
+                                   "changed_names": sorted(t.changed_ops), "not_comparable": sorted(t.not_comparable),
+                                   "pass": passed}
     set_rules(**dict.fromkeys(rules, True))
     if args.json:
         from torchferry.report.core import write_atomic
