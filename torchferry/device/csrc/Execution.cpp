@@ -40,6 +40,7 @@
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
+#include <memory>
 #include <typeinfo>
 
 namespace torchferry {
@@ -92,7 +93,7 @@ class HostViewImpl final : public c10::TensorImpl {
     _set_conj(device.is_conj());
     _set_neg(device.is_neg());
     const c10::IntArrayRef sizes = device.sizes(), strides = device.strides();
-    if (sizes == sizes_and_strides_.sizes_arrayref() && strides == sizes_and_strides_.strides_arrayref()) return;
+    if (same_sizes_and_strides(sizes, strides)) return;
     sizes_and_strides_.set_sizes(sizes);
     sizes_and_strides_.set_strides(strides);
     numel_ = device.numel();
@@ -102,6 +103,18 @@ class HostViewImpl final : public c10::TensorImpl {
     is_channels_last_ = device.is_strides_like(at::MemoryFormat::ChannelsLast);
     is_channels_last_3d_ = device.is_strides_like(at::MemoryFormat::ChannelsLast3d);
     is_non_overlapping_and_dense_ = device.is_non_overlapping_and_dense();
+  }
+
+ private:
+  // One pass over both (ArrayRef's == calls memcmp twice: a third of `mirror` on a 1-d add).
+  bool same_sizes_and_strides(c10::IntArrayRef sizes, c10::IntArrayRef strides) const {
+    if (sizes.size() != sizes_and_strides_.size()) return false;
+    const int64_t* my_sizes = sizes_and_strides_.sizes_data();
+    const int64_t* my_strides = sizes_and_strides_.strides_data();
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      if (sizes[d] != my_sizes[d] || strides[d] != my_strides[d]) return false;
+    }
+    return true;
   }
 };
 
@@ -146,7 +159,23 @@ class HostViewPool {
   c10::SmallVector<c10::intrusive_ptr<HostViewImpl>, kPooled> free_;
 };
 
-thread_local HostViewPool t_host_views;
+// This thread's pool, read once per op argument. A thread_local with a destructor is read
+// through a wrapper that checks its initialisation, and in a shared library every read
+// calls __tls_get_addr (six calls per argument with the pool itself thread_local): a plain
+// pointer is one.
+thread_local HostViewPool* t_host_views = nullptr;
+
+// Made at a thread's first host view; freed, with the views it keeps, when the thread exits.
+C10_NOINLINE HostViewPool& new_host_view_pool() {
+  thread_local std::unique_ptr<HostViewPool> owner = std::make_unique<HostViewPool>();
+  t_host_views = owner.get();
+  return *owner;
+}
+
+HostViewPool& host_views() {
+  HostViewPool* pool = t_host_views;
+  return C10_LIKELY(pool != nullptr) ? *pool : new_host_view_pool();
+}
 
 // One op call on the CPU kernels: the bookkeeping between device and host tensors.
 class HostCall {
@@ -564,9 +593,9 @@ auto on_device(c10::DeviceIndex index, Fn&& fn) {
 
 }  // namespace
 
-at::Tensor take_host_view(const at::Tensor& t) { return t_host_views.take(t); }
+at::Tensor take_host_view(const at::Tensor& t) { return host_views().take(t); }
 
-void recycle_host_view(at::Tensor& view) { t_host_views.give(view); }
+void recycle_host_view(at::Tensor& view) { host_views().give(view); }
 
 at::Tensor host_view_of(const at::Tensor& t) {
   return is_neuron(t) ? make_tensor(host_alias(t.storage()), c10::DispatchKey::CPU, t) : t;

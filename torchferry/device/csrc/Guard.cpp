@@ -14,18 +14,22 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/csrc/autograd/graph_task.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <mutex>
-#include <vector>
 
 namespace torchferry {
 namespace {
 
 thread_local c10::DeviceIndex tls_current_device = 0;
-thread_local std::vector<c10::StreamId> tls_current_streams;
+// Every DeviceIndex (int8_t) has a slot: a plain array needs no size check and no
+// thread-exit destructor, so reading it is one TLS access (the guard reads it per backward
+// node, and autograd per recorded input).
+thread_local std::array<c10::StreamId, std::numeric_limits<c10::DeviceIndex>::max() + 1> tls_current_streams{};
 std::atomic<c10::StreamId> g_next_stream_id{1};
 // The intra-op thread count of the threads that run device ops outside a backward.
 std::atomic<int> g_intraop_threads{0};
@@ -40,10 +44,19 @@ struct HostEvent {
 };
 
 c10::StreamId& current_stream_slot(c10::DeviceIndex index) {
-  if (tls_current_streams.size() <= static_cast<size_t>(index)) {
-    tls_current_streams.resize(index + 1, 0);
-  }
-  return tls_current_streams[index];
+  TORCH_INTERNAL_ASSERT_DEBUG_ONLY(index >= 0, "a stream slot needs a device index, got ", int(index));
+  return tls_current_streams[static_cast<size_t>(index)];
+}
+
+// A backward node's guard (twice per node) needs the full settle only when the count of
+// the threads outside a backward is not the one this thread last settled to: that count
+// changes only with `torch.set_num_threads`, and the ops inside the node settle in full.
+// (docs/device/architecture.md, Performance, session 10: the per-node cost it removes).
+void settle_node_threading() {
+  thread_local int settled_to = -1;  // no thread count is -1: a thread's first call settles
+  if (g_intraop_threads.load(std::memory_order_relaxed) == settled_to) return;
+  settle_device_threading();
+  settled_to = g_intraop_threads.load(std::memory_order_relaxed);
 }
 
 struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
@@ -83,12 +96,16 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return getNewStream(device, is_high_priority ? -1 : 0);
   }
 
-  // The engine guards onto each device node's stream before running it, on its device
-  // thread: the one place every device backward node passes, compiled ones included.
+  // The engine guards onto each device node's stream before running it (and back after),
+  // on its device thread: the one place every device backward node passes, compiled ones
+  // included. Both calls settle the thread count only when it changed since this thread
+  // last did (`settle_node_threading`), and a stream that does not change is not written.
   c10::Stream exchangeStream(c10::Stream stream) const override {
-    settle_device_threading();
-    const c10::Stream old = getStream(stream.device());
-    current_stream_slot(stream.device_index()) = stream.id();
+    settle_node_threading();
+    const c10::DeviceIndex index = stream.device().has_index() ? stream.device_index() : current_device();
+    c10::StreamId& slot = current_stream_slot(index);
+    const c10::Stream old(c10::Stream::UNSAFE, c10::Device(kNeuron, index), slot);
+    if (slot != stream.id()) slot = stream.id();
     return old;
   }
 

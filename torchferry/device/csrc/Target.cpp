@@ -30,8 +30,6 @@ struct TargetConfig {
   std::unordered_set<std::string> warned;
 };
 std::atomic<int> g_rules{0};
-// Inside a NativeCompositeScope: the op the target runs as one kernel is already counted.
-thread_local int t_composite_depth = 0;
 
 constexpr uint64_t bit(at::ScalarType type) { return uint64_t{1} << static_cast<int>(type); }
 static_assert(static_cast<int>(at::ScalarType::NumOptions) <= 64, "refused_dtypes is a 64-bit mask");
@@ -146,17 +144,31 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
   entry.reason = reason_it == g_config.reasons.end() ? g_config.default_reason : reason_it->second;
 }
 
-// The entry of an op, classified on its first call. Entries are never erased, so each thread
-// keeps the ones it has met in a small direct-mapped table and finds them again without the
-// lock: one probe per op in the steady state.
-OpEntry& entry_of(const c10::OperatorHandle& op) {
+// This thread's side of the accounting, in one thread_local: in a shared library each
+// thread_local read is a call to __tls_get_addr, and `account` and `record_signature` run
+// per op (three such calls per op with one variable each).
+struct ThreadAccounting {
   struct Slot {
     const c10::FunctionSchema* schema;
     OpEntry* entry;
   };
-  thread_local Slot slots[512] = {};
+  // Inside a NativeCompositeScope: the op the target runs as one kernel is already counted.
+  int composite_depth = 0;
+  // The op entries this thread has met (`entry_of`).
+  Slot slots[512] = {};
+  // The signatures this thread recorded lately (`record_signature`), valid for one
+  // generation of the signature tables.
+  uint64_t signature_generation = 0;
+  uint64_t recent_signatures[1024] = {};
+};
+thread_local ThreadAccounting t_accounting;
+
+// The entry of an op, classified on its first call. Entries are never erased, so each thread
+// keeps the ones it has met in a small direct-mapped table and finds them again without the
+// lock: one probe per op in the steady state.
+OpEntry& entry_of(const c10::OperatorHandle& op) {
   const c10::FunctionSchema* schema = &op.schema();
-  Slot& slot = slots[(reinterpret_cast<uintptr_t>(schema) >> 4) & 511];
+  ThreadAccounting::Slot& slot = t_accounting.slots[(reinterpret_cast<uintptr_t>(schema) >> 4) & 511];
   if (slot.schema == schema) return *slot.entry;
   std::string known_issue;
   OpEntry* entry;
@@ -182,7 +194,7 @@ OpEntry& entry_of(const c10::OperatorHandle& op) {
 const OpInfo& account(const c10::OperatorHandle& op) {
   OpEntry& entry = entry_of(op);
   const OpInfo* info = &entry.info;
-  if (t_composite_depth > 0) return *info;  // part of a native op counted as a whole
+  if (t_accounting.composite_depth > 0) return *info;  // part of a native op counted as a whole
   if (!info->on_host()) {
     entry.executed.fetch_add(1, std::memory_order_relaxed);
     if (info->syncs) count_sync(info->name);
@@ -218,17 +230,16 @@ void count_sync(const std::string& what) {
 }
 
 void record_signature(uint64_t signature) {
-  if (t_composite_depth > 0) return;
+  ThreadAccounting& mine = t_accounting;
+  if (mine.composite_depth > 0) return;
   // Most calls repeat a signature this thread recorded lately: a direct-mapped table of
   // them counts those without the lock (a signature it has lost is looked up again below).
-  thread_local uint64_t recent[1024] = {};
-  thread_local uint64_t generation = 0;
   const uint64_t current = g_signature_generation.load(std::memory_order_relaxed);
-  if (generation != current) {
-    std::fill(std::begin(recent), std::end(recent), 0);
-    generation = current;
+  if (mine.signature_generation != current) {
+    std::fill(std::begin(mine.recent_signatures), std::end(mine.recent_signatures), 0);
+    mine.signature_generation = current;
   }
-  uint64_t& slot = recent[signature & 1023];
+  uint64_t& slot = mine.recent_signatures[signature & 1023];
   if (slot == signature && signature != 0) {
     g_repeat_calls.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -306,14 +317,14 @@ void throw_fallback_out_resize(const OpInfo& info, const at::Tensor& out, const 
 }
 
 NativeCompositeScope::NativeCompositeScope(const c10::OperatorHandle& op, uint64_t signature) {
-  if (t_composite_depth == 0) {
+  if (t_accounting.composite_depth == 0) {
     const OpInfo& info = account(op);
     if (info.compiles) record_signature(signature ^ info.name_hash);
   }
-  ++t_composite_depth;
+  ++t_accounting.composite_depth;
 }
 
-NativeCompositeScope::~NativeCompositeScope() { --t_composite_depth; }
+NativeCompositeScope::~NativeCompositeScope() { --t_accounting.composite_depth; }
 
 void account_ops(const std::vector<std::string>& op_names) {
   for (const std::string& name : op_names) {
