@@ -10,6 +10,7 @@ listed names and against the unlisted variants that pass on Trainium.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import warnings
 from pathlib import Path
 
@@ -326,6 +327,22 @@ def test_a_sparse_tensor_built_from_device_tensors_is_refused_where_a_dense_one_
         torch.sparse_coo_tensor(indices, values, (3, 3, 3))
 
 
+def test_like_functions_keep_a_permuted_strides_where_the_compiled_exp_is_row_major(neuron):
+    """test_like_fn_stride_proparation_vs_tensoriterator_unary_op compares torch.exp(t).stride() with
+    zeros_like(t) and kin for every permutation of strided tensors. TorchNeuron's torch-mlir exp returns a
+    row-major result (the compiled_results_row_major rule), the like functions keep the input's stride
+    order: they differ at the first non-trivial permutation. On the CPU they agree on every permutation;
+    on the device too for the identity one."""
+    t = torch.randn(4, 3, 2)
+    for order in itertools.permutations(range(3)):
+        assert torch.exp(t.permute(order)).stride() == torch.zeros_like(t.permute(order)).stride()
+    on_device = t.to("neuron")
+    assert torch.exp(on_device).stride() == torch.zeros_like(on_device).stride()
+
+    swapped = on_device.permute(0, 2, 1)
+    assert torch.exp(swapped).stride() == (6, 3, 1) and torch.zeros_like(swapped).stride() == (6, 1, 2)
+
+
 def _empty_batch_steps(layer: torch.nn.Module, device: str) -> None:
     """PyTorch's test_TransformerEncoderLayer_empty, batch_first, its steps in eval mode: an empty dense
     batch, a nested tensor with no tensor inside (PyTorch's own AssertionError expected), then a nested
@@ -478,6 +495,7 @@ def _estimator():
     ("test_linlogspace_mem_overlap_neuron", None),
     ("test_arange_neuron", "compiled_out_written_after"),
     ("test_cat_out_neuron", "compiled_out_written_after"),
+    ("test_like_fn_stride_proparation_vs_tensoriterator_unary_op_neuron", "compiled_results_row_major"),
     ("test_cat_out_fast_path_dim0_dim1_neuron_float64", None),  # listed: out= of its size, not explained
     ("test_stack_out_neuron", None),  # listed: out= of its size, not explained
     # variants TorchNeuron does not list (they pass on Trainium) and the device passes
