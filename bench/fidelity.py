@@ -31,6 +31,8 @@ likewise. `fallback_out_resize` changes only host-fallback calls given a non-emp
 another size than the result, which the samples here (no `out=`) never make; its tests are there too.
 `compiled_out_written_after` changes only calls with an `out=` (a resize warning dropped, an `out=`
 that shares memory with an input let through), which the samples here never make; likewise.
+`compiled_results_row_major` changes only the strides of a torch-mlir op's result for a permuted input
+(the values stay the CPU's); its tests are there too.
 
     python bench/fidelity.py                      # every OpInfo and ModuleInfo, 2 samples each per dtype
     python bench/fidelity.py -k "add,mul,nn.Conv2d" --samples 4 --json fidelity.json

@@ -452,3 +452,38 @@ def test_a_profile_without_the_fallback_out_rule_resizes_out_as_the_cpu(rules):
     out = torch.tensor(5, device="neuron")
     torch.randperm(0, out=out)
     assert out.shape == (0,)
+
+
+# ---- compiled_results_row_major: a torch-mlir op's fresh result is row-major ------------------
+
+def test_a_compiled_op_gives_a_permuted_input_a_row_major_result_as_on_torchneuron(neuron):
+    """TorchNeuron's torch-mlir kernel allocates a functional op's result with io_tensor.empty(shape):
+    row-major, where the CPU's TensorIterator gives exp(x.permute(...)) the input's stride order."""
+    import torch
+
+    x = torch.randn(4, 3, 2).permute(2, 0, 1)
+    got = torch.exp(x.to("neuron"))
+
+    assert x.exp().stride() == (1, 6, 2) and got.stride() == (12, 3, 1)
+    torch.testing.assert_close(got.cpu(), x.exp(), rtol=0, atol=0)
+
+
+def test_clean_twins_of_row_major_results_views_in_place_writes_and_host_fallbacks_keep_their_strides(neuron):
+    """Views, in-place writes (TorchNeuron writes self), like-functions (empty_like + a fill) and host
+    fallbacks (the CPU's kernel) keep the CPU's strides; a contiguous input gives a contiguous result."""
+    import torch
+
+    x = torch.randn(4, 3, 2, device="neuron").permute(2, 0, 1)
+    assert x.stride() == (1, 6, 2)
+    assert torch.zeros_like(x).stride() == (1, 6, 2) and torch.full_like(x, 7).stride() == (1, 6, 2)
+    assert x.exp_().stride() == (1, 6, 2)
+    assert torch.nn.functional.hardswish(x).stride() == (1, 6, 2)  # a host fallback there
+    assert torch.exp(x.contiguous()).stride() == (12, 3, 1)
+
+
+def test_a_profile_without_the_row_major_rule_keeps_the_cpus_stride_order(rules):
+    import torch
+
+    rules(compiled_results_row_major=False)
+    x = torch.randn(4, 3, 2, device="neuron").permute(2, 0, 1)
+    assert torch.exp(x).stride() == (1, 6, 2)

@@ -10,6 +10,7 @@ listed names and against the unlisted variants that pass on Trainium.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import warnings
 from pathlib import Path
 
@@ -326,6 +327,51 @@ def test_a_sparse_tensor_built_from_device_tensors_is_refused_where_a_dense_one_
         torch.sparse_coo_tensor(indices, values, (3, 3, 3))
 
 
+def test_like_functions_keep_a_permuted_strides_where_the_compiled_exp_is_row_major(neuron):
+    """test_like_fn_stride_proparation_vs_tensoriterator_unary_op compares torch.exp(t).stride() with
+    zeros_like(t) and kin for every permutation of strided tensors. TorchNeuron's torch-mlir exp returns a
+    row-major result (the compiled_results_row_major rule), the like functions keep the input's stride
+    order: they differ at the first non-trivial permutation. On the CPU they agree on every permutation;
+    on the device too for the identity one."""
+    t = torch.randn(4, 3, 2)
+    for order in itertools.permutations(range(3)):
+        assert torch.exp(t.permute(order)).stride() == torch.zeros_like(t.permute(order)).stride()
+    on_device = t.to("neuron")
+    assert torch.exp(on_device).stride() == torch.zeros_like(on_device).stride()
+
+    swapped = on_device.permute(0, 2, 1)
+    assert torch.exp(swapped).stride() == (6, 3, 1) and torch.zeros_like(swapped).stride() == (6, 1, 2)
+
+
+def _empty_batch_steps(layer: torch.nn.Module, device: str) -> None:
+    """PyTorch's test_TransformerEncoderLayer_empty, batch_first, its steps in eval mode: an empty dense
+    batch, a nested tensor with no tensor inside (PyTorch's own AssertionError expected), then a nested
+    tensor holding one empty sequence."""
+    with torch.no_grad():
+        assert layer(torch.rand(0, 10, 512, dtype=torch.double, device=device)).shape == (0, 10, 512)
+        with pytest.raises(AssertionError, match="MultiheadAttention does not support NestedTensor outside"):
+            layer(torch.nested.nested_tensor([], device=device))
+        nested = torch.nested.nested_tensor([torch.rand(0, 512, dtype=torch.double, device=device)], device=device)
+        layer(nested)
+
+
+def test_a_transformer_layer_fails_on_a_nested_batch_where_its_dense_steps_run(neuron):
+    """test_TransformerEncoderLayer_empty runs an eval-mode layer on a nested tensor: its inference fast path
+    calls _transformer_encoder_layer_fwd for a NestedTensorPrivateUse1 input, for which TorchNeuron registers
+    no kernel (nor any NestedTensor kernel; its CPU fallback is for PrivateUse1), and the device refuses nested
+    tensors at that call. The CPU runs every step; on the device the training step (backward of an empty
+    batch: zero gradients), the dense eval step and the empty nested tensor's AssertionError run too."""
+    torch.manual_seed(0)
+    _empty_batch_steps(torch.nn.TransformerEncoderLayer(512, 8, batch_first=True, dtype=torch.double).eval(), "cpu")
+    layer = torch.nn.TransformerEncoderLayer(512, 8, batch_first=True, dtype=torch.double).to("neuron")
+    batch = torch.rand(0, 10, 512, dtype=torch.double, device="neuron", requires_grad=True)
+    layer(batch).backward(torch.rand(0, 10, 512, dtype=torch.double, device="neuron"))
+    assert all(torch.equal(p.grad.cpu(), torch.zeros_like(p.grad, device="cpu")) for p in layer.parameters())
+
+    with pytest.raises(NotImplementedError, match="aten::_transformer_encoder_layer_fwd: nested tensors"):
+        _empty_batch_steps(layer.eval(), "neuron")
+
+
 def test_out_of_size_outs_of_random_factories_are_refused_where_empty_outs_are_resized(neuron):
     """test_randperm writes `randperm(0)` into a 0-dim out=: a host fallback there, whose copy back refuses
     the size (the fallback_out_resize rule). test_randn and test_rand (float variants not listed) pass
@@ -432,6 +478,8 @@ def _estimator():
     ("test_invalid_reduction_strings_neuron", "complex_dtypes"),
     ("test_tensor_factories_empty_neuron", "complex_dtypes"),
     ("test_tensor_ctor_device_inference_neuron", "sparse_tensors"),
+    ("test_TransformerEncoderLayer_empty_neuron", "nested_tensors"),
+    ("test_TransformerEncoder_empty_neuron", None),  # listed: no nested tensor in it, not explained
     ("test_strided_mismatched_stride_shape_neuron", "as_strided_bounds_first"),
     ("test_randperm_neuron", "fallback_out_resize"),
     ("test_normal_neuron_float64", None),  # listed: its out= resizes go through a composite, not found
@@ -447,6 +495,7 @@ def _estimator():
     ("test_linlogspace_mem_overlap_neuron", None),
     ("test_arange_neuron", "compiled_out_written_after"),
     ("test_cat_out_neuron", "compiled_out_written_after"),
+    ("test_like_fn_stride_proparation_vs_tensoriterator_unary_op_neuron", "compiled_results_row_major"),
     ("test_cat_out_fast_path_dim0_dim1_neuron_float64", None),  # listed: out= of its size, not explained
     ("test_stack_out_neuron", None),  # listed: out= of its size, not explained
     # variants TorchNeuron does not list (they pass on Trainium) and the device passes
@@ -465,6 +514,8 @@ def _estimator():
     ("test_zeros_like_neuron", None),
     ("test_upsamplingTrilinear3d_align_corners_True_memory_format0_neuron", None),
     ("test_CTCLoss_empty_target_neuron", None),
+    ("test_BatchNorm_empty_neuron_float64", None),
+    ("test_linear_empty_neuron", None),
     ("test_randn_neuron_float32", None),
     ("test_signal_window_functions_window_hann_neuron_float32", None),
     ("test_signal_windows_functions_window_bartlett_neuron_float64", None),
@@ -476,3 +527,17 @@ def _estimator():
 ])
 def test_the_estimator_counts_a_modelled_mechanism_only_where_the_device_fails(test: str, mechanism):
     assert _estimator().rule_of(test) == mechanism
+
+
+def test_the_missed_listing_groups_the_uncounted_tests_by_function_largest_first():
+    """`--missed` lists what no pattern counts, by class and test function: a counted variant stays out, the
+    uncounted variants of the same function share its line."""
+    tests = [("TestTensorCreation", "test_linspace_neuron_int8"), ("TestTensorCreation", "test_linspace_neuron_int16"),
+             ("TestTensorCreation", "test_large_linspace_neuron_int64"),  # counted (narrowing_64bit)
+             ("TestNNDeviceType", "test_one_hot_neuron")]
+
+    groups = _estimator().missed(tests)
+
+    assert list(groups.items()) == [
+        (("TestTensorCreation", "test_linspace"), ["test_linspace_neuron_int8", "test_linspace_neuron_int16"]),
+        (("TestNNDeviceType", "test_one_hot"), ["test_one_hot_neuron"])]

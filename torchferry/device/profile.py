@@ -66,11 +66,17 @@ RULES = {
                                    "torch_neuronx/python_ops/torch_mlir/kernel.py (_prepare_execution_tensors: "
                                    "provided.resize_), python_ops/handlers/output.py (_copy_to_output, "
                                    "_resize_output: out.resize_), python_ops/base.py (_resize_output_if_needed)"),
+    "compiled_results_row_major": (256, "a functional op the target runs through its torch-mlir kernel returns a "
+                                   "fresh row-major (contiguous) result whatever its inputs' strides, where the "
+                                   "CPU's TensorIterator gives a permuted input's stride order to the result",
+                                   "torch_neuronx/python_ops/torch_mlir/kernel.py (_create_output_tensors_from_"
+                                   "original: io_tensor.empty(shape, dtype, device) for one result, empty_like(..., "
+                                   "memory_format=torch.contiguous_format) for several)"),
 }
 
-# Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS.
+# Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS | ROW_MAJOR.
 NATIVE, METADATA, HOST_COPY, HOST_PREDICTED = 0, 1, 2, 3
-COMPILES, SYNCS, EMPTY_ZEROS = 4, 8, 16
+COMPILES, SYNCS, EMPTY_ZEROS, ROW_MAJOR = 4, 8, 16, 32
 # TorchNeuron's torch-mlir kernel skips the computation when a positional tensor argument is empty
 # (torch_mlir/kernel.py, TorchMlirKernel.__call__ -> _handle_empty_tensors): reductions return their
 # identity (sum 0, prod 1, mean/std/var NaN: what the CPU computes) or fail over to the CPU (max, min,
@@ -262,6 +268,8 @@ class DeviceProfile:
                     codes[op] = codes[delegate]
             for op in empty_zeros_ops(self.native_ops.native):
                 codes[op] = codes.get(op, default) | EMPTY_ZEROS
+            for op in row_major_ops(self.native_ops.native):
+                codes[op] = codes.get(op, default) | ROW_MAJOR
         return codes, reasons, default, default_reason
 
 
@@ -284,6 +292,25 @@ def empty_zeros_ops(native: dict[str, str]) -> list[str]:
         schema = torch._C._get_schema(name, overload)
         if any(a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only for a in schema.arguments):
             continue  # in place
+        found.append(op)
+    return found
+
+
+def row_major_ops(native: dict[str, str]) -> list[str]:
+    """The functional ops the target registers from its torch-mlir kernel, which allocates their results
+    row-major (`_create_output_tensors_from_original`). Not their in-place and out= variants (those write
+    the tensor given), nor ops it reaches only through a structured delegate (PyTorch allocates that
+    result), nor ops that return a view."""
+    import torch
+
+    found = []
+    for op, source in sorted(native.items()):
+        if TORCH_MLIR_SOURCES not in source or op not in aten_ops():
+            continue
+        name, _, overload = op.partition(".")
+        schema = torch._C._get_schema(name, overload)
+        if any(a.alias_info is not None for a in (*schema.arguments, *schema.returns)):
+            continue  # in place, out= or a view
         found.append(op)
     return found
 

@@ -137,6 +137,7 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
   info.writes_through_overlap = (rules & kRuleOverlappingWrites) && info.compiles && !info.on_host();
   info.out_keeps_size = (rules & kRuleFallbackOutResize) && info.on_host();
   info.out_written_after = (rules & kRuleCompiledOutWrittenAfter) && info.compiles && !info.on_host();
+  info.row_major_results = (rules & kRuleCompiledResultsRowMajor) && (code & kCodeRowMajor) && !info.on_host();
   auto scoped = g_scoped_issue_slot.find(info.name);
   info.known_issue = scoped == g_scoped_issue_slot.end() ? -1 : scoped->second;
   info.checked_dtypes = info.refused_dtypes | (info.known_issue < 0 ? 0 : g_scoped_issues[info.known_issue].dtypes);

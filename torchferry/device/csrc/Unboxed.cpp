@@ -149,6 +149,8 @@ class UnboxedCall {
     for (const auto& [host, device] : views_) {
       if (host == result.storage().unsafeGetStorageImpl()) return device_view(device->storage(), result);
     }
+    // The target's kernel writes a fresh row-major result (compiled_results_row_major rule).
+    if (info_.row_major_results && !result.is_contiguous()) return to_device(result.contiguous());
     if (info_.target_numerics) round_to_target(result);
     return adopt_host_result(result, device_);
   }

@@ -254,6 +254,8 @@ struct OpInfo {
   // The target computes into an output of its own, then resizes out= with a plain resize_ and
   // writes the result into it (compiled_out_written_after rule): ops it compiles.
   bool out_written_after = false;
+  // The target's kernel allocates the op's fresh result row-major (compiled_results_row_major rule).
+  bool row_major_results = false;
   bool on_host() const { return kind == OpKind::HostCopy || kind == OpKind::HostPredicted; }
   bool refuses(at::ScalarType type) const { return (refused_dtypes >> static_cast<int>(type)) & 1; }
   bool checks(at::ScalarType type) const { return (checked_dtypes >> static_cast<int>(type)) & 1; }
@@ -269,9 +271,12 @@ enum Rule : int {
   kRuleAsStridedBoundsFirst = 32,  // as_strided checks the storage bounds before refusing negative strides
   kRuleFallbackOutResize = 64,  // a host fallback's non-empty out= of another size than its result is refused
   kRuleCompiledOutWrittenAfter = 128,  // a compiled op's out= is resized silently and written after the kernel
+  kRuleCompiledResultsRowMajor = 256,  // a torch-mlir op's fresh result is row-major whatever its inputs' strides
 };
 // Classification code bit (profile.py EMPTY_ZEROS): the op gives zeros on an empty input.
 constexpr int kCodeEmptyZeros = 16;
+// Classification code bit (profile.py ROW_MAJOR): the target allocates the op's result row-major.
+constexpr int kCodeRowMajor = 32;
 // Once per op: the call wrote into a tensor whose elements share memory (the CPU refuses).
 void warn_overlapping_write(const OpInfo& info);
 // Once per op: an empty input gave zeros, as on the target.
