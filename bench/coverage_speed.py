@@ -7,7 +7,7 @@ sweep's wall time, the ratio of the medians and where the time went (the rows' `
 and checks that both give every architecture the same category, since a speed-up that changes a
 row is a bug. Target: the warm sweep takes at most half the fresh one's time (PASS/FAIL printed).
 
-    python bench/coverage_speed.py [--archs 24] [--jobs 2] [--rounds 1] [--target neuron]
+    python bench/coverage_speed.py [--archs 24] [--jobs 2] [--rounds 1] [--target neuron] [--first fresh]
 
 `--archs 0` takes every causal-LM architecture of the installed transformers (196 in 5.24).
 """
@@ -53,6 +53,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--target", default="neuron")
+    parser.add_argument("--first", choices=("fresh", "warm"), default="fresh",
+                        help="which sweep round 1 runs first (later rounds alternate); a second run with the other "
+                             "order balances a load that changed during the first")
     args = parser.parse_args()
     archs = architectures(args.archs)
     print(f"{len(archs)} causal-LM architectures, forward, --jobs {args.jobs}, target {args.target}, "
@@ -61,15 +64,22 @@ def main() -> None:
     docs: dict[bool, dict] = {}
     with tempfile.TemporaryDirectory(prefix="ferry-bench-coverage-") as tmp:
         for r in range(args.rounds):
-            for reuse in ((False, True) if r % 2 == 0 else (True, False)):
+            order = (False, True) if (r % 2 == 0) == (args.first == "fresh") else (True, False)
+            for reuse in order:
                 wall, docs[reuse] = sweep(archs, args.jobs, args.target, reuse, Path(tmp) / f"{r}-{int(reuse)}")
                 walls[reuse].append(wall)
                 time_by = docs[reuse]["summary"].get("time") or {}
                 print(f"  round {r + 1} {'warm ' if reuse else 'fresh'}: {wall:6.1f} s; in workers: "
                       + ", ".join(f"{k} {v:.1f} s" for k, v in time_by.items()))
     fresh, warm = statistics.median(walls[False]), statistics.median(walls[True])
-    categories = {reuse: {(r["arch"], r["mode"]): r["category"] for r in doc["rows"]} for reuse, doc in docs.items()}
-    differ = sorted(k for k in categories[False] if categories[False][k] != categories[True].get(k))
+    rows = {reuse: {(r["arch"], r["mode"]): r for r in doc["rows"]} for reuse, doc in docs.items()}
+    differ = sorted(k for k, row in rows[False].items()
+                    if row["category"] != (rows[True].get(k) or {}).get("category"))
+    for key in differ:  # what each side said, so that a difference can be chased down
+        for reuse in (False, True):
+            row = rows[reuse].get(key) or {}
+            print(f"  {key[0]} {key[1]} {'warm ' if reuse else 'fresh'}: {row.get('category')}: "
+                  f"{str(row.get('reason'))[:300]}")
     ratio = warm / fresh
     ok = ratio <= TARGET and not differ
     print(f"fresh median {fresh:.1f} s, warm median {warm:.1f} s, ratio {ratio:.2f} (target <= {TARGET}); "
