@@ -23,7 +23,10 @@ Patterns: `memory_format` calls `input.contiguous(memory_format=torch.channels_l
 samples; `unsigned_dtypes` the uint16/uint32/uint64 samples of ops whose OpInfo lists them;
 `empty_inputs` the float32 samples with an empty tensor among the input and positional
 arguments (twins: the same op's samples with none), where "changed" means the device's
-result now differs from the CPU's (the target's zeros), not an error.
+result now differs from the CPU's (the target's zeros), not an error;
+`compiled_results_row_major` lays the float32 input out column-major (`x.mT.contiguous().mT`,
+the same values; twins: the input made row-major), and "changed" means the result now differs
+from the CPU's (its strides: the target's are row-major, the CPU's follow the input's).
 `overlapping_writes` lets through writes the CPU refuses, so it has no CPU-passing sample to
 change; its tests are in tests/device/test_target_rules.py. `as_strided_bounds_first` changes
 only the message of an error the CPU raises too (a negative stride, strides of another length),
@@ -72,6 +75,7 @@ REFUSALS = {
     "complex_dtypes": "Unsupported PyTorch dtype",
     "unsigned_dtypes": "Unsupported PyTorch dtype",
     "empty_inputs": None,
+    "compiled_results_row_major": None,
 }
 
 
@@ -162,11 +166,28 @@ def judge(fn: Callable, sample: Any, rule: str) -> tuple[str, str, str]:
     return off, on, reason
 
 
-def in_format(fn: Callable, fmt: str | None) -> Callable:
+def column_major(t: torch.Tensor) -> bool:
+    """Whether the tensor can be laid out column-major differently from row-major."""
+    return t.dim() >= 2 and t.shape[-1] > 1 and t.shape[-2] > 1
+
+
+def arranged(fn: Callable, layout: str | None) -> Callable:
+    """`fn` whose first argument is first laid out anew on its device: "channels_last" (4-D;
+    channels_last_3d for 5-D) or plain "contiguous" (4-D and 5-D, the memory_format twin);
+    "column_major" (the last two dimensions' strides swapped, the same values) or "row_major"
+    (any input made contiguous, its twin); None: as is."""
+    if layout is None:
+        return fn
+
     def call(inp: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(inp, torch.Tensor) and inp.dim() in (4, 5):
-            inp = inp.contiguous(memory_format=(torch.channels_last if inp.dim() == 4 else torch.channels_last_3d)) \
-                if fmt else inp.contiguous()
+        if isinstance(inp, torch.Tensor):
+            if layout == "column_major" and column_major(inp):
+                inp = inp.mT.contiguous().mT
+            elif layout == "row_major":
+                inp = inp.contiguous()
+            elif layout in ("channels_last", "contiguous") and inp.dim() in (4, 5):
+                inp = inp.contiguous() if layout == "contiguous" else \
+                    inp.contiguous(memory_format=torch.channels_last if inp.dim() == 4 else torch.channels_last_3d)
         return fn(inp, *args, **kwargs)
 
     return call
@@ -177,22 +198,20 @@ def cpu_dtypes(subject: Any) -> set[torch.dtype]:
 
 
 def cases(rule: str, subject: Any) -> tuple[list[tuple[str | None, torch.dtype]], list[tuple[str | None, torch.dtype]]]:
-    """(samples in the rule's pattern, their twins without it) as (memory format, dtype) pairs:
-    the format the first argument is made contiguous in ("channels_last", plain "contiguous",
-    or None: as generated)."""
+    """(samples in the rule's pattern, their twins without it) as (layout, dtype) pairs: how the
+    first argument is laid out anew (`arranged`)."""
     dtypes = cpu_dtypes(subject)
     if rule == "memory_format":
         return ([("channels_last", torch.float32)], [("contiguous", torch.float32)]) if torch.float32 in dtypes \
+            else ([], [])
+    if rule == "compiled_results_row_major":
+        return ([("column_major", torch.float32)], [("row_major", torch.float32)]) if torch.float32 in dtypes \
             else ([], [])
     if rule == "empty_inputs":
         return ([(None, torch.float32)], [(None, torch.float32)]) if torch.float32 in dtypes else ([], [])
     wanted = [torch.complex64] if rule == "complex_dtypes" else [torch.uint16, torch.uint32, torch.uint64]
     pattern = [(None, d) for d in wanted if d in dtypes]
     return pattern, ([(None, torch.float32)] if pattern and torch.float32 in dtypes else [])
-
-
-def formatted(fn: Callable, fmt: str | None) -> Callable:
-    return fn if fmt is None else in_format(fn, fmt if fmt == "channels_last" else None)
 
 
 def comparable(op: Any) -> bool:
@@ -231,6 +250,8 @@ def in_pattern(rule: str, sample: Any) -> bool:
         return isinstance(sample.input, torch.Tensor) and sample.input.dim() in (4, 5)
     if rule == "empty_inputs":
         return has_empty_input(sample)
+    if rule == "compiled_results_row_major":
+        return isinstance(sample.input, torch.Tensor) and column_major(sample.input)
     return True
 
 
@@ -251,7 +272,7 @@ def measure(rule: str, subjects: list[Any], limit: int) -> Tally:
                     continue
                 tried = True
                 tally.samples += 1
-                off, on, reason = judge(formatted(fn, fmt), sample, rule)
+                off, on, reason = judge(arranged(fn, fmt), sample, rule)
                 if off in harness.PASSING:
                     tally.cpu_passing += 1
                     if on == harness.FAIL and (refusal is None or refusal in reason):
@@ -262,7 +283,7 @@ def measure(rule: str, subjects: list[Any], limit: int) -> Tally:
         tally.ops += 1
         for fmt, dtype in twins:
             for fn, sample in samples(op, dtype, limit, (lambda s: not has_empty_input(s)) if rule == "empty_inputs" else None):
-                fn = formatted(fn, fmt)
+                fn = arranged(fn, fmt)
                 off, on, reason = judge(fn, sample, rule)
                 if rule == "complex_dtypes" and makes_complex(fn, sample):
                     if off in harness.PASSING:
@@ -310,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             passed = t.twin_changed == 0
             ok &= passed
             note = "" if t.samples else f" (no {kind} sample in the pattern)"
-            print(f"{rule:16s} {kind:10s} {'PASS' if passed else 'FAIL'}{note}: {t.ops} {kind}s, {t.samples} samples "
+            print(f"{rule:26s} {kind:10s} {'PASS' if passed else 'FAIL'}{note}: {t.ops} {kind}s, {t.samples} samples "
                   f"in the pattern, {t.cpu_passing} run on the CPU and with the rule off, {t.changed} "
                   f"{'now refused' if REFUSALS[rule] else 'now differ from the CPU'} "
                   f"({len(t.changed_ops)} {kind}s); twins: {t.twin_cpu_passing} CPU-passing, {t.twin_changed} changed "
