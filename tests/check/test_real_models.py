@@ -41,9 +41,13 @@ def test_dropout_transformer_gets_bit_equal_draws_and_passes_parity_resume_and_e
     code, out, report = clean_dropout_run
     parity = report["parity"]
     assert parity["status"] == "pass" and parity["deterministic"] is True, out
-    # the same seed per step on both devices: the built-in device's kernels are the CPU's, so equal bit for bit
-    assert all(c["max_abs_diff"] == 0 for c in parity["outputs"] + parity["gradients"]), parity
+    # the same seed per step on both devices, so the same dropout masks: the built-in device's kernels are
+    # the CPU's, so outputs and losses are equal bit for bit (another mask would move them by ~0.1)
+    assert all(c["max_abs_diff"] == 0 for c in parity["outputs"]), parity["outputs"]
     assert parity["loss_curve"]["comparison"]["max_abs_diff"] == 0
+    # the gradients only to rounding: the trn2 profile's compiled_results_row_major rule gives some backward
+    # results of transposed inputs TorchNeuron's row-major layout, and the matmuls after them round otherwise
+    assert all(c["max_abs_diff"] <= 1e-6 for c in parity["gradients"]), parity["gradients"]
     # the runner compared both devices' draws after seeding: equal, so no note that the generators differ
     assert not any("generator draws other numbers" in note for note in parity["notes"]), parity["notes"]
     assert verdict_of(report, "parity") == "go" and verdict_of(report, "resume") == "go"
