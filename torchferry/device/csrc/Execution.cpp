@@ -520,13 +520,15 @@ class HostCall {
     return dev;
   }
 
-  at::Tensor to_device(const at::Tensor& result) {
-    if (!result.defined() || result.device().type() != c10::kCPU) return result;
+  at::Tensor to_device(const at::Tensor& t) {
+    if (!t.defined() || t.device().type() != c10::kCPU) return t;
     for (const auto& [host, original] : views_) {
-      if (host.is_same(result)) return original;  // in-place and out= results
+      if (host.is_same(t)) return original;  // in-place and out= results
     }
     // The target's kernel writes a fresh row-major result (compiled_results_row_major rule).
-    const at::Tensor t = info_.row_major_results ? result.contiguous() : result;
+    // (The copy is converted as a result of its own: a second handle to `t` would keep
+    // adopt_in_place below from ever relabelling a result.)
+    if (info_.row_major_results && !t.is_contiguous()) return to_device(t.contiguous());
     TORCH_CHECK(t.layout() == c10::kStrided, "the neuron device supports strided tensors only; the "
                 "CPU kernel returned a ", t.layout(), " tensor");
     TORCH_CHECK(!t.is_nested(), nested_tensors_unsupported());
