@@ -9,6 +9,12 @@
 // arguments go straight to the CPU kernel as host views, and a fresh result is relabelled
 // as device memory (`adopt_in_place`).
 //
+// For the elementwise ops among them (TensorIterator kernels) there is a cheaper way still, when
+// no dtype needs converting: PyTorch's structured CPU kernel runs on the device tensors
+// themselves (their bytes are host memory), with an output allocated as device memory, so no
+// host view is made and no result adopted (`OnDevice` below). Its `impl` calls the CPU's
+// kernel of the op's DispatchStub: the same kernel, on the same bytes, as the CPU runs.
+//
 // The rules stay the boxed path's, and the boxed path itself takes every call that needs
 // one of its rarer ones: a tensor on another device or a non-0-dim CPU tensor (the
 // placement error), a 64-bit value under target numerics, a dtype the target refuses, an in-place op whose output
@@ -16,7 +22,13 @@
 // accounted once, and its eager signature has the same words either way (`Signature`).
 #include "neuron.h"
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/Activation.h>
+#include <ATen/native/BinaryOps.h>
+#include <ATen/native/Lerp.h>
+#include <ATen/native/PointwiseOps.h>
+#include <ATen/native/UnaryOps.h>
 
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/addcdiv_ops.h>
@@ -43,6 +55,25 @@
 #include <ATen/ops/sum_ops.h>
 #include <ATen/ops/tanh_ops.h>
 #include <ATen/ops/zero_ops.h>
+#include <ATen/ops/add_native.h>
+#include <ATen/ops/addcdiv_native.h>
+#include <ATen/ops/addcmul_native.h>
+#include <ATen/ops/cos_native.h>
+#include <ATen/ops/div_native.h>
+#include <ATen/ops/exp_native.h>
+#include <ATen/ops/lerp_native.h>
+#include <ATen/ops/mm_native.h>
+#include <ATen/ops/mul_native.h>
+#include <ATen/ops/neg_native.h>
+#include <ATen/ops/pow_native.h>
+#include <ATen/ops/rsqrt_native.h>
+#include <ATen/ops/sigmoid_native.h>
+#include <ATen/ops/silu_native.h>
+#include <ATen/ops/sin_native.h>
+#include <ATen/ops/sqrt_native.h>
+#include <ATen/ops/sub_native.h>
+#include <ATen/ops/tanh_native.h>
+#include <c10/util/MaybeOwned.h>
 #include <c10/util/SmallVector.h>
 
 #include <algorithm>
@@ -182,6 +213,222 @@ First& first_of(First& first, Rest&... /*rest*/) {
   return first;
 }
 
+// ---- The structured path: the CPU's TensorIterator kernel on the device tensors ----------
+
+// The CPU's structured kernel class of an op that has one here (`void`: none). Listed are
+// TensorIterator kernels whose `impl` does nothing but call the op's DispatchStub, and `mm`,
+// whose `impl` calls the CPU's BLAS on the operands' bytes. An `impl` that branches on the
+// device type, or calls other ops, would compute or count differently on a device tensor than
+// on a host view: `pow` (which fills or copies for an exponent of 0 or 1) and `mm` (which
+// clones an operand of no BLAS layout and zeroes an empty product) take this path only for
+// the calls that do neither (`takes_call`).
+// `cpu_scalars`: the kernel's TensorIterator takes 0-dim CPU inputs beside device tensors, as
+// the binary ops' do (elsewhere such a call keeps the host views).
+template <class Op>
+struct CpuStructured {
+  using type = void;
+  static constexpr bool cpu_scalars = false;
+};
+#define TORCHFERRY_STRUCTURED(op, kernel, scalars) \
+  template <>                                      \
+  struct CpuStructured<at::_ops::op> {             \
+    using type = at::native::kernel;               \
+    static constexpr bool cpu_scalars = scalars;   \
+  };
+TORCHFERRY_STRUCTURED(add_Tensor, structured_ufunc_add_CPU, true)
+TORCHFERRY_STRUCTURED(add__Tensor, structured_ufunc_add_CPU, true)
+TORCHFERRY_STRUCTURED(sub_Tensor, structured_sub_out, true)
+TORCHFERRY_STRUCTURED(sub__Tensor, structured_sub_out, true)
+TORCHFERRY_STRUCTURED(mul_Tensor, structured_mul_out, true)
+TORCHFERRY_STRUCTURED(mul__Tensor, structured_mul_out, true)
+TORCHFERRY_STRUCTURED(div_Tensor, structured_div_out, true)
+TORCHFERRY_STRUCTURED(div__Tensor, structured_div_out, true)
+TORCHFERRY_STRUCTURED(neg, structured_neg_out, false)
+TORCHFERRY_STRUCTURED(rsqrt, structured_rsqrt_out, false)
+TORCHFERRY_STRUCTURED(sqrt, structured_sqrt_out, false)
+TORCHFERRY_STRUCTURED(silu, structured_silu_out, false)
+TORCHFERRY_STRUCTURED(exp, structured_exp_out, false)
+TORCHFERRY_STRUCTURED(tanh, structured_tanh_out, false)
+TORCHFERRY_STRUCTURED(sigmoid, structured_sigmoid_out, false)
+TORCHFERRY_STRUCTURED(sin, structured_sin_out, false)
+TORCHFERRY_STRUCTURED(cos, structured_cos_out, false)
+TORCHFERRY_STRUCTURED(lerp__Scalar, structured_lerp_Scalar, false)
+TORCHFERRY_STRUCTURED(addcmul_, structured_addcmul_out, false)
+TORCHFERRY_STRUCTURED(addcdiv_, structured_addcdiv_out, false)
+TORCHFERRY_STRUCTURED(pow_Tensor_Scalar, structured_pow_Tensor_Scalar_out, false)
+TORCHFERRY_STRUCTURED(mm, structured_mm_out_cpu, false)
+#undef TORCHFERRY_STRUCTURED
+
+// Which calls of a listed op take the structured path: those whose `impl` calls nothing but
+// the CPU kernel (see above).
+template <class Op>
+struct TakesCall {
+  template <class... A>
+  static bool check(const A&... /*args*/) {
+    return true;
+  }
+};
+template <>
+struct TakesCall<at::_ops::pow_Tensor_Scalar> {
+  static bool check(const at::Tensor& /*self*/, const c10::Scalar& exponent) {
+    return !exponent.isComplex() && !exponent.equal(0.0) && !exponent.equal(1.0) && !exponent.equal(false) &&
+           !exponent.equal(true);
+  }
+};
+template <>
+struct TakesCall<at::_ops::mm> {
+  // A matrix BLAS reads as it is: rows or columns contiguous, the other stride past them.
+  static bool blas_layout(const at::Tensor& m) {
+    return (m.stride(1) == 1 && m.stride(0) >= std::max<int64_t>(1, m.size(1))) ||
+           (m.stride(0) == 1 && m.stride(1) >= std::max<int64_t>(1, m.size(0)));
+  }
+  static bool check(const at::Tensor& self, const at::Tensor& mat2) {
+    return self.dim() == 2 && mat2.dim() == 2 && self.size(0) > 0 && self.size(1) > 0 && mat2.size(1) > 0 &&
+           blas_layout(self) && blas_layout(mat2);
+  }
+};
+
+// Device memory for a kernel's output (not an op: not counted), as `empty_strided` would
+// allocate it on device `index` (no strides: contiguous).
+at::Tensor empty_on(c10::IntArrayRef sizes, c10::IntArrayRef strides, caffe2::TypeMeta dtype,
+                    c10::DeviceIndex index) {
+  const size_t nbytes = strides.empty() ? at::detail::computeStorageNbytesContiguous(sizes, dtype.itemsize())
+                                        : at::detail::computeStorageNbytes(sizes, strides, dtype.itemsize());
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                         allocate_on(index, nbytes), neuron_allocator(),
+                                                         /*resizable=*/true)),
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
+  if (strides.empty()) {
+    impl->set_sizes_contiguous(sizes);
+  } else {
+    impl->set_sizes_and_strides(sizes, strides);
+  }
+  return at::Tensor(std::move(impl));
+}
+
+// A structured CPU kernel whose output is device memory: fresh (a functional op, on device
+// `index`) or the device tensor it writes in place. TensorIterator asks for the output's
+// layout here, as it asks the CPU's and CUDA's generated kernels.
+template <class Kernel>
+class OnDevice final : public Kernel {
+ public:
+  explicit OnDevice(c10::DeviceIndex index) : index_(index) {}
+  explicit OnDevice(const at::Tensor& self) : self_(&self) {}
+
+  void set_output_raw_strided(int64_t output_idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
+                              c10::TensorOptions options) override {
+    if (self_ == nullptr) out_ = empty_on(sizes, strides, options.dtype(), index_);
+    if constexpr (kIterator) Kernel::set_output_raw_strided(output_idx, sizes, strides, options);
+  }
+  const at::Tensor& maybe_get_output(int64_t /*output_idx*/) override { return self_ != nullptr ? *self_ : out_; }
+  at::Tensor take() { return std::move(out_); }
+
+  // After `meta`: `impl` picks the kernel of the op's DispatchStub by the output's device
+  // type (`device_type()`); relabelled as the CPU, it picks the CPU's kernel, which then
+  // loops over the device tensors' bytes as it would over a CPU tensor's.
+  void use_cpu_kernel() {
+    if constexpr (kIterator) this->operands_[0].device = c10::Device(c10::kCPU);
+  }
+
+ private:
+  static constexpr bool kIterator = std::is_base_of_v<at::TensorIteratorBase, Kernel>;
+
+  c10::DeviceIndex index_ = -1;
+  const at::Tensor* self_ = nullptr;
+  at::Tensor out_;
+};
+
+// Whether a call's tensors let the CPU's TensorIterator kernel run on them as they are: every
+// device tensor float32 (no type promotion: the CPU's TensorIterator converts mismatched
+// inputs into temporaries on the CPU only, and its kernels require one dtype), with no
+// conj/neg/zero-tensor bit. A 0-dim CPU input (where the op takes one) is a float32 tensor or
+// a Python number: a number never changes a float32 result's dtype, and is converted to
+// float32 as the CPU's TensorIterator converts it (`as_float32`).
+template <bool kCpuScalars>
+struct StructuredArgs {
+  static bool takes(const at::Tensor& t) {
+    if (!t.defined()) return true;
+    if (t.is_cpu()) {
+      return kCpuScalars && (t.scalar_type() == at::kFloat ||
+                             (t.unsafeGetTensorImpl()->is_wrapped_number() && real_scalar(t.scalar_type())));
+    }
+    return t.scalar_type() == at::kFloat && !t.is_conj() && !t.is_neg() && !t._is_zerotensor();
+  }
+  static bool takes(const std::optional<at::Tensor>& t) { return !t.has_value() || takes(*t); }
+  static bool takes(const at::ITensorListRef& /*list*/) { return false; }
+  template <class T>
+  static bool takes(const T& /*not a tensor*/) {
+    return true;
+  }
+
+  static c10::MaybeOwned<at::Tensor> pass(const at::Tensor& t) {
+    if (!t.defined() || !t.is_cpu() || t.scalar_type() == at::kFloat) return c10::MaybeOwned<at::Tensor>::borrowed(t);
+    return c10::MaybeOwned<at::Tensor>::owned(as_float32(t));
+  }
+  template <class T>
+  static const T& pass(const T& v) {
+    return v;
+  }
+
+ private:
+  static bool real_scalar(at::ScalarType type) {
+    return type == at::kFloat || type == at::kDouble || type == at::kLong || type == at::kInt || type == at::kBool;
+  }
+  // What the CPU's TensorIterator gives a float32 op for a Python number: `to(float32)` of its
+  // 0-dim tensor, a static_cast of the value.
+  static at::Tensor as_float32(const at::Tensor& t) {
+    at::Tensor out = at::detail::empty_cpu({}, at::kFloat, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
+    float value = 0;
+    switch (t.scalar_type()) {
+      case at::kDouble: value = static_cast<float>(*t.const_data_ptr<double>()); break;
+      case at::kLong: value = static_cast<float>(*t.const_data_ptr<int64_t>()); break;
+      case at::kInt: value = static_cast<float>(*t.const_data_ptr<int32_t>()); break;
+      case at::kBool: value = static_cast<float>(*t.const_data_ptr<bool>()); break;
+      default: TORCH_INTERNAL_ASSERT(false, "not a real scalar type: ", t.scalar_type());
+    }
+    *out.mutable_data_ptr<float>() = value;
+    out.unsafeGetTensorImpl()->set_wrapped_number(t.unsafeGetTensorImpl()->is_wrapped_number());
+    return out;
+  }
+};
+
+inline const at::Tensor& unwrap(const c10::MaybeOwned<at::Tensor>& t) { return *t; }
+template <class T>
+const T& unwrap(const T& v) {
+  return v;
+}
+
+// The fresh result of a functional op on the structured path, with the target's layout: the
+// target's kernel writes it row-major (compiled_results_row_major rule), copied as the host
+// path copies it (on the host: not an op).
+at::Tensor with_target_layout(at::Tensor result, const OpInfo& info, c10::DeviceIndex index) {
+  if (!info.row_major_results || result.is_contiguous()) return result;
+  at::Tensor row_major = empty_on(result.sizes(), {}, result.dtype(), index);
+  host_view_of(row_major).copy_(host_view_of(result));
+  return row_major;
+}
+
+template <class Kernel, class Args, class R, class... A>
+R run_structured(const OpInfo& info, c10::DeviceIndex index, A&... args) {
+  std::tuple<decltype(Args::pass(args))...> passed{Args::pass(args)...};
+  if constexpr (std::is_same_v<R, at::Tensor&>) {
+    at::Tensor& self = first_of(args...);
+    OnDevice<Kernel> op(std::as_const(self));
+    std::apply([&](const auto&... a) { op.meta(unwrap(a)...); }, passed);
+    op.use_cpu_kernel();
+    std::apply([&](const auto&... a) { op.impl(unwrap(a)..., std::as_const(self)); }, passed);
+    return self;
+  } else {
+    OnDevice<Kernel> op(index);
+    std::apply([&](const auto&... a) { op.meta(unwrap(a)...); }, passed);
+    op.use_cpu_kernel();
+    std::apply([&](const auto&... a) { op.impl(unwrap(a)..., op.maybe_get_output(0)); }, passed);
+    return with_target_layout(op.take(), info, index);
+  }
+}
+
+
 // The boxed path for a call the fast path does not take (already accounted).
 template <class R, class... A>
 R run_boxed(const c10::OperatorHandle& op, const OpInfo& info, A&... args) {
@@ -221,6 +468,11 @@ struct Unboxed<Op, R(A...)> {
       record_signature(signature.value() ^ info.name_hash);
     }
     ProfiledOp profiled(op, /*on_host=*/false, call.device());
+    using Structured = CpuStructured<Op>;
+    if constexpr (!std::is_void_v<typename Structured::type>) {
+      using Args = StructuredArgs<Structured::cpu_scalars>;
+      if ((Args::takes(args) && ...) && TakesCall<Op>::check(args...)) return run_structured<typename Structured::type, Args, R>(info, call.device(), args...);
+    }
     std::tuple<HostArg<A>...> hosts{call.host(args)...};
     const c10::DispatchKeySet cpu(c10::DispatchKey::CPU);
     auto recycle = [&] { std::apply([&](auto&... host) { (call.recycle(host), ...); }, hosts); };
