@@ -71,6 +71,38 @@ at::Tensor make_tensor(c10::Storage storage, c10::DispatchKey key, const at::Ten
 
 at::ScalarType narrow_type(at::ScalarType type) { return type == at::kLong ? at::kInt : at::kFloat; }
 
+// Writes `src`'s 64-bit values through the target's 32-bit type into `dst` (which may be
+// `src`), as `dst.copy_(src.to(narrow))` does (the CPU's conversions are these static_casts),
+// when both are dense in memory with one layout: their elements are then the same span of
+// memory in the same order. False, and nothing written, otherwise.
+bool round_in_memory_order(const at::Tensor& src, const at::Tensor& dst) {
+  if (!src.is_non_overlapping_and_dense() || src.is_neg() || src.strides() != dst.strides() ||
+      src.scalar_type() != dst.scalar_type()) {
+    return false;
+  }
+  const int64_t n = src.numel();
+  if (src.scalar_type() == at::kLong) {
+    const int64_t* in = src.const_data_ptr<int64_t>();
+    int64_t* out = dst.mutable_data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(static_cast<int32_t>(in[i]));
+  } else {
+    const double* in = src.const_data_ptr<double>();
+    double* out = dst.mutable_data_ptr<double>();
+    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<double>(static_cast<float>(in[i]));
+  }
+  return true;
+}
+
+// A 64-bit input under target numerics: `host.to(narrow).to(wide)` (a dense layout kept, as
+// `to` keeps it), without the two conversions through the dispatcher.
+at::Tensor rounded_copy(const at::Tensor& host) {
+  if (host.is_non_overlapping_and_dense() && !host.is_neg()) {
+    at::Tensor rounded = at::detail::empty_strided_cpu(host.sizes(), host.strides(), host.scalar_type());
+    if (round_in_memory_order(host, rounded)) return rounded;
+  }
+  return host.to(narrow_type(host.scalar_type())).to(host.scalar_type());
+}
+
 // A pooled host view: a CPU TensorImpl over an alias of a device tensor's storage that
 // takes the device tensor's metadata as it is. PyTorch computed that tensor's numel and
 // contiguity flags when its sizes were set, and they depend on sizes and strides alone:
@@ -415,7 +447,7 @@ class HostCall {
       aliases_.emplace_back(host.storage(), t.storage());
     }
     if (info_.target_numerics && is_64bit(host)) {
-      at::Tensor rounded = host.to(narrow_type(host.scalar_type())).to(host.scalar_type());
+      at::Tensor rounded = rounded_copy(host);
       rounded_.push_back(rounded);
       views_.emplace_back(rounded, t);
       if (writes) rounded_writes_.emplace_back(rounded, t);
@@ -606,7 +638,9 @@ at::Tensor host_view_of(const at::Tensor& t) {
 }
 
 void round_to_target(const at::Tensor& t) {
-  if (t.defined() && is_64bit(t) && t.numel() > 0) t.copy_(t.to(narrow_type(t.scalar_type())));
+  if (!t.defined() || !is_64bit(t) || t.numel() == 0) return;
+  if (round_in_memory_order(t, t)) return;
+  t.copy_(t.to(narrow_type(t.scalar_type())));
 }
 
 at::Tensor device_view(const c10::Storage& device_storage, const at::Tensor& like) {
