@@ -27,7 +27,10 @@ setup(
             sources=sorted(str(p) for p in CSRC.glob("*.cpp")),
             # Kineto's headers, for the device's profiler (csrc/Profiler.cpp).
             include_dirs=[str(Path(include_paths()[0]) / "kineto")],
-            extra_compile_args=["-O2"],
+            # Hidden visibility: calls between the extension's own files are direct, not through
+            # the PLT (every per-op call into the accounting, the allocator and the guard).
+            # Only the module's init function is exported (PyMODINIT_FUNC marks it visible).
+            extra_compile_args=["-O2", "-fvisibility=hidden", "-fvisibility-inlines-hidden"],
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
