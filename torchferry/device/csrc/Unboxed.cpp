@@ -9,11 +9,12 @@
 // arguments go straight to the CPU kernel as host views, and a fresh result is relabelled
 // as device memory (`adopt_in_place`).
 //
-// For the elementwise ops among them (TensorIterator kernels) there is a cheaper way still, when
-// no dtype needs converting: PyTorch's structured CPU kernel runs on the device tensors
-// themselves (their bytes are host memory), with an output allocated as device memory, so no
-// host view is made and no result adopted (`OnDevice` below). Its `impl` calls the CPU's
-// kernel of the op's DispatchStub: the same kernel, on the same bytes, as the CPU runs.
+// For the elementwise ops among them (TensorIterator kernels) and `mm` there is a cheaper way
+// still, when no dtype needs converting: PyTorch's structured CPU kernel runs on the device
+// tensors themselves (their bytes are host memory), with an output allocated as device memory,
+// so no host view is made and no result adopted (`OnDevice` below). Its `impl` calls the CPU's
+// kernel of the op's DispatchStub (or the CPU's BLAS): the same kernel, on the same bytes, as
+// the CPU runs.
 //
 // The rules stay the boxed path's, and the boxed path itself takes every call that needs
 // one of its rarer ones: a tensor on another device or a non-0-dim CPU tensor (the
@@ -24,11 +25,6 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
-#include <ATen/native/Activation.h>
-#include <ATen/native/BinaryOps.h>
-#include <ATen/native/Lerp.h>
-#include <ATen/native/PointwiseOps.h>
-#include <ATen/native/UnaryOps.h>
 
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/addcdiv_ops.h>
@@ -221,7 +217,7 @@ First& first_of(First& first, Rest&... /*rest*/) {
 // device type, or calls other ops, would compute or count differently on a device tensor than
 // on a host view: `pow` (which fills or copies for an exponent of 0 or 1) and `mm` (which
 // clones an operand of no BLAS layout and zeroes an empty product) take this path only for
-// the calls that do neither (`takes_call`).
+// the calls that do neither (`TakesCall`).
 // `cpu_scalars`: the kernel's TensorIterator takes 0-dim CPU inputs beside device tensors, as
 // the binary ops' do (elsewhere such a call keeps the host views).
 template <class Op>
