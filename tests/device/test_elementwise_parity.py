@@ -126,6 +126,8 @@ def _binary_layouts() -> dict[str, Callable]:
         "transposed self": lambda m: (m(_gen((5, 4), 0)).t(), m(_gen((4, 5), 1))),
         "transposed other": lambda m: (m(_gen((4, 5), 0)), m(_gen((5, 4), 1)).t()),
         "both transposed": lambda m: (m(_gen((5, 4), 0)).t(), m(_gen((5, 4), 1)).t()),
+        # Both channels-last: TensorIterator's one-dimensional fast set-up (a ConvNeXt block's residual add).
+        "both channels_last": lambda m: (_channels_last(m, 0), _channels_last(m, 1)),
         "permuted 3-d self": lambda m: (m(_gen((4, 3, 2), 0)).permute(2, 0, 1), m(_gen((2, 4, 3), 1))),
         "sliced self x[:, ::2]": lambda m: (m(_gen((4, 10), 0))[:, ::2], m(_gen((4, 5), 1))),
         "expanded other (stride 0)": lambda m: (m(_gen((4, 5), 0)), m(_gen((5,), 1)).expand(4, 5)),
@@ -138,11 +140,17 @@ def _binary_layouts() -> dict[str, Callable]:
     }
 
 
+def _channels_last(move: Callable[[torch.Tensor], torch.Tensor], seed: int) -> torch.Tensor:
+    """A (2, 3, 4, 5) tensor in channels-last memory order, made as a model makes it: a permuted view."""
+    return move(_gen((2, 4, 5, 3), seed)).permute(0, 3, 1, 2)
+
+
 def _unary_layouts() -> dict[str, Callable]:
     return {
         "contiguous": lambda m: m(_gen((4, 5), 0)),
         "transposed": lambda m: m(_gen((5, 4), 0)).t(),
         "permuted 3-d": lambda m: m(_gen((4, 3, 2), 0)).permute(2, 0, 1),
+        "channels_last": lambda m: _channels_last(m, 0),
         "sliced x[:, ::2]": lambda m: m(_gen((4, 10), 0))[:, ::2],
         "expanded (stride 0)": lambda m: m(_gen((5,), 0)).expand(4, 5),
         "0-dim": lambda m: m(_gen((), 0)),
@@ -311,6 +319,8 @@ def _inplace_layouts() -> dict[str, Callable]:
         "other 0-dim device": lambda m: (full(m, 0), same, m(_gen((), 1)), m(_gen((), 2))),
         "self transposed view": lambda m: (m(_gen((5, 4), 0)), lambda t: t.t(), full(m, 1), full(m, 2)),
         "self sliced view x[:, ::2]": lambda m: (m(_gen((4, 10), 0)), lambda t: t[:, ::2], full(m, 1), full(m, 2)),
+        "all channels_last": lambda m: (m(_gen((2, 4, 5, 3), 0)), lambda t: t.permute(0, 3, 1, 2),
+                                        _channels_last(m, 1), _channels_last(m, 2)),
         "self 0-dim": lambda m: (m(_gen((), 0)), same, m(_gen((), 1)), m(_gen((), 2))),
         "empty (0, 3)": lambda m: (m(_gen((0, 3), 0)), same, m(_gen((0, 3), 1)), m(_gen((0, 3), 2))),
         "special values": lambda m: (m(_specials(0)), same, m(_specials(5)), m(_specials(3))),

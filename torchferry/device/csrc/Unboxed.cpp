@@ -284,10 +284,12 @@ struct TakesCall<at::_ops::mm> {
   }
 };
 
-// Device memory for a kernel's output (not an op: not counted), as `empty_strided` would
-// allocate it on device `index` (no strides: contiguous).
-at::Tensor empty_on(c10::IntArrayRef sizes, c10::IntArrayRef strides, caffe2::TypeMeta dtype,
+// Device memory for a kernel's output (not an op: not counted), as `empty_strided` (strides
+// given) or `empty` (none: the options' memory format, which TensorIterator's channels-last
+// fast set-up asks for) would allocate it on device `index`.
+at::Tensor empty_on(c10::IntArrayRef sizes, c10::IntArrayRef strides, const c10::TensorOptions& options,
                     c10::DeviceIndex index) {
+  const caffe2::TypeMeta dtype = options.dtype();
   const size_t nbytes = strides.empty() ? at::detail::computeStorageNbytesContiguous(sizes, dtype.itemsize())
                                         : at::detail::computeStorageNbytes(sizes, strides, dtype.itemsize());
   auto impl = c10::make_intrusive<c10::TensorImpl>(
@@ -295,10 +297,12 @@ at::Tensor empty_on(c10::IntArrayRef sizes, c10::IntArrayRef strides, caffe2::Ty
                                                          allocate_on(index, nbytes), neuron_allocator(),
                                                          /*resizable=*/true)),
       c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
-  if (strides.empty()) {
-    impl->set_sizes_contiguous(sizes);
-  } else {
+  if (!strides.empty()) {
     impl->set_sizes_and_strides(sizes, strides);
+  } else {
+    impl->set_sizes_contiguous(sizes);
+    const c10::MemoryFormat format = options.memory_format_opt().value_or(c10::MemoryFormat::Contiguous);
+    if (format != c10::MemoryFormat::Contiguous) impl->empty_tensor_restride(format);
   }
   return at::Tensor(std::move(impl));
 }
@@ -314,7 +318,7 @@ class OnDevice final : public Kernel {
 
   void set_output_raw_strided(int64_t output_idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                               c10::TensorOptions options) override {
-    if (self_ == nullptr) out_ = empty_on(sizes, strides, options.dtype(), index_);
+    if (self_ == nullptr) out_ = empty_on(sizes, strides, options, index_);
     if constexpr (kIterator) Kernel::set_output_raw_strided(output_idx, sizes, strides, options);
   }
   const at::Tensor& maybe_get_output(int64_t /*output_idx*/) override { return self_ != nullptr ? *self_ : out_; }
@@ -400,7 +404,7 @@ const T& unwrap(const T& v) {
 // path copies it (on the host: not an op).
 at::Tensor with_target_layout(at::Tensor result, const OpInfo& info, c10::DeviceIndex index) {
   if (!info.row_major_results || result.is_contiguous()) return result;
-  at::Tensor row_major = empty_on(result.sizes(), {}, result.dtype(), index);
+  at::Tensor row_major = empty_on(result.sizes(), {}, result.options(), index);
   host_view_of(row_major).copy_(host_view_of(result));
   return row_major;
 }
