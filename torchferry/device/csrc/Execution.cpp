@@ -770,11 +770,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
   count_op(op);
   TORCH_CHECK(!layout || *layout == c10::kStrided,
               "the neuron device supports strided tensors only, got layout ", *layout);
-  return on_device(index_of(device), [&] {
-    return at::Tensor(at::detail::empty_generic(size, neuron_allocator(),
-                                                c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                                c10::dtype_or_default(dtype), memory_format));
-  });
+  return empty_on(size, {}, c10::dtype_or_default(dtype), memory_format, index_of(device));
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -784,10 +780,16 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   count_op(op);
   TORCH_CHECK(!layout || *layout == c10::kStrided,
               "the neuron device supports strided tensors only, got layout ", *layout);
-  return on_device(index_of(device), [&] {
-    return at::Tensor(at::detail::empty_strided_generic(
-        size, stride, neuron_allocator(), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-        c10::dtype_or_default(dtype)));
+  return empty_on(size, stride, c10::dtype_or_default(dtype), std::nullopt, index_of(device));
+}
+
+at::Tensor empty_on(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype,
+                    std::optional<at::MemoryFormat> memory_format, c10::DeviceIndex index) {
+  const c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
+  return on_device(index, [&] {
+    return at::Tensor(strides.empty()
+                          ? at::detail::empty_generic(sizes, neuron_allocator(), keys, dtype, memory_format)
+                          : at::detail::empty_strided_generic(sizes, strides, neuron_allocator(), keys, dtype));
   });
 }
 

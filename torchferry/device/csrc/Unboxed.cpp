@@ -23,7 +23,6 @@
 // accounted once, and its eager signature has the same words either way (`Signature`).
 #include "neuron.h"
 
-#include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 
 #include <ATen/ops/add_ops.h>
@@ -284,29 +283,6 @@ struct TakesCall<at::_ops::mm> {
   }
 };
 
-// Device memory for a kernel's output (not an op: not counted), as `empty_strided` (strides
-// given) or `empty` (none: the options' memory format, which TensorIterator's channels-last
-// fast set-up asks for) would allocate it on device `index`.
-at::Tensor empty_on(c10::IntArrayRef sizes, c10::IntArrayRef strides, const c10::TensorOptions& options,
-                    c10::DeviceIndex index) {
-  const caffe2::TypeMeta dtype = options.dtype();
-  const size_t nbytes = strides.empty() ? at::detail::computeStorageNbytesContiguous(sizes, dtype.itemsize())
-                                        : at::detail::computeStorageNbytes(sizes, strides, dtype.itemsize());
-  auto impl = c10::make_intrusive<c10::TensorImpl>(
-      c10::Storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
-                                                         allocate_on(index, nbytes), neuron_allocator(),
-                                                         /*resizable=*/true)),
-      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), dtype);
-  if (!strides.empty()) {
-    impl->set_sizes_and_strides(sizes, strides);
-  } else {
-    impl->set_sizes_contiguous(sizes);
-    const c10::MemoryFormat format = options.memory_format_opt().value_or(c10::MemoryFormat::Contiguous);
-    if (format != c10::MemoryFormat::Contiguous) impl->empty_tensor_restride(format);
-  }
-  return at::Tensor(std::move(impl));
-}
-
 // A structured CPU kernel whose output is device memory: fresh (a functional op, on device
 // `index`) or the device tensor it writes in place. TensorIterator asks for the output's
 // layout here, as it asks the CPU's and CUDA's generated kernels.
@@ -318,7 +294,9 @@ class OnDevice final : public Kernel {
 
   void set_output_raw_strided(int64_t output_idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                               c10::TensorOptions options) override {
-    if (self_ == nullptr) out_ = empty_on(sizes, strides, options, index_);
+    if (self_ == nullptr) {
+      out_ = empty_on(sizes, strides, options.dtype().toScalarType(), options.memory_format_opt(), index_);
+    }
     if constexpr (kIterator) Kernel::set_output_raw_strided(output_idx, sizes, strides, options);
   }
   const at::Tensor& maybe_get_output(int64_t /*output_idx*/) override { return self_ != nullptr ? *self_ : out_; }
@@ -404,7 +382,7 @@ const T& unwrap(const T& v) {
 // path copies it (on the host: not an op).
 at::Tensor with_target_layout(at::Tensor result, const OpInfo& info, c10::DeviceIndex index) {
   if (!info.row_major_results || result.is_contiguous()) return result;
-  at::Tensor row_major = empty_on(result.sizes(), {}, result.options(), index);
+  at::Tensor row_major = empty_on(result.sizes(), {}, result.scalar_type(), std::nullopt, index);
   host_view_of(row_major).copy_(host_view_of(result));
   return row_major;
 }
@@ -427,7 +405,6 @@ R run_structured(const OpInfo& info, c10::DeviceIndex index, A&... args) {
     return with_target_layout(op.take(), info, index);
   }
 }
-
 
 // The boxed path for a call the fast path does not take (already accounted).
 template <class R, class... A>

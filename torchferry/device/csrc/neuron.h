@@ -181,6 +181,11 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                          std::optional<at::Device> device, std::optional<bool> pin_memory);
+// Device memory of `sizes` on device `index`, as `empty_strided` (strides given) or `empty`
+// (none: `memory_format`'s layout) allocate it, but not an op: not counted. The kernels'
+// outputs (Unboxed.cpp) are allocated here.
+at::Tensor empty_on(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype,
+                    std::optional<at::MemoryFormat> memory_format, c10::DeviceIndex index);
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> storage_offset);
 at::Tensor view(const at::Tensor& self, c10::IntArrayRef size);
