@@ -2,6 +2,7 @@
 
 `neuron` enables the device in this process (once; enabling is idempotent).
 `rules` switches the device profile's [rules] for one test.
+`fallback_mode` sets TORCHFERRY_FALLBACK's mode for one test, with no op warned about yet.
 `run_python` runs a snippet in a fresh interpreter, for behaviour fixed at start-up
 (environment variables, registration conflicts, autoload, out-of-memory).
 """
@@ -38,6 +39,18 @@ def numerics(neuron):
 
     yield set_numerics
     target.configure(_runtime.core(), _runtime.profile(), "warn", "target")
+
+
+@pytest.fixture
+def fallback_mode(neuron):
+    """Set the host-fallback mode ("warn", "silent", "error") for one test. Setting it forgets
+    which ops have warned already: the device warns once per op per process, so a test that
+    expects a fallback warning must not depend on whether an earlier test in its worker ran
+    the op first. Back to "warn" after."""
+    from torchferry.device import _runtime
+
+    yield _runtime.set_fallback_mode
+    _runtime.set_fallback_mode("warn")
 
 
 @pytest.fixture

@@ -11,15 +11,6 @@ import torchferry.device
 from torchferry.device import _runtime
 
 
-@pytest.fixture
-def fallback_mode(neuron):
-    def set_mode(mode):
-        _runtime.set_fallback_mode(mode)
-
-    yield set_mode
-    _runtime.set_fallback_mode("warn")
-
-
 def test_executed_ops_are_counted_per_op(neuron):
     x = torch.ones(4, device="neuron")
     neuron.clear_op_tracking()
