@@ -32,7 +32,7 @@ at::Tensor histc(const at::Tensor& self, int64_t bins, const at::Scalar& min, co
 
 at::Tensor& histc_out(const at::Tensor& self, int64_t bins, const at::Scalar& min,
                       const at::Scalar& max, at::Tensor& out) {
-  static const c10::OperatorHandle op = op_handle("aten::histc", "out");
+  static const KnownOp op = known_op("aten::histc", "out");
   const OpInfo& info = account(op);
   if (info.checks(self.scalar_type())) {
     if (info.refuses(self.scalar_type())) throw_unsupported_dtype(info, self.scalar_type());
@@ -62,7 +62,7 @@ at::Tensor convolution_overrideable(const at::Tensor& input, const at::Tensor& w
                                    c10::IntArrayRef padding, c10::IntArrayRef dilation,
                                    bool transposed, c10::IntArrayRef output_padding,
                                    int64_t groups) {
-  static const c10::OperatorHandle op = op_handle("aten::convolution_overrideable", "");
+  static const KnownOp op = known_op("aten::convolution_overrideable", "");
   count_op(op);
   KernelMemoryScope kernel_memory(input.device().index());
   at::Tensor out = at::convolution(host_view_of(input), host_view_of(weight), optional_host_view(bias),
@@ -74,7 +74,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_overrideable
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
     c10::IntArrayRef output_padding, int64_t groups, std::array<bool, 3> output_mask) {
-  static const c10::OperatorHandle op = op_handle("aten::convolution_backward_overrideable", "");
+  static const KnownOp op = known_op("aten::convolution_backward_overrideable", "");
   count_op(op);
   const int64_t bias_size = transposed ? weight.size(1) * groups : weight.size(0);
   const c10::DeviceIndex index = input.device().index();

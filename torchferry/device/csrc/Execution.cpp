@@ -766,7 +766,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> /*pin_memory*/,
                                std::optional<at::MemoryFormat> memory_format) {
-  static const c10::OperatorHandle op = op_handle("aten::empty", "memory_format");
+  static const KnownOp op = known_op("aten::empty", "memory_format");
   count_op(op);
   TORCH_CHECK(!layout || *layout == c10::kStrided,
               "the neuron device supports strided tensors only, got layout ", *layout);
@@ -776,7 +776,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                          std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                          std::optional<at::Device> device, std::optional<bool> /*pin_memory*/) {
-  static const c10::OperatorHandle op = op_handle("aten::empty_strided", "");
+  static const KnownOp op = known_op("aten::empty_strided", "");
   count_op(op);
   TORCH_CHECK(!layout || *layout == c10::kStrided,
               "the neuron device supports strided tensors only, got layout ", *layout);
@@ -800,7 +800,7 @@ at::Tensor empty_on(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::Scalar
 // adoption would only add a round trip (about 2 us a call) to no purpose.
 at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride,
                       std::optional<int64_t> storage_offset) {
-  static const c10::OperatorHandle op = op_handle("aten::as_strided", "");
+  static const KnownOp op = known_op("aten::as_strided", "");
   count_op(op);
   // TorchNeuron's as_strided_neuron (csrc/aten/TensorShape.cpp) runs PyTorch's storage bounds
   // check before `setStrided`, whose first checks refuse strides of another length than the sizes
@@ -827,13 +827,13 @@ at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size, c10::IntArr
 }
 
 at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
-  static const c10::OperatorHandle op = op_handle("aten::view", "");
+  static const KnownOp op = known_op("aten::view", "");
   count_op(op);
   return at::native::view(self, size);
 }
 
 at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::IntArrayRef stride) {
-  static const c10::OperatorHandle op = op_handle("aten::_reshape_alias", "");
+  static const KnownOp op = known_op("aten::_reshape_alias", "");
   count_op(op);
   return at::native::_reshape_alias(self, size, stride);
 }
@@ -841,7 +841,7 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
 // `copy_` is CompositeExplicitAutograd: for a device it does not know it calls
 // `_copy_from(src, dst)`, which lands here for host<->device and device<->device.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
-  static const c10::OperatorHandle op = op_handle("aten::_copy_from", "");
+  static const KnownOp op = known_op("aten::_copy_from", "");
   count_op(op);
   // .cpu(), .tolist(), .numpy() and printing wait for the device: a host sync.
   if (dst.device().type() != kNeuron) count_sync("aten::_copy_from (device to host)");
@@ -850,7 +850,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
-  static const c10::OperatorHandle op = op_handle("aten::_copy_from_and_resize", "");
+  static const KnownOp op = known_op("aten::_copy_from_and_resize", "");
   count_op(op);
   if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
   host_view_of(dst).copy_(host_view_of(self));

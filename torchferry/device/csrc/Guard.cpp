@@ -284,7 +284,7 @@ c10::impl::DeviceGuardImplInterface* guard_impl() {
 // returns, so the block has no pending use on any stream: the guard records nothing.
 // The checks are those of the real device (RecordStream.cpp in torch-neuronx).
 void record_stream(at::Tensor& self, c10::Stream stream) {
-  static const auto op = op_handle("aten::record_stream", "");
+  static const KnownOp op = known_op("aten::record_stream", "");
   TORCH_CHECK(self.device().type() == kNeuron,
               "record_stream: expected a neuron tensor, got one on ", self.device());
   TORCH_CHECK(stream.device_type() == kNeuron,

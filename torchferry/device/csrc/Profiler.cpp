@@ -46,7 +46,6 @@ struct DeviceOp {
   bool on_host;
 };
 
-std::atomic<bool> g_recording{false};
 std::mutex g_mutex;
 std::vector<DeviceOp> g_ops;
 // Correlation ids of the CPU ops being run on this thread (Kineto pushes and pops them).
@@ -64,12 +63,12 @@ class NeuronProfilerSession final : public libkineto::IActivityProfilerSession {
       std::lock_guard<std::mutex> lock(g_mutex);
       g_ops.clear();
     }
-    g_recording.store(true, std::memory_order_release);
+    g_profiling_device.store(true, std::memory_order_release);
     status_ = libkineto::TraceStatus::RECORDING;
   }
 
   void stop() override {
-    g_recording.store(false, std::memory_order_release);
+    g_profiling_device.store(false, std::memory_order_release);
     status_ = libkineto::TraceStatus::PROCESSING;
   }
 
@@ -168,18 +167,16 @@ class NeuronActivityProfiler final : public libkineto::IActivityProfiler {
 
 }  // namespace
 
-bool profiling_device() noexcept { return g_recording.load(std::memory_order_acquire); }
+std::atomic<bool> g_profiling_device{false};
 
-ProfiledOp::ProfiledOp(const c10::OperatorHandle& op, bool on_host, c10::DeviceIndex index) {
-  if (!profiling_device()) return;
+void ProfiledOp::start(const c10::OperatorHandle& op, bool on_host, c10::DeviceIndex index) {
   op_ = &op;
   on_host_ = on_host;
   index_ = index;
   start_ns_ = c10::getTime();
 }
 
-ProfiledOp::~ProfiledOp() {
-  if (op_ == nullptr) return;
+void ProfiledOp::finish() {
   const int64_t end_ns = c10::getTime();
   const uint64_t correlation = tls_correlation.empty() ? 0 : tls_correlation.back();
   const int64_t stream = guard_impl()->getStream(c10::Device(kNeuron, index_)).id();

@@ -39,12 +39,19 @@ static_assert(static_cast<int>(at::ScalarType::NumOptions) <= 64, "refused_dtype
 constexpr uint64_t kComplexTypes = bit(at::kComplexHalf) | bit(at::kComplexFloat) | bit(at::kComplexDouble);
 constexpr uint64_t kUnsignedTypes = bit(at::kUInt16) | bit(at::kUInt32) | bit(at::kUInt64);
 
-struct OpEntry {
-  OpInfo info;
-  std::string reason;
+
+}  // namespace
+
+// One op's classification and counts. The counter and the classification's per-call fields
+// come first, in the entry's first cache line: an op's call reads them and nothing else of it.
+struct alignas(64) OpEntry {
   std::atomic<int64_t> executed{0};
+  OpInfo info;
   std::atomic<int64_t> fallback{0};
+  std::string reason;
 };
+
+namespace {
 
 std::mutex g_mutex;
 std::unordered_map<const c10::FunctionSchema*, OpEntry> g_ops;
@@ -147,7 +154,8 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
 
 // This thread's side of the accounting, in one thread_local: in a shared library each
 // thread_local read is a call to __tls_get_addr, and `account` and `record_signature` run
-// per op (three such calls per op with one variable each).
+// per op (three such calls per op with one variable each). The fields every call reads
+// share the first cache line.
 struct ThreadAccounting {
   struct Slot {
     const c10::FunctionSchema* schema;
@@ -155,27 +163,23 @@ struct ThreadAccounting {
   };
   // Inside a NativeCompositeScope: the op the target runs as one kernel is already counted.
   int composite_depth = 0;
+  // The generation of the signature tables that `recent_signatures` belongs to.
+  uint64_t signature_generation = 0;
   // The op entries this thread has met (`entry_of`).
   Slot slots[512] = {};
-  // The signatures this thread recorded lately (`record_signature`), valid for one
-  // generation of the signature tables.
-  uint64_t signature_generation = 0;
+  // The signatures this thread recorded lately (`record_signature`).
   uint64_t recent_signatures[1024] = {};
 };
 thread_local ThreadAccounting t_accounting;
 
-// The entry of an op, classified on its first call. Entries are never erased, so each thread
-// keeps the ones it has met in a small direct-mapped table and finds them again without the
-// lock: one probe per op in the steady state.
-OpEntry& entry_of(const c10::OperatorHandle& op) {
-  const c10::FunctionSchema* schema = &op.schema();
-  ThreadAccounting::Slot& slot = t_accounting.slots[(reinterpret_cast<uintptr_t>(schema) >> 4) & 511];
-  if (slot.schema == schema) return *slot.entry;
+// An op's entry, made and classified on its first call (under the lock); warns the
+// vendor's known issue with the op once per process.
+[[gnu::noinline]] OpEntry& find_entry(const c10::OperatorHandle& op) {
   std::string known_issue;
   OpEntry* entry;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto [it, inserted] = g_ops.try_emplace(schema);
+    auto [it, inserted] = g_ops.try_emplace(&op.schema());
     if (inserted) {
       classify(op, it->second);
       auto issue = g_known_issues.find(it->second.info.name);
@@ -185,22 +189,25 @@ OpEntry& entry_of(const c10::OperatorHandle& op) {
     }
     entry = &it->second;
   }
-  slot = {schema, entry};
   if (!known_issue.empty()) TORCH_WARN(known_issue);
   return *entry;
 }
 
-}  // namespace
+// The entry of an op that reaches the boxed fallback. Entries are never erased, so each
+// thread keeps the ones it has met in a small direct-mapped table and finds them again
+// without the lock: one probe per op in the steady state.
+OpEntry& entry_of(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema* schema = &op.schema();
+  ThreadAccounting::Slot& slot = t_accounting.slots[(reinterpret_cast<uintptr_t>(schema) >> 4) & 511];
+  if (slot.schema == schema) return *slot.entry;
+  OpEntry& entry = find_entry(op);
+  slot = {schema, &entry};
+  return entry;
+}
 
-const OpInfo& account(const c10::OperatorHandle& op) {
-  OpEntry& entry = entry_of(op);
+// A host fallback's call: counted, and warned once per op or refused, as the mode says.
+[[gnu::noinline]] const OpInfo& account_fallback(OpEntry& entry) {
   const OpInfo* info = &entry.info;
-  if (t_accounting.composite_depth > 0) return *info;  // part of a native op counted as a whole
-  if (!info->on_host()) {
-    entry.executed.fetch_add(1, std::memory_order_relaxed);
-    if (info->syncs) count_sync(info->name);
-    return *info;
-  }
   entry.fallback.fetch_add(1, std::memory_order_relaxed);
   std::string reason, profile;
   FallbackMode mode;
@@ -223,29 +230,36 @@ const OpInfo& account(const c10::OperatorHandle& op) {
   return *info;
 }
 
-void count_op(const c10::OperatorHandle& op) { account(op); }
+const OpInfo& account_entry(OpEntry& entry) {
+  const OpInfo& info = entry.info;
+  if (t_accounting.composite_depth > 0) return info;  // part of a native op counted as a whole
+  if (info.on_host()) [[unlikely]] return account_fallback(entry);
+  entry.executed.fetch_add(1, std::memory_order_relaxed);
+  if (info.syncs) [[unlikely]] count_sync(info.name);
+  return info;
+}
+
+}  // namespace
+
+KnownOp known_op(const char* name, const char* overload) {
+  const c10::OperatorHandle handle = op_handle(name, overload);
+  return {handle, &find_entry(handle)};
+}
+
+const OpInfo& account(const c10::OperatorHandle& op) { return account_entry(entry_of(op)); }
+const OpInfo& account(const KnownOp& op) { return account_entry(*op.entry); }
+void count_op(const KnownOp& op) { account_entry(*op.entry); }
 
 void count_sync(const std::string& what) {
   std::lock_guard<std::mutex> lock(g_mutex);
   ++g_syncs[what];
 }
 
-void record_signature(uint64_t signature) {
-  ThreadAccounting& mine = t_accounting;
-  if (mine.composite_depth > 0) return;
-  // Most calls repeat a signature this thread recorded lately: a direct-mapped table of
-  // them counts those without the lock (a signature it has lost is looked up again below).
-  const uint64_t current = g_signature_generation.load(std::memory_order_relaxed);
-  if (mine.signature_generation != current) {
-    std::fill(std::begin(mine.recent_signatures), std::end(mine.recent_signatures), 0);
-    mine.signature_generation = current;
-  }
-  uint64_t& slot = mine.recent_signatures[signature & 1023];
-  if (slot == signature && signature != 0) {
-    g_repeat_calls.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  slot = signature;
+namespace {
+
+// A signature this thread has not seen lately: counted under the lock, as a new
+// compilation, a persistent-cache hit or a repeat.
+[[gnu::noinline]] void record_new_signature(uint64_t signature) {
   std::lock_guard<std::mutex> lock(g_signature_mutex);
   ++g_signatures.calls;
   if (!g_signatures.seen.insert(signature).second) return;
@@ -256,6 +270,27 @@ void record_signature(uint64_t signature) {
     ++g_signatures.compilations;
     g_signatures.unsaved.push_back(signature);
   }
+}
+
+}  // namespace
+
+void record_signature(uint64_t signature) {
+  ThreadAccounting& mine = t_accounting;
+  if (mine.composite_depth > 0) return;
+  // Most calls repeat a signature this thread recorded lately: a direct-mapped table of
+  // them counts those without the lock (a signature it has lost is looked up again below).
+  const uint64_t current = g_signature_generation.load(std::memory_order_relaxed);
+  if (mine.signature_generation != current) [[unlikely]] {
+    std::fill(std::begin(mine.recent_signatures), std::end(mine.recent_signatures), 0);
+    mine.signature_generation = current;
+  }
+  uint64_t& slot = mine.recent_signatures[signature & 1023];
+  if (slot == signature && signature != 0) {
+    g_repeat_calls.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  slot = signature;
+  record_new_signature(signature);
 }
 
 void set_target(const std::unordered_map<std::string, int>& codes,

@@ -354,8 +354,8 @@ struct StructuredArgs {
     return type == at::kFloat || type == at::kDouble || type == at::kLong || type == at::kInt || type == at::kBool;
   }
   // What the CPU's TensorIterator gives a float32 op for a Python number: `to(float32)` of its
-  // 0-dim tensor, a static_cast of the value.
-  static at::Tensor as_float32(const at::Tensor& t) {
+  // 0-dim tensor, a static_cast of the value. Out of line: `pass` runs for every argument.
+  [[gnu::noinline]] static at::Tensor as_float32(const at::Tensor& t) {
     at::Tensor out = at::detail::empty_cpu({}, at::kFloat, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
     float value = 0;
     switch (t.scalar_type()) {
@@ -431,20 +431,20 @@ struct Unboxed<Op, R(A...)> {
   static_assert(kInPlace || std::is_same_v<R, at::Tensor>, "one tensor result (or self) only");
 
   static R call(A... args) {
-    static const c10::OperatorHandle op = op_handle(Op::name, Op::overload_name);
+    static const KnownOp op = known_op(Op::name, Op::overload_name);
     settle_device_threading();
     const OpInfo& info = account(op);
     UnboxedCall call(info);
     const bool fast = !info.on_host() && (call.takes(args) && ...) && call.device() >= 0 &&
                       !(kInPlace && call.self_shares_storage());
-    if (!fast) return run_boxed<R>(op, info, args...);
+    if (!fast) return run_boxed<R>(op.handle, info, args...);
     if (call.runs_known_issue_dtype()) note_known_issue(info);
     if (info.compiles) {
       Signature signature;
       (signature.add(args), ...);
       record_signature(signature.value() ^ info.name_hash);
     }
-    ProfiledOp profiled(op, /*on_host=*/false, call.device());
+    ProfiledOp profiled(op.handle, /*on_host=*/false, call.device());
     using Structured = CpuStructured<Op>;
     if constexpr (!std::is_void_v<typename Structured::type>) {
       using Args = StructuredArgs<Structured::cpu_scalars>;

@@ -24,6 +24,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -234,8 +235,7 @@ enum class OpKind : uint8_t { Native = 0, Metadata = 1, HostCopy = 2, HostPredic
 // Which non-device tensors an op may take besides 0-dim CPU inputs (as on CUDA).
 enum class Placement : uint8_t { Strict, HostIndices, Any };
 struct OpInfo {
-  std::string name;  // "aten::add.Tensor"
-  uint64_t name_hash = 0;
+  uint64_t name_hash = 0;  // of `name`
   OpKind kind = OpKind::Native;
   Placement placement = Placement::Strict;
   bool compiles = false;         // eager mode compiles one program per signature
@@ -261,6 +261,9 @@ struct OpInfo {
   bool out_written_after = false;
   // The target's kernel allocates the op's fresh result row-major (compiled_results_row_major rule).
   bool row_major_results = false;
+  // Last: a call reads the fields above (they share a cache line with the op's counter,
+  // Target.cpp's OpEntry); the name only where a message or a table needs it.
+  std::string name;  // "aten::add.Tensor"
   bool on_host() const { return kind == OpKind::HostCopy || kind == OpKind::HostPredicted; }
   bool refuses(at::ScalarType type) const { return (refused_dtypes >> static_cast<int>(type)) & 1; }
   bool checks(at::ScalarType type) const { return (checked_dtypes >> static_cast<int>(type)) & 1; }
@@ -309,8 +312,19 @@ void account_ops(const std::vector<std::string>& op_names);
 // Counts one call of `op` as executed or fallback; warns once per host-fallback op, or
 // raises under TORCHFERRY_FALLBACK=error. The reference stays valid for the process.
 const OpInfo& account(const c10::OperatorHandle& op);
-// Counts a kernel registered for the device (not through the boxed fallback).
-void count_op(const c10::OperatorHandle& op);
+// An op's accounting entry (Target.cpp): made on the op's first call, classified again in
+// place when the target's tables change, never moved. A kernel of the device's own knows
+// its op, so it finds the entry once (`static const KnownOp op = known_op(...)`) and counts
+// through it, where the boxed fallback looks each op's entry up.
+struct OpEntry;
+struct KnownOp {
+  c10::OperatorHandle handle;
+  OpEntry* entry;
+};
+KnownOp known_op(const char* name, const char* overload);
+const OpInfo& account(const KnownOp& op);
+// Counts a call of a kernel registered for the device (not through the boxed fallback).
+void count_op(const KnownOp& op);
 void count_sync(const std::string& what);
 void record_signature(uint64_t signature);
 // codes: op name -> kind | compiles << 2 | syncs << 3; reasons: why an op runs
@@ -348,17 +362,26 @@ void forget_seen_signatures();
 
 // ---- Profiler.cpp --------------------------------------------------------
 // Whether a torch.profiler session with ProfilerActivity.PrivateUse1 is recording.
-bool profiling_device() noexcept;
+extern std::atomic<bool> g_profiling_device;
+inline bool profiling_device() noexcept { return g_profiling_device.load(std::memory_order_acquire); }
 // Scope of one op run by the device: while the profiler records, it becomes a kernel
 // activity on the device's track, linked to the CPU op (marked when it ran on the host).
+// Inline: every op makes one, and without the profiler it is one load.
 class ProfiledOp {
  public:
-  ProfiledOp(const c10::OperatorHandle& op, bool on_host, c10::DeviceIndex index);
-  ~ProfiledOp();
+  ProfiledOp(const c10::OperatorHandle& op, bool on_host, c10::DeviceIndex index) {
+    if (profiling_device()) [[unlikely]] start(op, on_host, index);
+  }
+  ~ProfiledOp() {
+    if (op_ != nullptr) [[unlikely]] finish();
+  }
   ProfiledOp(const ProfiledOp&) = delete;
   ProfiledOp& operator=(const ProfiledOp&) = delete;
 
  private:
+  void start(const c10::OperatorHandle& op, bool on_host, c10::DeviceIndex index);
+  void finish();
+
   const c10::OperatorHandle* op_ = nullptr;  // null while not profiling
   bool on_host_ = false;
   c10::DeviceIndex index_ = 0;
