@@ -289,11 +289,32 @@ struct TakesCall<at::_ops::mm> {
 template <class Kernel>
 class OnDevice final : public Kernel {
  public:
-  explicit OnDevice(c10::DeviceIndex index) : index_(index) {}
+  // `row_major`: the target allocates the result row-major (compiled_results_row_major rule).
+  OnDevice(c10::DeviceIndex index, bool row_major) : index_(index), row_major_(row_major) {}
   explicit OnDevice(const at::Tensor& self) : self_(&self) {}
 
   void set_output_raw_strided(int64_t output_idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
                               c10::TensorOptions options) override {
+    if constexpr (kIterator) {
+      // TensorIterator's general set-up asks for its inputs' layout (strides given) after
+      // ordering its dimensions by them (`perm_`: iteration dimension -> tensor dimension).
+      // Under the rule the output is row-major instead, and the iterator writes it so: its
+      // byte strides for the output, computed for the layout it asked for, become the
+      // row-major tensor's. The fast set-ups (`perm_` empty: one dimension in memory order,
+      // or channels-last by memory format) keep their layout and are copied after
+      // (`with_target_layout`), as on the host path.
+      if (self_ == nullptr && row_major_ && !strides.empty() && this->perm_.size() == sizes.size()) {
+        out_ = empty_on(sizes, {}, options.dtype().toScalarType(), std::nullopt, index_);
+        Kernel::set_output_raw_strided(output_idx, sizes, {}, options);
+        auto& op = this->operands_[output_idx];
+        const c10::IntArrayRef row_major = out_.strides();
+        const int64_t element_size = static_cast<int64_t>(options.dtype().itemsize());
+        for (size_t dim = 0; dim < this->perm_.size(); ++dim) {
+          op.stride_bytes[dim] = row_major[this->perm_[dim]] * element_size;
+        }
+        return;
+      }
+    }
     if (self_ == nullptr) {
       out_ = empty_on(sizes, strides, options.dtype().toScalarType(), options.memory_format_opt(), index_);
     }
@@ -313,6 +334,7 @@ class OnDevice final : public Kernel {
   static constexpr bool kIterator = std::is_base_of_v<at::TensorIteratorBase, Kernel>;
 
   c10::DeviceIndex index_ = -1;
+  bool row_major_ = false;
   const at::Tensor* self_ = nullptr;
   at::Tensor out_;
 };
@@ -378,8 +400,9 @@ const T& unwrap(const T& v) {
 }
 
 // The fresh result of a functional op on the structured path, with the target's layout: the
-// target's kernel writes it row-major (compiled_results_row_major rule), copied as the host
-// path copies it (on the host: not an op).
+// target's kernel writes it row-major (compiled_results_row_major rule). Where the iterator
+// did not write it so (`OnDevice`), it is copied as the host path copies it (on the host: not
+// an op).
 at::Tensor with_target_layout(at::Tensor result, const OpInfo& info, c10::DeviceIndex index) {
   if (!info.row_major_results || result.is_contiguous()) return result;
   at::Tensor row_major = empty_on(result.sizes(), {}, result.scalar_type(), std::nullopt, index);
@@ -398,7 +421,7 @@ R run_structured(const OpInfo& info, c10::DeviceIndex index, A&... args) {
     std::apply([&](const auto&... a) { op.impl(unwrap(a)..., std::as_const(self)); }, passed);
     return self;
   } else {
-    OnDevice<Kernel> op(index);
+    OnDevice<Kernel> op(index, info.row_major_results);
     std::apply([&](const auto&... a) { op.meta(unwrap(a)...); }, passed);
     op.use_cpu_kernel();
     std::apply([&](const auto&... a) { op.impl(unwrap(a)..., op.maybe_get_output(0)); }, passed);
