@@ -241,8 +241,8 @@ struct OpInfo {
   bool compiles = false;         // eager mode compiles one program per signature
   bool syncs = false;            // the target reads the output size back (data-dependent)
   bool target_numerics = false;  // 64-bit values take the target's 32-bit range and precision
-  // Bit i set: the target refuses device tensors of ScalarType i in this op (its dtype
-  // tables have no such type; the profile's [rules]); zero for ops it does not compile.
+  // Bit i set: the target refuses device tensors and `dtype=` arguments of ScalarType i in this
+  // op (its dtype tables have no such type; the profile's [rules]); zero for ops it does not compile.
   uint64_t refused_dtypes = 0;
   // Bit i set: a device tensor of ScalarType i needs a look: a refused dtype, or one of the
   // dtypes of the op's dtype-scoped known issue (`known_issue`). One test per tensor.
