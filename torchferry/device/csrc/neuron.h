@@ -301,9 +301,10 @@ class NativeCompositeScope {
   NativeCompositeScope(const NativeCompositeScope&) = delete;
   NativeCompositeScope& operator=(const NativeCompositeScope&) = delete;
 };
-// Ops the target registers natively that PyTorch would decompose before this device saw
-// them (CompositeImplicitAutograd): counted as the op itself (Registration.cpp).
-void register_native_composites(const std::vector<std::string>& op_names);
+// Ops the target registers natively that PyTorch implements as composites (CompositeImplicitAutograd
+// and CompositeExplicitAutograd): counted as the op itself, not its parts (Registration.cpp).
+void register_native_composites(const std::vector<std::string>& implicit_ops,
+                                const std::vector<std::string>& explicit_ops);
 // Counts calls of ops by name, as the eager device would (a compiled graph's host ops).
 void account_ops(const std::vector<std::string>& op_names);
 // Counts one call of `op` as executed or fallback; warns once per host-fallback op, or
