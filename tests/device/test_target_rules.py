@@ -81,6 +81,18 @@ def test_a_compiled_op_on_complex_tensors_is_refused_as_torchneuron_refuses_it(n
         assert "view_as_real" in str(error.value)
 
 
+def test_a_complex_dtype_argument_of_a_compiled_op_is_refused_and_a_copy_to_it_twin_passes(neuron):
+    import torch
+
+    x = torch.randn(2, 3, device="neuron")
+    for op in (lambda: torch.zeros(3, dtype=torch.complex64, device="neuron"),  # no tensor to look at
+               lambda: x.sum(1, dtype=torch.complex64),  # an unboxed kernel
+               lambda: x.sum(dtype=torch.complex64)):
+        with pytest.raises(ValueError, match="Unsupported PyTorch dtype: torch.complex64"):
+            op()
+    assert x.to(torch.complex64).dtype == torch.complex64  # a copy: TorchNeuron's copy kernels take it
+
+
 def test_complex_copies_views_and_real_views_twin_pass(neuron):
     import torch
 

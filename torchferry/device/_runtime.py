@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import atexit
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 from torchferry.device import _settings, target
-from torchferry.device.profile import DEFAULT_PROFILE, DeviceProfile, expand, load_profile
+from torchferry.device.profile import DEFAULT_PROFILE, DeviceProfile, aten_ops, load_profile
 
 _C: ModuleType | None = None
 _profile: DeviceProfile | None = None
@@ -60,7 +61,8 @@ def start(profile_name: str | Path | None) -> None:
     native._init(count, capacity, source, caching, backward_on_caller)
     atexit.register(native._release_autograd_workers)
     native._register_cpu_kernels(cpu_kernel_ops(torch))
-    native._register_native_composites(native_composite_ops(torch, chosen))
+    composites = native_composite_ops(torch, chosen)
+    native._register_native_composites(list(composites.implicit), list(composites.explicit))
     target.configure(native, chosen, mode, numerics)
     target.start(native, chosen, environ)
     _C, _profile = native, chosen
@@ -83,22 +85,59 @@ def cpu_kernel_ops(torch: ModuleType) -> list[str]:
     return sorted(names)
 
 
-def native_composite_ops(torch: ModuleType, chosen: DeviceProfile) -> list[str]:
-    """Ops the target registers natively that PyTorch decomposes before a backend sees them
-    (CompositeImplicitAutograd, no CPU or device kernel of their own: `linear`, `rms_norm`,
-    `one_hot`, ...). TorchNeuron's registration takes precedence over the composite there, so
-    the device counts each as the op itself, not as its parts (a part may be an op the
-    target does not implement: a false host fallback). `contiguous` has a kernel of its own.
+@dataclass(frozen=True, kw_only=True)
+class NativeComposites:
+    """The ops of `native_composite_ops`, by the kind of composite PyTorch implements them as."""
+
+    implicit: tuple[str, ...] = ()  # CompositeImplicitAutograd: registered above and below autograd
+    explicit: tuple[str, ...] = ()  # CompositeExplicitAutograd: registered below autograd only
+
+
+def native_composite_ops(torch: ModuleType, chosen: DeviceProfile) -> NativeComposites:
+    """Ops the target registers natively that PyTorch implements as composites, with no CPU or
+    device kernel of their own. TorchNeuron registers each op it implements at PrivateUse1
+    (`aten_lib.impl(name, wrapper, "PrivateUse1")`: python_ops/auto_registration.py,
+    python_ops/torch_mlir/operation_registry.py), and a backend's kernel takes precedence over
+    the composite there, so the target runs each as one op; the device counts it as that op,
+    not as its parts (a part may be an op the target does not implement: a false host
+    fallback). The table's names are exact overloads: its `aten::max` is `max(Tensor)`, not
+    `max.other`, which PyTorch decomposes into `maximum` on the target too.
+
+    - implicit (CompositeImplicitAutograd: `linear`, `rms_norm`, `one_hot`, ...): PyTorch
+      decomposes them above autograd, so the device takes them there as well (the composite's
+      parts still record autograd) and below it (inference mode). `contiguous` has a kernel
+      of its own.
+    - explicit (CompositeExplicitAutograd: every `_foreach_*`, `clone`, `zeros`, `embedding`,
+      ...): PyTorch's autograd formula stays theirs, as TorchNeuron registers no autograd
+      kernel for them; below it the op runs whole on host views, as any op without a kernel.
+      Left to their composites: the ops whose result or source may lie on another device
+      (`copy_`, `_to_copy`, `new_empty(device=)`, `ones_like(device=)`), which end in this
+      device's own copy and empty kernels.
     """
     if chosen.native_ops is None:
-        return []
+        return NativeComposites()
     has = torch._C._dispatch_has_kernel_for_dispatch_key
-    names = {name for op in chosen.native_ops.native for name in expand(op)}
-    return sorted(
-        name.removeprefix("aten::") for name in names
-        if has(name, "CompositeImplicitAutograd") and not has(name, "CPU") and not has(name, "PrivateUse1")
+    unregistered = [
+        name for name in sorted(chosen.native_ops.native)
+        if name in aten_ops() and not has(name, "CPU") and not has(name, "PrivateUse1")
         and not has(name, "AutogradPrivateUse1")
+    ]
+    return NativeComposites(
+        implicit=tuple(name.removeprefix("aten::") for name in unregistered
+                       if has(name, "CompositeImplicitAutograd")),
+        explicit=tuple(name.removeprefix("aten::") for name in unregistered
+                       if has(name, "CompositeExplicitAutograd") and not _crosses_devices(torch, name)),
     )
+
+
+def _crosses_devices(torch: ModuleType, name: str) -> bool:
+    """Whether an op's result or source may lie on another device than its device tensors:
+    `copy_`, and ops that take a device beside a tensor (`_to_copy`, `new_empty`, `ones_like`)."""
+    if name == "aten::copy_":
+        return True
+    op, _, overload = name.partition(".")
+    types = [str(argument.type) for argument in torch._C._get_schema(op, overload).arguments]
+    return any("Device" in t for t in types) and any("Tensor" in t for t in types)
 
 
 _COMPOSITE_KEYS = (

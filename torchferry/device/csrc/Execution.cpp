@@ -49,12 +49,10 @@ namespace {
 // ---------------------------------------------------------------- conversion
 bool is_neuron(const at::Tensor& t) { return t.defined() && t.device().type() == kNeuron; }
 
-bool is_generator_type(const c10::TypePtr& type) {
-  if (type->kind() == c10::TypeKind::GeneratorType) return true;
-  if (type->kind() == c10::TypeKind::OptionalType) {
-    return type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
-  }
-  return false;
+// Whether an argument's type is `kind`, or `kind?`.
+bool is_kind(const c10::TypePtr& type, c10::TypeKind kind) {
+  if (type->kind() != c10::TypeKind::OptionalType) return type->kind() == kind;
+  return type->castRaw<c10::OptionalType>()->getElementType()->kind() == kind;
 }
 
 at::Tensor make_tensor(c10::Storage storage, c10::DispatchKey key, const at::Tensor& like) {
@@ -276,7 +274,7 @@ class HostCall {
           note_device(g.device().index());
           iv = c10::IValue(host_generator(g));
         }
-      } else if (iv.isNone() && is_generator_type(args[i].type())) {
+      } else if (iv.isNone() && is_kind(args[i].type(), c10::TypeKind::GeneratorType)) {
         default_generators.push_back(i);
       } else if (iv.isStorage()) {
         const c10::Storage s = iv.toStorage();
@@ -284,6 +282,11 @@ class HostCall {
           note_device(s.device().index());
           iv = c10::IValue(alias_of(s));
         }
+      } else if (iv.isInt() && info_.refused_dtypes != 0 &&
+                 is_kind(args[i].real_type(), c10::TypeKind::ScalarTypeType)) {
+        // A `dtype=` the target's tables lack: a factory it compiles (`zeros`) has no tensor to check.
+        const auto type = static_cast<at::ScalarType>(iv.toInt());
+        if (info_.refuses(type)) throw_unsupported_dtype(info_, type);
       }
     }
     // TorchNeuron's argument processor passes a float scalar, and moves a 0-dim CPU tensor, as a

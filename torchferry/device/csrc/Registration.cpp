@@ -142,23 +142,30 @@ void run_native_composite(const c10::OperatorHandle& op, c10::DispatchKeySet /*k
 }
 }  // namespace
 
-// Registered above autograd (so the composite's parts still record autograd) and below
-// it (inference mode); the list comes from the profile at start-up (see _runtime.py).
-void register_native_composites(const std::vector<std::string>& op_names) {
+// Ops the target registers natively that PyTorch implements as composites; the lists come
+// from the profile at start-up (see _runtime.py). CompositeImplicitAutograd ops are registered
+// above autograd (so the composite's parts still record autograd) and below it (inference
+// mode). CompositeExplicitAutograd ops keep PyTorch's autograd formula and are registered
+// below it only, as TorchNeuron registers them: each runs whole on host views, the CPU
+// dispatch slot holding the composite, so its parts are CPU calls, not device ops.
+void register_native_composites(const std::vector<std::string>& implicit_ops,
+                                const std::vector<std::string>& explicit_ops) {
   static std::vector<std::unique_ptr<torch::Library>> libraries;
   for (const auto key : {c10::DispatchKey::AutogradPrivateUse1, c10::DispatchKey::PrivateUse1}) {
     auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
-    for (const std::string& name : op_names) {
+    for (const std::string& name : implicit_ops) {
       library->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&run_native_composite>());
     }
     libraries.push_back(std::move(library));
   }
+  register_cpu_kernels(explicit_ops);
 }
 
-// Ops for which the CPU has a kernel of its own while PrivateUse1 would inherit a
-// composite one (a decomposition, or `empty` + the `out=` variant): the device runs
-// the CPU's kernel instead, so it computes what the CPU computes, in one dispatch.
-// The list is found at start-up from the dispatcher (see _runtime.py).
+// Ops the device runs whole on the CPU dispatch slot's kernel over host views, in one
+// dispatch, where PrivateUse1 would inherit a composite kernel (a decomposition, or `empty` +
+// the `out=` variant): ops with a CPU kernel of their own (so the device computes what the
+// CPU computes; the list is found at start-up from the dispatcher, see _runtime.py), and the
+// natively registered CompositeExplicitAutograd ops above.
 void register_cpu_kernels(const std::vector<std::string>& op_names) {
   static std::vector<std::unique_ptr<torch::Library>> libraries;
   auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten",

@@ -123,6 +123,8 @@ class UnboxedCall {
     }
     return true;
   }
+  // A `dtype=` the target refuses: the boxed path raises the target's error.
+  bool takes(const std::optional<at::ScalarType>& dtype) { return !dtype || !info_.refuses(*dtype); }
   template <class T>
   bool takes(const T& /*not a tensor*/) {
     return true;

@@ -241,8 +241,8 @@ struct OpInfo {
   bool compiles = false;         // eager mode compiles one program per signature
   bool syncs = false;            // the target reads the output size back (data-dependent)
   bool target_numerics = false;  // 64-bit values take the target's 32-bit range and precision
-  // Bit i set: the target refuses device tensors of ScalarType i in this op (its dtype
-  // tables have no such type; the profile's [rules]); zero for ops it does not compile.
+  // Bit i set: the target refuses device tensors and `dtype=` arguments of ScalarType i in this
+  // op (its dtype tables have no such type; the profile's [rules]); zero for ops it does not compile.
   uint64_t refused_dtypes = 0;
   // Bit i set: a device tensor of ScalarType i needs a look: a refused dtype, or one of the
   // dtypes of the op's dtype-scoped known issue (`known_issue`). One test per tensor.
@@ -304,9 +304,10 @@ class NativeCompositeScope {
   NativeCompositeScope(const NativeCompositeScope&) = delete;
   NativeCompositeScope& operator=(const NativeCompositeScope&) = delete;
 };
-// Ops the target registers natively that PyTorch would decompose before this device saw
-// them (CompositeImplicitAutograd): counted as the op itself (Registration.cpp).
-void register_native_composites(const std::vector<std::string>& op_names);
+// Ops the target registers natively that PyTorch implements as composites (CompositeImplicitAutograd
+// and CompositeExplicitAutograd): counted as the op itself, not its parts (Registration.cpp).
+void register_native_composites(const std::vector<std::string>& implicit_ops,
+                                const std::vector<std::string>& explicit_ops);
 // Counts calls of ops by name, as the eager device would (a compiled graph's host ops).
 void account_ops(const std::vector<std::string>& op_names);
 // Counts one call of `op` as executed or fallback; warns once per host-fallback op, or
