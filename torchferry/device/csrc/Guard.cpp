@@ -250,14 +250,22 @@ c10::DeviceIndex current_device() { return tls_current_device; }
 // devices' reductions would split differently (gradients no longer bitwise equal) and
 // two OpenMP teams of different sizes would share the cores. So device work outside a
 // backward records its thread's count, and device work inside one takes that count
-// when its own differs (one thread-local read and one relaxed load per call).
+// when its own differs. A thread whose backward runs on itself (multithreading off, the
+// default above) has one thread count for both and skips the rest: one thread-local read
+// per op, not the thread count's and the graph task's.
+namespace {
+[[gnu::noinline]] void choose_backward_thread() {
+  if (torch::autograd::get_current_graph_task_id() >= 0) return;  // chosen outside a backward
+  tls_backward_thread_chosen = true;
+  if (g_backward_on_calling_thread) c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+}
+}  // namespace
+
 void settle_device_threading() {
+  if (!tls_backward_thread_chosen) [[unlikely]] choose_backward_thread();
+  if (!c10::AutogradState::get_tls_state().get_multithreading_enabled()) return;
   const int mine = at::get_num_threads();
   if (torch::autograd::get_current_graph_task_id() < 0) {
-    if (!tls_backward_thread_chosen) {
-      tls_backward_thread_chosen = true;
-      if (g_backward_on_calling_thread) c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
-    }
     if (g_intraop_threads.load(std::memory_order_relaxed) != mine) {
       g_intraop_threads.store(mine, std::memory_order_relaxed);
     }
