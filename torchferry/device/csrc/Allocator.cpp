@@ -16,6 +16,7 @@
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <memory>
@@ -26,6 +27,23 @@
 
 namespace torchferry {
 namespace {
+
+// The size class a request is served from: whole pages under 1 MiB, then eight classes
+// per power of two, so a block is at most 1/8 larger than asked.
+size_t size_class(size_t nbytes) {
+  size_t step = 4096;
+  if (nbytes >= (size_t(1) << 20)) step = size_t(1) << (63 - __builtin_clzll(nbytes) - 3);
+  return (nbytes + step - 1) & ~(step - 1);
+}
+
+// A size class's place in a device's free lists: its page count up to 1 MiB, then eight
+// places per power of two (an array index, where a hash map cost a hash and a probe per block).
+constexpr size_t kSizeClasses = 256 + (64 - 20) * 8 + 1;
+size_t class_slot(size_t cls) {
+  if (cls < (size_t(1) << 20)) return cls >> 12;
+  const int log2 = 63 - __builtin_clzll(cls);
+  return 256 + static_cast<size_t>(log2 - 20) * 8 + ((cls >> (log2 - 3)) - 8);
+}
 
 struct DeviceMemory {
   int64_t capacity = 0;
@@ -41,7 +59,8 @@ struct DeviceMemory {
   std::atomic<int64_t> num_ooms{0};
   std::atomic<int64_t> cached{0};         // bytes of freed blocks kept for reuse
   std::atomic<int64_t> reserved_peak{0};  // of allocated + cached
-  std::unordered_map<size_t, std::vector<void*>> free_blocks;  // size class -> blocks (LIFO)
+  // Freed blocks by size class (`class_slot`), each list LIFO.
+  std::array<std::vector<void*>, kSizeClasses> free_blocks;
 };
 
 // Never destroyed: device tensors may be freed during interpreter finalisation, after
@@ -127,23 +146,16 @@ std::mutex& cache_mutex() {
   return *m;
 }
 
-// The size class a request is served from: whole pages under 1 MiB, then eight classes
-// per power of two, so a block is at most 1/8 larger than asked.
-size_t size_class(size_t nbytes) {
-  size_t step = 4096;
-  if (nbytes >= (size_t(1) << 20)) step = size_t(1) << (63 - __builtin_clzll(nbytes) - 3);
-  return (nbytes + step - 1) & ~(step - 1);
-}
 
 void* fresh_block(size_t nbytes);
 
 // A cached block of class `cls` for device `index`, or null (cache_mutex held).
 void* pop_cached(c10::DeviceIndex index, size_t cls) {
   DeviceMemory& m = *devices()[index];
-  auto it = m.free_blocks.find(cls);
-  if (it == m.free_blocks.end() || it->second.empty()) return nullptr;
-  void* data = it->second.back();
-  it->second.pop_back();
+  std::vector<void*>& blocks = m.free_blocks[class_slot(cls)];
+  if (blocks.empty()) return nullptr;
+  void* data = blocks.back();
+  blocks.pop_back();
   m.cached.fetch_sub(static_cast<int64_t>(cls), std::memory_order_relaxed);
   return data;
 }
@@ -151,7 +163,7 @@ void* pop_cached(c10::DeviceIndex index, size_t cls) {
 // Keeps a freed block of class `cls` for reuse (cache_mutex held).
 void push_cached(c10::DeviceIndex index, void* data, size_t cls) {
   DeviceMemory& m = *devices()[index];
-  m.free_blocks[cls].push_back(data);
+  m.free_blocks[class_slot(cls)].push_back(data);
   const int64_t cached = m.cached.fetch_add(static_cast<int64_t>(cls), std::memory_order_relaxed) +
                          static_cast<int64_t>(cls);
   raise_peak(m.reserved_peak, m.allocated.load(std::memory_order_relaxed) + cached);
@@ -182,8 +194,10 @@ void release_cached_blocks() {
   {
     std::lock_guard<std::mutex> lock(cache_mutex());
     for (auto& m : devices()) {
-      for (auto& [cls, blocks] : m->free_blocks) freed.insert(freed.end(), blocks.begin(), blocks.end());
-      m->free_blocks.clear();
+      for (std::vector<void*>& blocks : m->free_blocks) {
+        freed.insert(freed.end(), blocks.begin(), blocks.end());
+        blocks.clear();
+      }
       m->cached.store(0, std::memory_order_relaxed);
     }
   }
