@@ -34,6 +34,20 @@ def test_a_foreach_op_counts_once_as_itself_with_the_cpus_values(tracked):
     assert all(torch.equal(d.cpu(), p) for d, p in zip(on_device, params))
 
 
+def test_a_foreach_update_after_inference_mode_work_runs_with_the_cpus_values(neuron):
+    # The thread's host views are reused across ops; one made under InferenceMode is an
+    # inference tensor, which a composite's in-place parts refuse outside it ("Inplace update to
+    # inference tensor outside InferenceMode"): ferry check's AdamW step after an eval pass.
+    params = [torch.randn(4, 4) for _ in range(3)]
+    on_device = [p.to("neuron") for p in params]
+    with torch.inference_mode():
+        x = torch.randn(4, 4, device="neuron")
+        torch.cat([x * 2, x]).sum()
+    torch._foreach_mul_(on_device, 0.5)
+    torch._foreach_mul_(params, 0.5)
+    assert all(torch.equal(d.cpu(), p) for d, p in zip(on_device, params))
+
+
 def test_a_foreach_op_is_one_device_event_in_the_profiler(neuron):
     on_device = [torch.randn(4, device="neuron") for _ in range(3)]
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:

@@ -163,6 +163,12 @@ class HostViewPool {
     if (free_.empty()) return at::Tensor(c10::make_intrusive<HostViewImpl>(host_alias(t.storage()), device));
     c10::intrusive_ptr<HostViewImpl> impl = std::move(free_.back());
     free_.pop_back();
+    // A view made under InferenceMode is an inference tensor. Outside it, a kernel that calls
+    // ops from the top on its arguments (a composite's in-place parts: `_foreach_mul_`) would
+    // be refused it, so such a view is let go there and a fresh one made.
+    if (impl->is_inference() && !c10::InferenceMode::is_enabled()) [[unlikely]] {
+      return at::Tensor(c10::make_intrusive<HostViewImpl>(host_alias(t.storage()), device));
+    }
     rebind_host_alias(impl->storage().unsafeGetStorageImpl(), t.storage());
     impl->mirror(device);
     return at::Tensor(std::move(impl));
