@@ -146,7 +146,6 @@ std::mutex& cache_mutex() {
   return *m;
 }
 
-
 void* fresh_block(size_t nbytes);
 
 // A cached block of class `cls` for device `index`, or null (cache_mutex held).

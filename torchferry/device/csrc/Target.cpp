@@ -39,7 +39,6 @@ static_assert(static_cast<int>(at::ScalarType::NumOptions) <= 64, "refused_dtype
 constexpr uint64_t kComplexTypes = bit(at::kComplexHalf) | bit(at::kComplexFloat) | bit(at::kComplexDouble);
 constexpr uint64_t kUnsignedTypes = bit(at::kUInt16) | bit(at::kUInt32) | bit(at::kUInt64);
 
-
 }  // namespace
 
 // One op's classification and counts. The counter and the classification's per-call fields
