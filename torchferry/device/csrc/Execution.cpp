@@ -847,6 +847,18 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
   return at::native::_reshape_alias(self, size, stride);
 }
 
+namespace {
+// The CPU's copy between the bytes of `src` and `dst`, either of which may be a device tensor
+// (then seen through a pooled host view, as an op's arguments are).
+void copy_on_host(const at::Tensor& src, const at::Tensor& dst) {
+  at::Tensor host_dst = is_neuron(dst) ? take_host_view(dst) : dst;
+  at::Tensor host_src = is_neuron(src) ? take_host_view(src) : src;
+  host_dst.copy_(host_src);
+  recycle_host_view(host_src);
+  recycle_host_view(host_dst);
+}
+}  // namespace
+
 // `copy_` is CompositeExplicitAutograd: for a device it does not know it calls
 // `_copy_from(src, dst)`, which lands here for host<->device and device<->device.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_blocking*/) {
@@ -854,7 +866,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   count_op(op);
   // .cpu(), .tolist(), .numpy() and printing wait for the device: a host sync.
   if (dst.device().type() != kNeuron) count_sync("aten::_copy_from (device to host)");
-  host_view_of(dst).copy_(host_view_of(self));
+  copy_on_host(self, dst);
   return dst;
 }
 
@@ -862,7 +874,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   static const KnownOp op = known_op("aten::_copy_from_and_resize", "");
   count_op(op);
   if (dst.sizes() != self.sizes()) dst.resize_(self.sizes());
-  host_view_of(dst).copy_(host_view_of(self));
+  copy_on_host(self, dst);
   return dst;
 }
 

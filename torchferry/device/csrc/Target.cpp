@@ -38,6 +38,7 @@ static_assert(static_cast<int>(at::ScalarType::NumOptions) <= 64, "refused_dtype
 // unsigned type wider than 8 bits.
 constexpr uint64_t kComplexTypes = bit(at::kComplexHalf) | bit(at::kComplexFloat) | bit(at::kComplexDouble);
 constexpr uint64_t kUnsignedTypes = bit(at::kUInt16) | bit(at::kUInt32) | bit(at::kUInt64);
+constexpr uint64_t kSixtyFourBitTypes = bit(at::kLong) | bit(at::kDouble);  // is_64bit's
 
 }  // namespace
 
@@ -147,6 +148,7 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
   auto scoped = g_scoped_issue_slot.find(info.name);
   info.known_issue = scoped == g_scoped_issue_slot.end() ? -1 : scoped->second;
   info.checked_dtypes = info.refused_dtypes | (info.known_issue < 0 ? 0 : g_scoped_issues[info.known_issue].dtypes);
+  info.unboxed_looks_at = info.checked_dtypes | (info.target_numerics ? kSixtyFourBitTypes : 0);
   auto reason_it = g_config.reasons.find(info.name);
   entry.reason = reason_it == g_config.reasons.end() ? g_config.default_reason : reason_it->second;
 }

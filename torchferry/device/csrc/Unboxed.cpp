@@ -184,17 +184,28 @@ class UnboxedCall {
   }
 
  private:
+  // Per device tensor argument of every call: the common case is one test of its dtype and
+  // falls through (this code is cold in the instruction cache and the branch predictor at
+  // each op; a taken branch it has not learned is a misprediction).
   bool takes_device_tensor(const at::Tensor& t) {
-    if (t.layout() != c10::kStrided) return false;
-    if (info_.target_numerics && is_64bit(t)) return false;
-    if (info_.empty_zeros && t.numel() == 0) return false;  // the boxed path gives the target's zeros
-    if (info_.checks(t.scalar_type())) {
-      if (info_.refuses(t.scalar_type())) return false;  // the boxed path raises the target's error
-      known_issue_dtype_ = true;
+    const c10::TensorImpl& impl = *t.unsafeGetTensorImpl();
+    if (impl.layout() != c10::kStrided) [[unlikely]] return false;
+    const at::ScalarType type = t.scalar_type();
+    if ((info_.unboxed_looks_at >> static_cast<int>(type)) & 1) [[unlikely]] {
+      if (!takes_dtype(type)) return false;
     }
-    if (device_ < 0) device_ = t.device().index();
-    storages_.push_back(t.storage().unsafeGetStorageImpl());
-    return t.device().index() == device_;
+    if (info_.empty_zeros && impl.numel() == 0) [[unlikely]] return false;  // the boxed path gives the target's zeros
+    const c10::DeviceIndex index = impl.device().index();
+    if (device_ < 0) device_ = index;
+    storages_.push_back(impl.storage().unsafeGetStorageImpl());
+    return index == device_;
+  }
+
+  [[gnu::noinline]] bool takes_dtype(at::ScalarType type) {
+    if (info_.target_numerics && is_64bit(type)) return false;
+    if (info_.refuses(type)) return false;  // the boxed path raises the target's error
+    if (info_.checks(type)) known_issue_dtype_ = true;
+    return true;
   }
 
   const OpInfo& info_;

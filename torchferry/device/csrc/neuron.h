@@ -161,7 +161,8 @@ at::Tensor adopt_host_result(const at::Tensor& host, c10::DeviceIndex index);
 at::Tensor device_view(const c10::Storage& device_storage, const at::Tensor& like);
 // The target has no 64-bit types (torch_neuronx/kernels/type_converter.py maps int64 to
 // int32 and float64 to float32; results are cast back to the 64-bit dtype).
-inline bool is_64bit(const at::Tensor& t) { return t.scalar_type() == at::kLong || t.scalar_type() == at::kDouble; }
+inline bool is_64bit(at::ScalarType type) { return type == at::kLong || type == at::kDouble; }
+inline bool is_64bit(const at::Tensor& t) { return is_64bit(t.scalar_type()); }
 // Under target numerics: gives a 64-bit tensor the target's 32-bit range and precision.
 void round_to_target(const at::Tensor& t);
 // Fresh CPU results of a compiled graph as device memory, one device storage per host
@@ -247,6 +248,9 @@ struct OpInfo {
   // Bit i set: a device tensor of ScalarType i needs a look: a refused dtype, or one of the
   // dtypes of the op's dtype-scoped known issue (`known_issue`). One test per tensor.
   uint64_t checked_dtypes = 0;
+  // The unboxed fast path's one test per device tensor (Unboxed.cpp): checked_dtypes, and
+  // the 64-bit types where target numerics make them the boxed path's.
+  uint64_t unboxed_looks_at = 0;
   int known_issue = -1;  // its dtype-scoped known issue (Target.cpp), or -1
   // The target returns zeros when a positional tensor argument is empty (empty_inputs rule).
   bool empty_zeros = false;
