@@ -36,6 +36,17 @@ processes on the machine, which stretch wall time) and the minor page faults per
 (memory the step touches for the first time; the kernel zeroes each page). Run it on a
 quiet machine: on a shared one the spread says how far to trust the median, and the load
 average printed before and after says how shared it was.
+
+The targets are for a quiet machine, and a busy one does not only scatter the ratio: it
+raises it. Other processes evict the caches between ops, and the device's step touches more
+code and data per op than the CPU's (its bookkeeping), so it loses more to each eviction.
+On one 2-core VM on one morning (issue 32's closing note), 300 pairs per case: quiet, the
+per-pair ratios' interquartile range was 0.057-0.076 wide and the medians 1.039-1.048; busy
+minutes later, 0.106-0.125 wide and 1.053-1.071. So a case whose median misses its target
+while that range is wider than NOISY_IQR is reported NOISY, not FAIL: the run could not
+decide, and the figures are printed all the same. A median within its target passes however
+busy the machine was. Exit status: 0 all passed, 1 a case failed, 2 none failed but one
+was NOISY (rerun it when the load average is low).
 """
 
 from __future__ import annotations
@@ -104,6 +115,18 @@ CASES = {
 }
 
 
+# The widest interquartile range of the per-pair ratios (q3 - q1) at which a missed target
+# is a FAIL; wider, the machine was too busy to decide (see the module docstring).
+NOISY_IQR = 0.09
+
+
+def verdict(ratio: float, target: float, iqr_width: float) -> str:
+    """PASS, FAIL, or NOISY: a missed target on a machine too busy to tell a miss from noise."""
+    if ratio <= target:
+        return "PASS"
+    return "NOISY" if iqr_width > NOISY_IQR else "FAIL"
+
+
 @dataclass(frozen=True)
 class Sample:
     wall: float  # seconds
@@ -129,7 +152,7 @@ def make_step(model: torch.nn.Module, batch: Callable[[str], dict], foreach: boo
     return step
 
 
-def measure(case: Case, pairs: int, warmup: int) -> bool:
+def measure(case: Case, pairs: int, warmup: int) -> str:
     model, batch, foreach = case.build()
     cpu, dev = make_step(model, batch, foreach, "cpu"), make_step(model, batch, foreach, "neuron")
     for _ in range(warmup):
@@ -158,9 +181,15 @@ def measure(case: Case, pairs: int, warmup: int) -> bool:
     in_process = statistics.median(s.wall for s in samples["cpu"])
     print(f"  cpu alone (a fresh process, no device) median {alone * 1e3:.2f} ms: in-process cpu / alone "
           f"{in_process / alone:.3f}{'  (the shared process slowed the CPU reference)' if in_process > 1.1 * alone else ''}")
-    passed = ratio <= case.target
-    print(f"  {'PASS' if passed else 'FAIL'}: median ratio {ratio:.3f} {'<=' if passed else '>'} target {case.target:.2f}")
-    return passed
+    width = quart[2] - quart[0]
+    outcome = verdict(ratio, case.target, width)
+    comparison = f"median ratio {ratio:.3f} {'<=' if outcome == 'PASS' else '>'} target {case.target:.2f}"
+    if outcome == "NOISY":
+        print(f"  NOISY: {comparison}, but the per-pair ratios' IQR is {width:.3f} wide (> {NOISY_IQR}): "
+              f"the machine was too busy to decide; rerun when the load average is low")
+    else:
+        print(f"  {outcome}: {comparison} (per-pair IQR {width:.3f} wide)")
+    return outcome
 
 
 def cpu_alone(case: Case, pairs: int, warmup: int) -> float:
@@ -182,14 +211,14 @@ def time_cpu_alone(name: str, pairs: int, warmup: int) -> float:
 
 def per_thread_count(threads: list[int], cases: list[str], pairs: int | None, warmup: int) -> int:
     """Run this bench once per thread count, each in a fresh process (OpenMP reads its count at start)."""
-    failed = False
+    codes = []
     for n in threads:
         print(f"== OMP_NUM_THREADS={n} ==", flush=True)
         argv = [sys.executable, os.path.abspath(__file__), "--cases", *cases, "--warmup", str(warmup)]
         argv += ["--pairs", str(pairs)] if pairs is not None else []
         env = {**os.environ, "OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)}
-        failed |= subprocess.run(argv, env=env).returncode != 0
-    return 1 if failed else 0
+        codes.append(subprocess.run(argv, env=env).returncode)
+    return 1 if any(code not in (0, 2) for code in codes) else max(codes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     torchferry.device.enable()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}")
-    results = [measure(CASES[name], args.pairs or CASES[name].pairs, args.warmup) for name in args.cases]
+    outcomes = [measure(CASES[name], args.pairs or CASES[name].pairs, args.warmup) for name in args.cases]
     print(f"load average {os.getloadavg()[0]:.2f} at the end (figures under load are indicative only)")
-    return 0 if all(results) else 1
+    return 1 if "FAIL" in outcomes else 2 if "NOISY" in outcomes else 0
 
 
 if __name__ == "__main__":
