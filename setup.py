@@ -31,12 +31,12 @@ setup(
             # the PLT (every per-op call into the accounting, the allocator and the guard).
             # Only the module's init function is exported (PyMODINIT_FUNC marks it visible).
             # -fno-plt: calls into libtorch and c10 load their target from the GOT instead of
-            # jumping through a PLT stub, and no alignment padding at branch targets: the device's
+            # jumping through a PLT stub; no alignment padding at branch targets. The device's
             # per-op code is cold in the instruction cache at every op (the CPU kernel and the
-            # interpreter run between), so each cache line it spans is a miss. The tiny training
-            # step's L1 instruction misses above the CPU's went from 17,300 to 8,100 a step, and
-            # callgrind's estimated cycles above the CPU's by a third (docs/device/architecture.md,
-            # Session 13). -Os spans more lines, not fewer (34,000 misses).
+            # interpreter run between), so each cache line it spans is a miss: the tiny training
+            # step's simulated L1 instruction misses above the CPU's went from 17,300 to 8,100 a
+            # step (callgrind; -Os gave 34,000). The wall clock did not resolve the change
+            # (docs/device/architecture.md, Session 13).
             extra_compile_args=["-O2", "-fno-plt", "-falign-jumps=1", "-falign-loops=1", "-falign-labels=1",
                                 "-fvisibility=hidden", "-fvisibility-inlines-hidden"],
         )
