@@ -91,6 +91,7 @@ class ProfileGuidedBuild(BuildExtension):
         if not any(profile_dir.rglob("*.gcda")):
             raise RuntimeError(f"{PROFILE_RUN} ran but wrote no profile under {profile_dir}")
 
+
 setup(
     ext_modules=[
         CppExtension(
