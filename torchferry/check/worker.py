@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
             elif command["cmd"] == "profile":
                 channel.send("profiled", **session.profile(command["path"], command["offset"]))
         if session.world > 1:
-            session.torch.distributed.destroy_process_group()
+            launch.leave_group()
 
     outcome = run_case(serve)
     if not outcome.ok:  # report the failure to the runner, then exit non-zero

@@ -10,22 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import tempfile
 from pathlib import Path
 
 from torchferry.errors import UsageError
+from torchferry.harness import launch
 from torchferry.plan.workload import ModelSpec
 from torchferry.report.plan import Layout, Validation
 
 MAX_RANKS = 8  # each rank is a process on this machine
 TOLERANCE = 0.10
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _rank(rank: int, world: int, port: int, model: dict, layout: dict, out: str) -> None:
@@ -64,8 +58,10 @@ def _rank(rank: int, world: int, port: int, model: dict, layout: dict, out: str)
             peaks.append(accelerator.max_memory_allocated(device))
         Path(out, f"rank{rank}.json").write_text(json.dumps({"peak_bytes": peaks[-1], "first_step_peak_bytes": peaks[0],
                                                              "device": str(device)}))
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        dist.destroy_process_group()  # no barrier: the other ranks may never reach one
+        raise
+    launch.leave_group()
 
 
 def measure(model: ModelSpec, layout: Layout) -> list[dict]:
@@ -79,7 +75,7 @@ def measure(model: ModelSpec, layout: Layout) -> list[dict]:
         model_fields = {"kind": model.kind, "name": model.name, "source": model.source, "config": model.config,
                         "spec": model.spec}
         layout_fields = {k: v for k, v in layout.to_dict().items() if k in Layout.__dataclass_fields__}
-        mp.spawn(_rank, args=(layout.world, _free_port(), model_fields, layout_fields, out), nprocs=layout.world)
+        mp.spawn(_rank, args=(layout.world, launch.free_port(), model_fields, layout_fields, out), nprocs=layout.world)
         return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(layout.world)]
 
 
