@@ -238,8 +238,9 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return "; ".join(notes) if notes else "no peer is behind; the transport itself failed"
 
     def shutdown(self) -> None:
-        """destroy_process_group's call: stop the heartbeat and gloo's threads now, not at
-        interpreter exit, where tearing them down aborts the process."""
+        """destroy_process_group's call: stop the heartbeat now, not at interpreter exit, where
+        killing it inside a store call aborts the process, and shut gloo down. (Gloo's worker
+        threads end only when the group itself is released, as with PyTorch's own gloo group.)"""
         self._stop.set()
         if self._heartbeat.is_alive():
             self._heartbeat.join(timeout=5.0)
