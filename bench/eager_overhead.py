@@ -13,6 +13,7 @@ foreach optimizer). Host figures only: nothing here says how fast Trainium is.
     python bench/eager_overhead.py --cases tiny --pairs 300
     python bench/eager_overhead.py --cases llama-4x1024
     python bench/eager_overhead.py --threads 1 2        # as CI runners and laptops give a job 1 or 2 threads
+    python bench/eager_overhead.py --cases tiny --settle 1   # each timed step follows its own device's step
 
 `--threads N...` runs everything once per N, each in a fresh process with OMP_NUM_THREADS=N
 (and MKL_NUM_THREADS=N), so that PyTorch's intra-op pool, the device's and the CPU-alone
@@ -31,6 +32,15 @@ Each case also times the CPU step alone, in a fresh process with no device enabl
 prints it beside the in-process CPU median: the in-process reference is only the CPU's
 speed if the device does not slow the CPU down in a shared process (a second OpenMP team
 once did, by 30%: docs/device/architecture.md, Performance, session 5).
+Interleaving has a cost of its own: each timed step follows the other device's step, whose
+code and data have evicted its own (the in-process CPU step is up to 10-18% slower than the
+CPU alone). The device's step touches more, so it could slow the CPU's step more than the CPU
+slows the device's, which would flatter the ratio. `--settle K` runs K untimed steps of the
+same device before each timed one, so that every timed step follows its own device, as in a
+process that uses one device. Measured on this 2-core VM, 1 thread (issue 32, fifteenth
+session): the ratio with `--settle 1` was the same or lower (tiny 1.038-1.047 against
+1.047-1.053, like-for-like 1.032-1.034 against 1.033-1.034), so the plain interleaving does not
+flatter the device.
 Besides wall time, each case prints the ratio of process CPU time (less sensitive to other
 processes on the machine, which stretch wall time) and the minor page faults per step
 (memory the step touches for the first time; the kernel zeroes each page). Run it on a
@@ -152,24 +162,30 @@ def make_step(model: torch.nn.Module, batch: Callable[[str], dict], foreach: boo
     return step
 
 
-def measure(case: Case, pairs: int, warmup: int) -> str:
+def measure(case: Case, pairs: int, warmup: int, settle: int = 0) -> str:
     model, batch, foreach = case.build()
     cpu, dev = make_step(model, batch, foreach, "cpu"), make_step(model, batch, foreach, "neuron")
     for _ in range(warmup):
         cpu(), dev()
     samples: dict[str, list[Sample]] = {"cpu": [], "neuron": []}
+    def timed(step: Callable[[], Sample]) -> Sample:
+        for _ in range(settle):
+            step()
+        return step()
+
     for i in range(pairs):
         if i % 2:
-            samples["neuron"].append(dev())
-            samples["cpu"].append(cpu())
+            samples["neuron"].append(timed(dev))
+            samples["cpu"].append(timed(cpu))
         else:
-            samples["cpu"].append(cpu())
-            samples["neuron"].append(dev())
+            samples["cpu"].append(timed(cpu))
+            samples["neuron"].append(timed(dev))
     ratios = [d.wall / c.wall for c, d in zip(samples["cpu"], samples["neuron"])]
     q = statistics.quantiles(ratios, n=10)
     quart = statistics.quantiles(ratios, n=4)
     ratio = statistics.median(ratios)
-    print(f"{case.name}: {case.describe}, {pairs} interleaved pairs")
+    settled = f", each after {settle} untimed step(s) of its own device" if settle else ""
+    print(f"{case.name}: {case.describe}, {pairs} interleaved pairs{settled}")
     for device, runs in samples.items():
         times = [s.wall for s in runs]
         spread = statistics.quantiles(times, n=4)  # how noisy the machine was for each device
@@ -209,12 +225,13 @@ def time_cpu_alone(name: str, pairs: int, warmup: int) -> float:
     return statistics.median(step().wall for _ in range(pairs))
 
 
-def per_thread_count(threads: list[int], cases: list[str], pairs: int | None, warmup: int) -> int:
+def per_thread_count(threads: list[int], cases: list[str], pairs: int | None, warmup: int, settle: int) -> int:
     """Run this bench once per thread count, each in a fresh process (OpenMP reads its count at start)."""
     codes = []
     for n in threads:
         print(f"== OMP_NUM_THREADS={n} ==", flush=True)
-        argv = [sys.executable, os.path.abspath(__file__), "--cases", *cases, "--warmup", str(warmup)]
+        argv = [sys.executable, os.path.abspath(__file__), "--cases", *cases, "--warmup", str(warmup),
+                "--settle", str(settle)]
         argv += ["--pairs", str(pairs)] if pairs is not None else []
         env = {**os.environ, "OMP_NUM_THREADS": str(n), "MKL_NUM_THREADS": str(n)}
         codes.append(subprocess.run(argv, env=env).returncode)
@@ -226,19 +243,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", nargs="+", choices=sorted(CASES), default=["tiny", "tiny-same-adamw", "llama-4x256"])
     parser.add_argument("--pairs", type=int, default=None, help="interleaved cpu/neuron pairs (default per case, >= 20)")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--settle", type=int, default=0, metavar="K",
+                        help="K untimed steps of the same device before each timed step (default 0)")
     parser.add_argument("--threads", type=int, nargs="+", default=None, metavar="N",
                         help="run every case at each thread count N, in a fresh process with OMP_NUM_THREADS=N")
     args = parser.parse_args(argv)
+    if args.settle < 0:
+        parser.error(f"--settle {args.settle}: the untimed steps before each timed one are a count >= 0 (e.g. --settle 1)")
     if args.pairs is not None and args.pairs < 20:
         parser.error(f"--pairs {args.pairs}: at least 20 pairs are needed for a median and its spread")
     if args.threads:
         if any(n < 1 for n in args.threads):
             parser.error(f"--threads {args.threads}: thread counts are whole numbers >= 1 (e.g. --threads 1 2)")
-        return per_thread_count(args.threads, args.cases, args.pairs, args.warmup)
+        return per_thread_count(args.threads, args.cases, args.pairs, args.warmup, args.settle)
     torchferry.device.enable()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f}")
-    outcomes = [measure(CASES[name], args.pairs or CASES[name].pairs, args.warmup) for name in args.cases]
+    outcomes = [measure(CASES[name], args.pairs or CASES[name].pairs, args.warmup, args.settle) for name in args.cases]
     print(f"load average {os.getloadavg()[0]:.2f} at the end (figures under load are indicative only)")
     return 1 if "FAIL" in outcomes else 2 if "NOISY" in outcomes else 0
 
