@@ -33,14 +33,14 @@ prints it beside the in-process CPU median: the in-process reference is only the
 speed if the device does not slow the CPU down in a shared process (a second OpenMP team
 once did, by 30%: docs/device/architecture.md, Performance, session 5).
 Interleaving has a cost of its own: each timed step follows the other device's step, whose
-code and data have evicted its own (the in-process CPU step is up to 10-18% slower than the
-CPU alone). The device's step touches more, so it could slow the CPU's step more than the CPU
+code and data have evicted its own (the in-process CPU step was up to 1.28 times the CPU
+alone). The device's step touches more, so it could slow the CPU's step more than the CPU
 slows the device's, which would flatter the ratio. `--settle K` runs K untimed steps of the
 same device before each timed one, so that every timed step follows its own device, as in a
-process that uses one device. Measured on this 2-core VM, 1 thread (issue 32, fifteenth
-session): the ratio with `--settle 1` was the same or lower (tiny 1.038-1.047 against
-1.047-1.053, like-for-like 1.032-1.034 against 1.033-1.034), so the plain interleaving does not
-flatter the device.
+process that uses one device. Measured on a 2-core VM at 1 thread, three rounds each: the ratio
+with `--settle 1` was the same or lower (tiny 1.038-1.047 against 1.047-1.053, like-for-like
+1.025-1.034 against 1.033-1.034), so the plain interleaving does not flatter the device
+(docs/device/architecture.md, Performance, Session 14).
 Besides wall time, each case prints the ratio of process CPU time (less sensitive to other
 processes on the machine, which stretch wall time) and the minor page faults per step
 (memory the step touches for the first time; the kernel zeroes each page). Run it on a
