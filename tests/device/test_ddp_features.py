@@ -115,6 +115,7 @@ def _worker(rank: int, port: int, cases: list[str], out: str) -> None:
         result = _run_case(rank, dict(CASES[case]))
         if rank == 0:
             torch.save(result, f"{out}/{case}.pt")
+    dist.barrier()  # before leaving: docs/device/distributed.md, Limits (gloo's exit abort)
     dist.destroy_process_group()
 
 

@@ -183,6 +183,7 @@ def _collectives(rank: int, world: int, port: int, spec: str, out: str) -> None:
     results["all_gather_object"] = objects == [{"rank": r} for r in range(world)]
     results["cpu_tensor_all_reduce"] = (lambda c: (dist.all_reduce(c), c.eq(world).all().item())[1])(torch.ones(2))
     results["backend_name"] = dist.get_backend() == spec
+    dist.barrier()  # before leaving: docs/device/distributed.md, Limits (gloo's exit abort)
     dist.destroy_process_group()
     torch.save(results, f"{out}/{rank}.pt")
 
@@ -285,6 +286,7 @@ def _torchrun_main(out: str) -> None:
     t = torch.full((2,), float(rank + 1), device=device)
     dist.all_reduce(t)
     Path(out, f"{rank}.txt").write_text(f"{rank} {t.device} {t.cpu()[0].item()}")
+    dist.barrier()  # before leaving: docs/device/distributed.md, Limits (gloo's exit abort)
     dist.destroy_process_group()
 
 

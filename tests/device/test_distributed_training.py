@@ -140,6 +140,7 @@ def _train_worker(rank: int, world: int, port: int, modes: list[str], out: str) 
             result = {"losses": losses, "params": {k: _full(v) for k, v in model.named_parameters()}}
         if rank == 0:
             torch.save({**result, "ref_losses": ref_losses, "ref_params": ref_params}, f"{out}/{mode}.pt")
+    dist.barrier()  # before leaving: docs/device/distributed.md, Limits (gloo's exit abort)
     dist.destroy_process_group()
 
 
@@ -235,6 +236,7 @@ def _load_worker(rank: int, world: int, port: int, checkpoint: str, out: str) ->
     loaded = _checkpoint(rank, world, _init(rank, world, port), "load", checkpoint)
     if rank == 0:
         torch.save(loaded, f"{out}/load-{world}.pt")
+    dist.barrier()  # before leaving: docs/device/distributed.md, Limits (gloo's exit abort)
     dist.destroy_process_group()
 
 
