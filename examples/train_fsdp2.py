@@ -48,7 +48,7 @@ def main() -> None:
         os.makedirs(args.out, exist_ok=True)
         torch.save(state, os.path.join(args.out, "model.pt"))
     # Every rank's last collective is finished before any rank tears the group down. Without it, about one run
-    # in twenty aborts at exit on a 2-core machine (PyTorch 2.13, gloo): destroy_process_group leaves gloo's
+    # in 25 aborts at exit on a 2-core machine (PyTorch 2.13, gloo): destroy_process_group leaves gloo's
     # worker threads running while FSDP still holds the group, and a worker that drops a finished collective's
     # tensors during interpreter shutdown calls std::terminate. The barrier's wait releases the GIL, so the
     # workers finish that clean-up first.
