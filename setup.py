@@ -4,7 +4,6 @@ It compiles against the torch that is already installed, so pip must run without
 build isolation: `pip install --no-build-isolation -e .`.
 """
 
-import copy
 import os
 import shutil
 import subprocess
@@ -41,7 +40,7 @@ class ProfileGuidedBuild(BuildExtension):
     """
 
     def build_extensions(self) -> None:
-        plain_args = {ext.name: copy.deepcopy(ext.extra_compile_args) for ext in self.extensions}
+        plain_args = {ext.name: (list(ext.extra_compile_args), list(ext.extra_link_args)) for ext in self.extensions}
         reason = self._why_not_profile_guided()
         if reason is None:
             profile_dir = Path(self.build_temp).resolve() / "pgo"
@@ -70,9 +69,11 @@ class ProfileGuidedBuild(BuildExtension):
         return None if "Free Software Foundation" in version else f"{compiler} is not GCC"
 
     def _build(self, compile_args: list, link_args: list, plain_args: dict) -> None:
+        """Build every extension with its own (plain) arguments plus these."""
         for ext in self.extensions:
-            ext.extra_compile_args = copy.deepcopy(plain_args[ext.name]) + compile_args
-            ext.extra_link_args = list(link_args)
+            plain_compile, plain_link = plain_args[ext.name]
+            ext.extra_compile_args = plain_compile + compile_args
+            ext.extra_link_args = plain_link + link_args
         super().build_extensions()
 
     def _record_profile(self, profile_dir: Path) -> None:
