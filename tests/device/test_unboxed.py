@@ -142,3 +142,149 @@ def test_pooled_host_views_keep_no_device_memory_alive(neuron):
     b = torch.arange(12.0, device="neuron").reshape(3, 4).t()[1:]
     assert (a * 2).cpu().tolist() == [[0, 2, 4], [6, 8, 10]]
     assert (b + 0).cpu().tolist() == torch.arange(12.0).reshape(3, 4).t()[1:].tolist()
+
+
+# ---- The optimizers' native foreach ops ----------------------------------------------------
+
+FOREACH = _C._unboxed_foreach_ops()
+
+
+def test_foreach_kernels_stand_for_ops_the_target_registers_natively(neuron):
+    from torchferry.device import _runtime
+
+    native = _runtime.profile().native_ops.native
+    assert {"aten::_foreach_mul_.Scalar", "aten::_foreach_add_.List", "aten::_foreach_div_.ScalarList"} <= set(FOREACH)
+    for name in FOREACH:
+        assert name in native, name
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"), name
+
+
+def test_without_the_native_table_a_foreach_op_keeps_pytorchs_composite(run_python, tmp_path):
+    # The kernels stand for the target's native ones: a profile that does not say the target has
+    # them gets PyTorch's composite, one per-tensor op per element.
+    result = run_python(
+        """
+        import torch, torchferry.device
+        torchferry.device.enable()
+        xs = [torch.ones(3, device="neuron") for _ in range(4)]
+        torch.neuron.clear_op_tracking()
+        torch._foreach_mul_(xs, 2.0)
+        executed = torch.neuron.get_executed_ops()
+        parts = sum(n for op, n in executed.items() if op.startswith("aten::mul"))
+        print(executed.get("aten::_foreach_mul_.Scalar"), parts, xs[3].cpu().tolist())
+        """,
+        env={"TORCHFERRY_PROFILE": str(_profile_with(tmp_path, "")), "TORCHFERRY_FALLBACK": "silent"},
+    )
+    assert result.stdout.split("\n")[0] == "None 4 [2.0, 2.0, 2.0]", result.stderr
+
+
+def _foreach_samples(device: str) -> dict[str, object]:
+    g = torch.Generator().manual_seed(0)
+
+    def tensors() -> list[torch.Tensor]:  # shapes as a model's parameters: a matrix, a transposed one, a vector, a 0-dim
+        return [t.to(device) for t in (torch.randn(5, 7, generator=g), torch.randn(7, 3, generator=g).t(),
+                                       torch.randn(11, generator=g), torch.randn((), generator=g))]
+
+    a, b = tensors(), tensors()
+    factor = torch.tensor(0.37).to(device)
+    return {
+        "add_ Scalar": lambda: torch._foreach_add_(a, 1e-8) or a,
+        "add_ int": lambda: torch._foreach_add_(a, 3) or a,
+        "add_ List alpha": lambda: torch._foreach_add_(a, b, alpha=-0.01) or a,
+        "add List alpha": lambda: torch._foreach_add(a, b, alpha=0.3),
+        "mul_ Scalar": lambda: torch._foreach_mul_(a, 0.999) or a,
+        "mul_ Tensor": lambda: torch._foreach_mul_(a, factor) or a,
+        "div_ ScalarList": lambda: torch._foreach_div_(a, [0.3, 7, True, 1e-3]) or a,
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_foreach_samples("cpu")))
+def test_foreach_kernels_compute_the_cpus_numbers_bitwise(neuron, case):
+    expected = _foreach_samples("cpu")[case]()
+    neuron.clear_op_tracking()
+    got = _foreach_samples("neuron")[case]()
+    assert all(t.device.type == "neuron" for t in got)
+    assert all(torch.equal(d.cpu(), c) for d, c in zip(got, expected)), case
+    foreach_calls = {op: n for op, n in neuron.get_executed_ops().items() if op.startswith("aten::_foreach")}
+    assert list(foreach_calls.values()) == [1], foreach_calls  # once, as itself, not per element
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: torch.optim.AdamW(ps, lr=0.01, foreach=True),
+    lambda ps: torch.optim.Adam(ps, lr=0.01, weight_decay=0.1, foreach=True),
+    lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, foreach=True),
+], ids=["AdamW", "Adam weight decay", "SGD momentum"])
+def test_pytorchs_foreach_optimizers_step_as_on_the_cpu(neuron, make):
+    # The CPU's own foreach implementation is the reference: the same ops, element by element.
+    def train(device: str) -> list[torch.Tensor]:
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 1)).to(device)
+        optimizer = make(model.parameters())
+        x = torch.randn(32, 8, generator=torch.Generator().manual_seed(1)).to(device)
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(x).square().mean().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01, foreach=True)
+            optimizer.step()
+        return [p.detach() for p in model.parameters()]
+
+    expected = train("cpu")
+    neuron.clear_op_tracking()
+    got = train("neuron")
+    assert all(torch.equal(d.cpu(), c) for d, c in zip(got, expected))
+    executed = neuron.get_executed_ops()
+    assert executed.get("aten::_foreach_mul_.Tensor") == 3, "clip_grad_norm_'s scaling, once a step"
+    assert "aten::mul_.Tensor" not in executed or executed["aten::mul_.Tensor"] < 3 * 4
+
+
+def test_a_foreach_signature_is_the_same_on_the_boxed_and_the_unboxed_path(neuron):
+    # A negated view takes the boxed path; a plain one the unboxed path: one signature.
+    xs = [torch.ones(3, 19, device="neuron") for _ in range(2)]
+    ys = [torch.ones(3, 19, device="neuron") for _ in range(2)]
+    mark = torchferry.device.eager_compiles()
+    torch._foreach_add_(xs, [torch._neg_view(y) for y in ys], alpha=2)
+    torch._foreach_add_(xs, ys, alpha=3)
+    delta = torchferry.device.eager_compiles().since(mark)
+    assert delta.calls == 2 and delta.signatures == 1
+    assert xs[0].cpu().unique().tolist() == [2.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["unboxed", "boxed"])
+def test_a_scalar_list_keys_a_signature_as_on_the_boxed_path(neuron, dtype):
+    # An int by its value (TorchNeuron's cache sees the list's values), any other number by its type.
+    xs = [torch.ones(2, 23, dtype=dtype, device="neuron") for _ in range(2)]
+    mark = torchferry.device.eager_compiles()
+    for numbers in ([2, 3], [2, 3], [2, 4], [0.5, 0.25], [0.5, 0.125]):
+        torch._foreach_div_(xs, numbers)
+    delta = torchferry.device.eager_compiles().since(mark)
+    assert delta.calls == 5 and delta.signatures == 3
+
+
+def test_foreach_calls_the_kernels_do_not_take_raise_what_the_cpu_and_the_target_raise(neuron):
+    cpu = [torch.ones(3), torch.ones(3)]
+    xs = [t.to("neuron") for t in cpu]
+
+    def message(call) -> str:
+        with pytest.raises(RuntimeError) as raised:
+            call()
+        return str(raised.value)
+
+    assert message(lambda: torch._foreach_mul_(xs[:0], 2.0)) == message(lambda: torch._foreach_mul_(cpu[:0], 2.0))
+    assert message(lambda: torch._foreach_add_(xs, xs[:1])) == message(lambda: torch._foreach_add_(cpu, cpu[:1]))
+    assert message(lambda: torch._foreach_div_(xs, [1.0])) == message(lambda: torch._foreach_div_(cpu, [1.0]))
+    expanded = [torch.ones(1, device="neuron").expand(3)]
+    assert "single memory location" in message(lambda: torch._foreach_mul_(expanded, 2.0))
+    with pytest.raises(RuntimeError, match=r"Expected all tensors to be on the same device"):
+        torch._foreach_add_([xs[0], torch.ones(3)], 1.0)
+    assert all(t.cpu().tolist() == [1.0] * 3 for t in xs), "a refused call wrote nothing"
+
+
+def test_a_functional_foreach_result_is_device_memory_with_its_gradient(neuron):
+    a = [torch.randn(64, 64, device="neuron", requires_grad=True) for _ in range(2)]
+    b = [torch.randn(64, 64, device="neuron") for _ in range(2)]
+    before = neuron.memory_allocated()
+    out = torch._foreach_add(a, b, alpha=0.5)
+    assert neuron.memory_allocated() - before == 2 * 64 * 64 * 4
+    assert all(o.untyped_storage().device.type == "neuron" for o in out)
+    sum(o.sum() for o in out).backward()
+    assert all(t.grad.device.type == "neuron" and t.grad.cpu().unique().tolist() == [1.0] for t in a)

@@ -86,6 +86,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_register_native_composites", &register_native_composites);
   m.def("_account_ops", &with_python_warnings<account_ops>);
   m.def("_unboxed_ops", &unboxed_op_names);
+  m.def("_unboxed_foreach_ops", &unboxed_foreach_op_names);
   // Called at interpreter exit (atexit). The autograd engine's worker thread for
   // each device keeps its last graph task, and with it Python objects from the
   // thread-local state of the `backward()` call, until the thread ends. The thread

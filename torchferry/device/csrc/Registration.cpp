@@ -147,7 +147,8 @@ void run_native_composite(const c10::OperatorHandle& op, c10::DispatchKeySet /*k
 // above autograd (so the composite's parts still record autograd) and below it (inference
 // mode). CompositeExplicitAutograd ops keep PyTorch's autograd formula and are registered
 // below it only, as TorchNeuron registers them: each runs whole on host views, the CPU
-// dispatch slot holding the composite, so its parts are CPU calls, not device ops.
+// dispatch slot holding the composite, so its parts are CPU calls, not device ops; the
+// optimizers' foreach ops among them run the same loop on kernels of their own (Unboxed.cpp).
 void register_native_composites(const std::vector<std::string>& implicit_ops,
                                 const std::vector<std::string>& explicit_ops) {
   static std::vector<std::unique_ptr<torch::Library>> libraries;
@@ -158,7 +159,15 @@ void register_native_composites(const std::vector<std::string>& implicit_ops,
     }
     libraries.push_back(std::move(library));
   }
-  register_cpu_kernels(explicit_ops);
+  // The optimizers' native foreach ops have kernels of their own (Unboxed.cpp).
+  auto foreach = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                                  __FILE__, __LINE__);
+  std::vector<std::string> on_host_kernels;
+  for (const std::string& name : explicit_ops) {
+    if (!register_unboxed_foreach(*foreach, name)) on_host_kernels.push_back(name);
+  }
+  libraries.push_back(std::move(foreach));
+  register_cpu_kernels(on_host_kernels);
 }
 
 // Ops the device runs whole on the CPU dispatch slot's kernel over host views, in one

@@ -25,6 +25,9 @@
 
 #include <ATen/MemoryOverlap.h>
 
+#include <ATen/ops/_foreach_add_ops.h>
+#include <ATen/ops/_foreach_div_ops.h>
+#include <ATen/ops/_foreach_mul_ops.h>
 #include <ATen/ops/add_ops.h>
 #include <ATen/ops/addcdiv_ops.h>
 #include <ATen/ops/addcmul_ops.h>
@@ -423,23 +426,25 @@ at::Tensor with_target_layout(at::Tensor result, const OpInfo& info, c10::Device
   return row_major;
 }
 
-template <class Kernel, class Args, class R, class... A>
-R run_structured(const OpInfo& info, c10::DeviceIndex index, A&... args) {
+// In place: the kernel writes `self`, its first input.
+template <class Kernel, class Args, class... A>
+void write_structured(const at::Tensor& self, const A&... rest) {
+  std::tuple<decltype(Args::pass(rest))...> passed{Args::pass(rest)...};
+  OnDevice<Kernel> op(self);
+  std::apply([&](const auto&... a) { op.meta(self, unwrap(a)...); }, passed);
+  op.use_cpu_kernel();
+  std::apply([&](const auto&... a) { op.impl(self, unwrap(a)..., self); }, passed);
+}
+
+// A functional op: a fresh result on device `index`.
+template <class Kernel, class Args, class... A>
+at::Tensor compute_structured(const OpInfo& info, c10::DeviceIndex index, const A&... args) {
   std::tuple<decltype(Args::pass(args))...> passed{Args::pass(args)...};
-  if constexpr (std::is_same_v<R, at::Tensor&>) {
-    at::Tensor& self = first_of(args...);
-    OnDevice<Kernel> op(std::as_const(self));
-    std::apply([&](const auto&... a) { op.meta(unwrap(a)...); }, passed);
-    op.use_cpu_kernel();
-    std::apply([&](const auto&... a) { op.impl(unwrap(a)..., std::as_const(self)); }, passed);
-    return self;
-  } else {
-    OnDevice<Kernel> op(index, info.row_major_results);
-    std::apply([&](const auto&... a) { op.meta(unwrap(a)...); }, passed);
-    op.use_cpu_kernel();
-    std::apply([&](const auto&... a) { op.impl(unwrap(a)..., op.maybe_get_output(0)); }, passed);
-    return with_target_layout(op.take(), info, index);
-  }
+  OnDevice<Kernel> op(index, info.row_major_results);
+  std::apply([&](const auto&... a) { op.meta(unwrap(a)...); }, passed);
+  op.use_cpu_kernel();
+  std::apply([&](const auto&... a) { op.impl(unwrap(a)..., op.maybe_get_output(0)); }, passed);
+  return with_target_layout(op.take(), info, index);
 }
 
 // The boxed path for a call the fast path does not take (already accounted).
@@ -449,8 +454,12 @@ R run_boxed(const c10::OperatorHandle& op, const OpInfo& info, A&... args) {
   stack.reserve(sizeof...(A));
   (stack.emplace_back(args), ...);
   run_on_host_kernels(op, info, &stack);
-  if constexpr (std::is_same_v<R, at::Tensor&>) {
+  if constexpr (std::is_void_v<R>) {
+    return;  // a foreach op in place: the boxed path wrote the device tensors themselves
+  } else if constexpr (std::is_same_v<R, at::Tensor&>) {
     return first_of(args...);  // in place: the boxed path wrote the device tensor itself
+  } else if constexpr (std::is_same_v<R, std::vector<at::Tensor>>) {
+    return std::move(stack.back()).toTensorVector();
   } else {
     return std::move(stack.back()).toTensor();
   }
@@ -484,7 +493,14 @@ struct Unboxed<Op, R(A...)> {
     using Structured = CpuStructured<Op>;
     if constexpr (!std::is_void_v<typename Structured::type>) {
       using Args = StructuredArgs<Structured::cpu_scalars>;
-      if ((Args::takes(args) && ...) && TakesCall<Op>::check(args...)) return run_structured<typename Structured::type, Args, R>(info, call.device(), args...);
+      if ((Args::takes(args) && ...) && TakesCall<Op>::check(args...)) {
+        if constexpr (kInPlace) {
+          write_structured<typename Structured::type, Args>(args...);
+          return first_of(args...);
+        } else {
+          return compute_structured<typename Structured::type, Args>(info, call.device(), args...);
+        }
+      }
     }
     std::tuple<HostArg<A>...> hosts{call.host(args)...};
     const c10::DispatchKeySet cpu(c10::DispatchKey::CPU);
@@ -499,6 +515,171 @@ struct Unboxed<Op, R(A...)> {
       recycle();
       return result;
     }
+  }
+};
+
+// ---- Foreach ops: the CPU's loop, each element on the structured path -------------------
+//
+// PyTorch's optimizers take their foreach implementation on an accelerator
+// (torch/optim/optimizer.py, _default_to_fused_or_foreach). TorchNeuron registers some
+// `_foreach_*` ops natively (`add`, `sub`, `mul`, `div`, `norm`: the profile's op table), so
+// such a call is one op there and here; the others (`lerp_`, `addcmul_`, `sqrt`, ...) run
+// PyTorch's composite, one per-tensor op per element, there and here. A native call on the
+// boxed path costs a host view per tensor, and then the CPU's foreach kernel dispatches the
+// per-tensor op once per element (ForeachOpsKernels.cpp, the `slow` kernels: the CPU has no
+// other). Here the loop is the same, but each element runs that per-tensor op's structured
+// CPU kernel on the device tensors (`OnDevice`): the same kernel, on the same bytes, with the
+// same number, as the CPU runs. Calls whose tensors are all float32 on one device take this
+// path; any other call takes the boxed one, which raises the CPU's errors (an empty list,
+// lists of different lengths) and the target's. The call is accounted once, and its eager
+// signature has the same words, either way.
+
+// Whether a foreach call's arguments let its loop run on the structured path.
+class ForeachCall {
+ public:
+  explicit ForeachCall(bool in_place) : in_place_(in_place) {}
+
+  c10::DeviceIndex device() const { return device_; }
+
+  // The lists come first in every foreach schema: the first sets the length, and an in-place
+  // op writes it (an element whose elements share memory takes the boxed path, which raises
+  // the CPU's error, as PyTorch's kernel would).
+  bool takes(at::TensorList list) {
+    const bool written = in_place_ && length_ < 0;
+    const auto length = static_cast<int64_t>(list.size());
+    if (length == 0 || (length_ >= 0 && length != length_)) return false;
+    length_ = length;
+    return std::all_of(list.begin(), list.end(), [&](const at::Tensor& t) { return takes_element(t, written); });
+  }
+  bool takes(c10::ArrayRef<c10::Scalar> numbers) {
+    return static_cast<int64_t>(numbers.size()) == length_ && std::all_of(numbers.begin(), numbers.end(), real_number);
+  }
+  bool takes(const c10::Scalar& number) { return real_number(number); }
+  // The 0-dim factor of `_foreach_mul_.Tensor` (clip_grad_norm_'s): a device tensor here.
+  bool takes(const at::Tensor& factor) { return factor.dim() == 0 && takes_element(factor, false); }
+
+ private:
+  static bool real_number(const c10::Scalar& number) { return !number.isComplex() && !number.isSymbolic(); }
+
+  bool takes_element(const at::Tensor& t, bool written) {
+    if (!t.defined() || t.device().type() != kNeuron || t.layout() != c10::kStrided ||
+        t.scalar_type() != at::kFloat || t.is_conj() || t.is_neg() || t._is_zerotensor()) {
+      return false;
+    }
+    if (written && at::has_internal_overlap(t) == at::MemOverlap::Yes) return false;
+    if (device_ < 0) device_ = t.device().index();
+    return t.device().index() == device_;
+  }
+
+  bool in_place_;
+  int64_t length_ = -1;  // of the first list
+  c10::DeviceIndex device_ = -1;
+};
+
+// A number as the CPU's per-tensor op hands it to a float32 kernel: `mul_(Scalar)` wraps it
+// (`wrapped_scalar_tensor`: a 0-dim double, long or bool tensor) and TensorIterator converts
+// that to float32 with a static_cast (`StructuredArgs::as_float32`). One tensor per call,
+// rewritten for each element: the kernel reads it and keeps nothing.
+class Float32Number {
+ public:
+  Float32Number()
+      : tensor_(at::detail::empty_cpu({}, at::kFloat, std::nullopt, std::nullopt, std::nullopt, std::nullopt)) {
+    tensor_.unsafeGetTensorImpl()->set_wrapped_number(true);
+  }
+  const at::Tensor& operator()(const c10::Scalar& number) {
+    *tensor_.mutable_data_ptr<float>() = number.isFloatingPoint() ? static_cast<float>(number.toDouble())
+                                         : number.isBoolean()     ? static_cast<float>(number.toBool())
+                                                                  : static_cast<float>(number.toLong());
+    return tensor_;
+  }
+
+ private:
+  at::Tensor tensor_;
+};
+
+using BinaryArgs = StructuredArgs<true>;
+
+// Each op's loop: what the CPU's `slow` kernel calls for element i, as its structured kernel.
+template <class Op>
+struct ForeachLoop;
+
+template <>
+struct ForeachLoop<at::_ops::_foreach_add__Scalar> {  // t.add_(number): add_(wrapped number, alpha=1)
+  static void run(const OpInfo& /*info*/, c10::DeviceIndex /*index*/, at::TensorList self, const c10::Scalar& number) {
+    Float32Number wrapped;
+    const at::Tensor& other = wrapped(number);
+    const c10::Scalar alpha(static_cast<int64_t>(1));
+    for (const at::Tensor& t : self) write_structured<at::native::structured_ufunc_add_CPU, BinaryArgs>(t, other, alpha);
+  }
+};
+template <>
+struct ForeachLoop<at::_ops::_foreach_add__List> {  // self[i].add_(other[i], alpha)
+  static void run(const OpInfo& /*info*/, c10::DeviceIndex /*index*/, at::TensorList self, at::TensorList other,
+                  const c10::Scalar& alpha) {
+    for (size_t i = 0; i < self.size(); ++i) {
+      write_structured<at::native::structured_ufunc_add_CPU, BinaryArgs>(self[i], other[i], alpha);
+    }
+  }
+};
+template <>
+struct ForeachLoop<at::_ops::_foreach_mul__Scalar> {  // t.mul_(number)
+  static void run(const OpInfo& /*info*/, c10::DeviceIndex /*index*/, at::TensorList self, const c10::Scalar& number) {
+    Float32Number wrapped;
+    const at::Tensor& factor = wrapped(number);
+    for (const at::Tensor& t : self) write_structured<at::native::structured_mul_out, BinaryArgs>(t, factor);
+  }
+};
+template <>
+struct ForeachLoop<at::_ops::_foreach_mul__Tensor> {  // t.mul_(factor), a 0-dim tensor
+  static void run(const OpInfo& /*info*/, c10::DeviceIndex /*index*/, at::TensorList self, const at::Tensor& factor) {
+    for (const at::Tensor& t : self) write_structured<at::native::structured_mul_out, BinaryArgs>(t, factor);
+  }
+};
+template <>
+struct ForeachLoop<at::_ops::_foreach_div__ScalarList> {  // self[i].div_(numbers[i])
+  static void run(const OpInfo& /*info*/, c10::DeviceIndex /*index*/, at::TensorList self,
+                  c10::ArrayRef<c10::Scalar> numbers) {
+    Float32Number wrapped;
+    for (size_t i = 0; i < self.size(); ++i) {
+      write_structured<at::native::structured_div_out, BinaryArgs>(self[i], wrapped(numbers[i]));
+    }
+  }
+};
+template <>
+struct ForeachLoop<at::_ops::_foreach_add_List> {  // self[i].add(other[i], alpha)
+  static std::vector<at::Tensor> run(const OpInfo& info, c10::DeviceIndex index, at::TensorList self,
+                                     at::TensorList other, const c10::Scalar& alpha) {
+    std::vector<at::Tensor> results;
+    results.reserve(self.size());
+    for (size_t i = 0; i < self.size(); ++i) {
+      results.push_back(compute_structured<at::native::structured_ufunc_add_CPU, BinaryArgs>(info, index, self[i], other[i], alpha));
+    }
+    return results;
+  }
+};
+
+template <class Op, class Schema = typename Op::schema>
+struct UnboxedForeach;
+
+// R is void (an in-place foreach op) or std::vector<at::Tensor> (a functional one).
+template <class Op, class R, class... A>
+struct UnboxedForeach<Op, R(A...)> {
+  static R call(A... args) {
+    static const KnownOp op = known_op(Op::name, Op::overload_name);
+    settle_device_threading();
+    const OpInfo& info = account(op);
+    ForeachCall call(/*in_place=*/std::is_void_v<R>);
+    if (info.on_host() || info.refuses(at::kFloat) || !(call.takes(args) && ...)) {
+      return run_boxed<R>(op.handle, info, args...);
+    }
+    if (info.checks(at::kFloat)) note_known_issue(info);
+    if (info.compiles) {
+      Signature signature;
+      (signature.add(args), ...);
+      record_signature(signature.value() ^ info.name_hash);
+    }
+    ProfiledOp profiled(op.handle, /*on_host=*/false, call.device());
+    return ForeachLoop<Op>::run(info, call.device(), args...);
   }
 };
 
@@ -531,6 +712,32 @@ void register_unboxed_kernels(torch::Library& library) {
 std::vector<std::string> unboxed_op_names() {
 #define TORCHFERRY_NAME(op) name_of<at::_ops::op>(),
   return {TORCHFERRY_UNBOXED_OPS(TORCHFERRY_NAME)};
+#undef TORCHFERRY_NAME
+}
+
+// The native foreach calls of PyTorch's AdamW, Adam and SGD and of clip_grad_norm_
+// (torch/optim/{adamw,adam,sgd}.py, torch/nn/utils/clip_grad.py). They are
+// CompositeExplicitAutograd ops with no CPU kernel: a kernel here stands for the target's
+// native one, so it is registered only where the profile says the target has one
+// (register_native_composites); elsewhere PrivateUse1 keeps PyTorch's composite.
+#define TORCHFERRY_UNBOXED_FOREACH_OPS(_)                                                       \
+  _(_foreach_add__Scalar) _(_foreach_add__List) _(_foreach_add_List) _(_foreach_mul__Scalar) \
+  _(_foreach_mul__Tensor) _(_foreach_div__ScalarList)
+
+bool register_unboxed_foreach(torch::Library& library, const std::string& name) {
+#define TORCHFERRY_REGISTER(op)                                                   \
+  if ("aten::" + name == name_of<at::_ops::op>()) {                               \
+    library.impl(name.c_str(), TORCH_FN(UnboxedForeach<at::_ops::op>::call));     \
+    return true;                                                                  \
+  }
+  TORCHFERRY_UNBOXED_FOREACH_OPS(TORCHFERRY_REGISTER)
+#undef TORCHFERRY_REGISTER
+  return false;
+}
+
+std::vector<std::string> unboxed_foreach_op_names() {
+#define TORCHFERRY_NAME(op) name_of<at::_ops::op>(),
+  return {TORCHFERRY_UNBOXED_FOREACH_OPS(TORCHFERRY_NAME)};
 #undef TORCHFERRY_NAME
 }
 

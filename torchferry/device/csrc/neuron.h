@@ -127,6 +127,11 @@ class Signature {
   void add(const at::ITensorListRef& list) {
     for (const at::Tensor& t : list) add(t);
   }
+  // A Scalar[] as the boxed path sees it, a list of numbers: an int by its value, any other
+  // number by its place only (`add(const c10::IValue&, ...)`).
+  void add(c10::ArrayRef<c10::Scalar> numbers) {
+    for (const c10::Scalar& s : numbers) s.isIntegral(/*includeBool=*/false) ? add(s.toLong()) : mix(0x6e);
+  }
   void add(const c10::Scalar& s) {  // a number argument: its type only
     if (s.isBoolean()) return add(s.toBool());
     mix(s.isFloatingPoint() ? 0x64 : s.isComplex() ? 0x63 : s.isIntegral(false) ? 0x69 : 0x6f);
@@ -204,6 +209,9 @@ int64_t sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Ten
 void register_unboxed_kernels(torch::Library& library);
 // Their names ("aten::mul.Tensor"), for the tests of the rule that picks them.
 std::vector<std::string> unboxed_op_names();
+// Registers the unboxed kernel of a foreach op (`name` without "aten::") if there is one.
+bool register_unboxed_foreach(torch::Library& library, const std::string& name);
+std::vector<std::string> unboxed_foreach_op_names();
 
 // ---- CpuGaps.cpp ---------------------------------------------------------
 // Results accelerators give that the CPU kernels refuse.
