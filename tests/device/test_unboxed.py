@@ -232,9 +232,7 @@ def test_pytorchs_foreach_optimizers_step_as_on_the_cpu(neuron, make):
     neuron.clear_op_tracking()
     got = train("neuron")
     assert all(torch.equal(d.cpu(), c) for d, c in zip(got, expected))
-    executed = neuron.get_executed_ops()
-    assert executed.get("aten::_foreach_mul_.Tensor") == 3, "clip_grad_norm_'s scaling, once a step"
-    assert "aten::mul_.Tensor" not in executed or executed["aten::mul_.Tensor"] < 3 * 4
+    assert neuron.get_executed_ops().get("aten::_foreach_mul_.Tensor") == 3, "clip_grad_norm_'s scaling, once a step"
 
 
 def test_a_foreach_signature_is_the_same_on_the_boxed_and_the_unboxed_path(neuron):
