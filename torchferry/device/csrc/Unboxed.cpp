@@ -361,6 +361,14 @@ class OnDevice final : public Kernel {
 // conj/neg/zero-tensor bit. A 0-dim CPU input (where the op takes one) is a float32 tensor or
 // a Python number: a number never changes a float32 result's dtype, and is converted to
 // float32 as the CPU's TensorIterator converts it (`as_float32`).
+// What the CPU's TensorIterator gives a float32 op for a number: `to(float32)` of its wrapped
+// 0-dim tensor, a static_cast of the value.
+inline float float32_value(const c10::Scalar& number) {
+  return number.isFloatingPoint() ? static_cast<float>(number.toDouble())
+         : number.isBoolean()     ? static_cast<float>(number.toBool())
+                                  : static_cast<float>(number.toLong());
+}
+
 template <bool kCpuScalars>
 struct StructuredArgs {
   static bool takes(const at::Tensor& t) {
@@ -391,19 +399,19 @@ struct StructuredArgs {
   static bool real_scalar(at::ScalarType type) {
     return type == at::kFloat || type == at::kDouble || type == at::kLong || type == at::kInt || type == at::kBool;
   }
-  // What the CPU's TensorIterator gives a float32 op for a Python number: `to(float32)` of its
-  // 0-dim tensor, a static_cast of the value. Out of line: `pass` runs for every argument.
+  // A 0-dim CPU input (a Python number) as a float32 op's TensorIterator gets it
+  // (`float32_value`). Out of line: `pass` runs for every argument.
   [[gnu::noinline]] static at::Tensor as_float32(const at::Tensor& t) {
     at::Tensor out = at::detail::empty_cpu({}, at::kFloat, std::nullopt, std::nullopt, std::nullopt, std::nullopt);
-    float value = 0;
+    c10::Scalar number;
     switch (t.scalar_type()) {
-      case at::kDouble: value = static_cast<float>(*t.const_data_ptr<double>()); break;
-      case at::kLong: value = static_cast<float>(*t.const_data_ptr<int64_t>()); break;
-      case at::kInt: value = static_cast<float>(*t.const_data_ptr<int32_t>()); break;
-      case at::kBool: value = static_cast<float>(*t.const_data_ptr<bool>()); break;
+      case at::kDouble: number = *t.const_data_ptr<double>(); break;
+      case at::kLong: number = *t.const_data_ptr<int64_t>(); break;
+      case at::kInt: number = static_cast<int64_t>(*t.const_data_ptr<int32_t>()); break;
+      case at::kBool: number = *t.const_data_ptr<bool>(); break;
       default: TORCH_INTERNAL_ASSERT(false, "not a real scalar type: ", t.scalar_type());
     }
-    *out.mutable_data_ptr<float>() = value;
+    *out.mutable_data_ptr<float>() = float32_value(number);
     out.unsafeGetTensorImpl()->set_wrapped_number(t.unsafeGetTensorImpl()->is_wrapped_number());
     return out;
   }
@@ -447,6 +455,15 @@ at::Tensor compute_structured(const OpInfo& info, c10::DeviceIndex index, const 
   return with_target_layout(op.take(), info, index);
 }
 
+// A fast-path call of an op the target compiles: its eager signature, in the boxed path's words.
+template <class... A>
+void record_call_signature(const OpInfo& info, const A&... args) {
+  if (!info.compiles) return;
+  Signature signature;
+  (signature.add(args), ...);
+  record_signature(signature.value() ^ info.name_hash);
+}
+
 // The boxed path for a call the fast path does not take (already accounted).
 template <class R, class... A>
 R run_boxed(const c10::OperatorHandle& op, const OpInfo& info, A&... args) {
@@ -484,11 +501,7 @@ struct Unboxed<Op, R(A...)> {
                       !(kInPlace && call.self_shares_storage());
     if (!fast) return run_boxed<R>(op.handle, info, args...);
     if (call.runs_known_issue_dtype()) note_known_issue(info);
-    if (info.compiles) {
-      Signature signature;
-      (signature.add(args), ...);
-      record_signature(signature.value() ^ info.name_hash);
-    }
+    record_call_signature(info, args...);
     ProfiledOp profiled(op.handle, /*on_host=*/false, call.device());
     using Structured = CpuStructured<Op>;
     if constexpr (!std::is_void_v<typename Structured::type>) {
@@ -578,7 +591,7 @@ class ForeachCall {
 
 // A number as the CPU's per-tensor op hands it to a float32 kernel: `mul_(Scalar)` wraps it
 // (`wrapped_scalar_tensor`: a 0-dim double, long or bool tensor) and TensorIterator converts
-// that to float32 with a static_cast (`StructuredArgs::as_float32`). One tensor per call,
+// that to float32 (`float32_value`). One tensor per call,
 // rewritten for each element: the kernel reads it and keeps nothing.
 class Float32Number {
  public:
@@ -587,9 +600,7 @@ class Float32Number {
     tensor_.unsafeGetTensorImpl()->set_wrapped_number(true);
   }
   const at::Tensor& operator()(const c10::Scalar& number) {
-    *tensor_.mutable_data_ptr<float>() = number.isFloatingPoint() ? static_cast<float>(number.toDouble())
-                                         : number.isBoolean()     ? static_cast<float>(number.toBool())
-                                                                  : static_cast<float>(number.toLong());
+    *tensor_.mutable_data_ptr<float>() = float32_value(number);
     return tensor_;
   }
 
@@ -673,11 +684,7 @@ struct UnboxedForeach<Op, R(A...)> {
       return run_boxed<R>(op.handle, info, args...);
     }
     if (info.checks(at::kFloat)) note_known_issue(info);
-    if (info.compiles) {
-      Signature signature;
-      (signature.add(args), ...);
-      record_signature(signature.value() ^ info.name_hash);
-    }
+    record_call_signature(info, args...);
     ProfiledOp profiled(op.handle, /*on_host=*/false, call.device());
     return ForeachLoop<Op>::run(info, call.device(), args...);
   }
