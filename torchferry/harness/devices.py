@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchferry.errors import DeviceUnavailableError
+from torchferry.records import Record
 
 # device type -> packages that can register it, in order of preference: a real backend
 # first, then torchferry's built-in device (whose `enable()` registers PrivateUse1).
@@ -179,7 +180,7 @@ def device_module(device: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class Memory:
+class Memory(Record):
     """Peak memory in bytes, and where it was read (``torch.<type>.max_memory_allocated`` or ``host RSS``)."""
 
     bytes: int

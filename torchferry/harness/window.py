@@ -44,6 +44,7 @@ from types import ModuleType
 from typing import Any
 
 from torchferry.harness.devices import Memory, emulates, peak_memory
+from torchferry.records import Record
 
 # the host-sync cause of a device-to-host copy (torchferry.device.host_syncs): a harness that
 # compares results copies every one of them to the host itself, so it sets these apart
@@ -58,7 +59,7 @@ KNOWN_ISSUES_API = "known_issues"
 
 
 @dataclass(frozen=True)
-class Ops:
+class Ops(Record):
     """Op calls in the window: all of them, and those that ran on the host (op -> calls)."""
 
     executed: int
@@ -75,7 +76,7 @@ class Ops:
 
 
 @dataclass(frozen=True)
-class GraphBreak:
+class GraphBreak(Record):
     """One graph-break reason (its first line) at one place in the user's code (``file:line in
     function``; "" when Dynamo counted the break without a record), and how often it happened."""
 
@@ -85,7 +86,7 @@ class GraphBreak:
 
 
 @dataclass(frozen=True)
-class Compiled:
+class Compiled(Record):
     """What ``torch.compile`` did in the window.
 
     graphs: graphs Dynamo compiled; recompilations: Dynamo's recompile counter; breaks: the graph
@@ -113,7 +114,7 @@ class Compiled:
 
 
 @dataclass(frozen=True)
-class Predictions:
+class Predictions(Record):
     """What the emulated target would do with the window's work (an emulating device only).
 
     profile: the emulated device profile; capacity_bytes: its device memory; numerics: "target"
@@ -170,25 +171,15 @@ class Counts:
 
 
 @dataclass(frozen=True)
-class Reading:
-    """Everything one window measured; ``to_dict()`` is plain JSON."""
+class Reading(Record):
+    """Everything one window measured. Its one JSON form is ``to_dict()``/``Reading.from_dict`` (torchferry.records):
+    a worker hands its reading to its parent whole, and each result reads the fields it judges."""
 
     device: str
     ops: Ops | None
     memory: Memory
     compiled: Compiled | None
     predictions: Predictions | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self, dict_factory=lambda items: {k: _plain(v) for k, v in items})
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (tuple, list)):
-        return [_plain(v) for v in value]
-    return value
 
 
 class Window:
