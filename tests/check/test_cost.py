@@ -7,13 +7,15 @@ from checkcfg import make_config
 
 from torchferry.check import cost, timing
 from torchferry.check.config import CostInputs
+from torchferry.check.timing import StepFigures
 from torchferry.errors import UsageError
 from torchferry.harness.prices import load_prices
 
 
 def _timings(ref_tput_s: float, tgt_tput_s: float):
-    ref = timing.device_timing("cpu", {"units_per_step": 1000, "unit": "tokens", "flops_per_step": 1e12}, [[1000 / ref_tput_s]])
-    tgt = timing.device_timing("neuron", {"units_per_step": 1000, "unit": "tokens", "flops_per_step": 1e12}, [[1000 / tgt_tput_s]])
+    work = StepFigures(units_per_step=1000, unit="tokens", flops_per_step=1e12)
+    ref = timing.device_timing("cpu", work, [[1000 / ref_tput_s]])
+    tgt = timing.device_timing("neuron", work, [[1000 / tgt_tput_s]])
     return timing.summarise(ref, tgt)
 
 
@@ -60,9 +62,9 @@ HAND = CostInputs(prices=None, dtype="bfloat16", eng_hours=10, eng_rate=100, vol
 
 
 def _emulated(ref_tput_s: float = 1000.0, ranks: int = 0):
-    work = {"units_per_step": 1000, "unit": "tokens", "flops_per_step": 1e12}
+    work = StepFigures(units_per_step=1000, unit="tokens", flops_per_step=1e12)
     ref = timing.device_timing("cpu", work, [[1000 / ref_tput_s]])
-    tgt = timing.device_timing("neuron", {**work, "emulates": "trn2"}, [[0.25]])
+    tgt = timing.device_timing("neuron", dataclasses.replace(work, emulates="trn2"), [[0.25]])
     result = timing.summarise(ref, tgt)
     result.ranks = [tgt] * ranks
     return result
@@ -100,7 +102,7 @@ def test_the_projection_spreads_the_step_over_the_target_ranks():
 
 
 def test_a_real_target_on_several_ranks_pays_for_every_accelerator():
-    work = {"units_per_step": 1000, "unit": "tokens", "flops_per_step": 1e12}
+    work = StepFigures(units_per_step=1000, unit="tokens", flops_per_step=1e12)
     result = timing.summarise(timing.device_timing("cpu", work, [[1.0]]), timing.device_timing("x", work, [[1.0]]))
     result.ranks = [result.target] * 2
     target = cost.estimate(result, HAND, TABLE).devices[1]

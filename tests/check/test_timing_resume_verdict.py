@@ -6,7 +6,11 @@ import pytest
 from checkcfg import make_config
 
 from torchferry.check import resume, timing, verdict
+from torchferry.check.resume import Resumed
 from torchferry.check.runner import Runner
+from torchferry.check.timing import StepFigures
+from torchferry.harness.devices import Memory
+from torchferry.harness.window import Ops, Reading
 from torchferry.report.check import CheckReport, Failure, ParityResult, TimingResult
 from torchferry.report.meta import Meta
 
@@ -17,25 +21,25 @@ def test_percentile_interpolates():
 
 
 def test_device_timing_pools_interleaved_rounds_into_median_p90_and_throughput():
-    t = timing.device_timing("cpu", {"time_to_n_s": 2.0, "units_per_step": 64, "unit": "tokens", "steps": [0.5, 0.1],
-                                     "ops": {"fallback": {"aten::foo": 3}, "executed_total": 97}},
-                             [[0.1, 0.2], [0.3]])
+    reading = Reading("cpu", Ops(97, {"aten::foo": 3}), Memory(0, "host RSS"), None, None)
+    t = timing.device_timing("cpu", StepFigures(time_to_n_s=2.0, units_per_step=64, unit="tokens", steps=[0.5, 0.1],
+                                                reading=reading), [[0.1, 0.2], [0.3]])
     assert t.steady == {"median_s": 0.2, "p90_s": timing.percentile([0.1, 0.2, 0.3], 90), "samples": 3, "rounds": 2}
     assert t.throughput_per_s == 64 / 0.2
     assert t.fallback_share == 0.03
 
 
 def test_speedup_compares_time_to_n_steps():
-    ref = timing.device_timing("cpu", {"time_to_n_s": 4.0}, [[1.0]])
-    tgt = timing.device_timing("x", {"time_to_n_s": 2.0}, [[0.25]])
+    ref = timing.device_timing("cpu", StepFigures(time_to_n_s=4.0), [[1.0]])
+    tgt = timing.device_timing("x", StepFigures(time_to_n_s=2.0), [[0.25]])
     result = timing.summarise(ref, tgt)
     assert result.speedup_time_to_n == 2.0 and result.speedup_steady == 4.0
 
 
 def test_resume_matches_and_mismatches():
-    ok = resume.judge([1.0, 0.9, 0.8, 0.7], {"step": 2, "losses": [0.8, 0.7]}, 1e-2)
+    ok = resume.judge([1.0, 0.9, 0.8, 0.7], Resumed(step=2, losses=[0.8, 0.7]), 1e-2)
     assert ok.status == "pass" and ok.exact
-    bad = resume.judge([1.0, 0.9, 0.8, 0.7], {"step": 2, "losses": [0.8, 0.5]}, 1e-2)
+    bad = resume.judge([1.0, 0.9, 0.8, 0.7], Resumed(step=2, losses=[0.8, 0.5]), 1e-2)
     assert bad.status == "fail" and "step 4" in bad.notes[0]
 
 
@@ -85,7 +89,7 @@ def test_stability_from_the_coefficient_of_variation_and_the_spread_of_round_med
 
 
 def _real(rounds):
-    return timing.device_timing("x", {"time_to_n_s": 2.0}, rounds)
+    return timing.device_timing("x", StepFigures(time_to_n_s=2.0), rounds)
 
 
 def test_unstable_figures_warn_and_make_the_time_result_conditional():
@@ -110,7 +114,7 @@ def test_every_report_shows_the_instability_warning():
 
 
 def test_an_emulated_targets_times_are_labelled_and_decide_nothing():
-    target = timing.device_timing("neuron", {"time_to_n_s": 9.0, "emulates": "trn2"}, [[1.0, 1.0]])
+    target = timing.device_timing("neuron", StepFigures(time_to_n_s=9.0, emulates="trn2"), [[1.0, 1.0]])
     r = _report(timing=timing.summarise(_real([[0.1, 0.1]]), target))
     assert any("emulates trn2 on this host" in n for n in r.timing.notes)
     verdict.decide(r)

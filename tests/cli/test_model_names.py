@@ -28,21 +28,21 @@ def _refused_before_any_worker(code: int, stderr: str, out: Path) -> None:
     assert "Traceback" not in stderr and not (out / "work").exists()
 
 
-@pytest.mark.parametrize("command", [["check", "-w"], ["coverage"], ["plan", "--config"]])
+@pytest.mark.parametrize("command", [["check", "-w"], ["coverage"], ["plan", "-w"]])
 def test_an_offline_miss_names_the_id_and_the_flag_in_every_command(offline, command):
     code, _, stderr = ferry(*command, "acme/not-cached", "-o", str(offline / "out"))
     _refused_before_any_worker(code, stderr, offline / "out")
     assert "acme/not-cached" in stderr and "HF_HUB_OFFLINE=1" in stderr
 
 
-@pytest.mark.parametrize("command", [["check", "-w"], ["plan", "--config"]])
+@pytest.mark.parametrize("command", [["check", "-w"], ["plan", "-w"]])
 def test_remote_code_is_refused_without_the_flag(offline, command):
     code, _, stderr = ferry(*command, "remote.json", "-o", str(offline / "out"))
     _refused_before_any_worker(code, stderr, offline / "out")
     assert "needs remote code" in stderr and "--trust-remote-code" in stderr
 
 
-@pytest.mark.parametrize("command", [["check", "-w"], ["coverage"], ["plan", "--config"]])
+@pytest.mark.parametrize("command", [["check", "-w"], ["coverage"], ["plan", "-w"]])
 def test_an_unsupported_form_lists_the_forms(offline, command):
     code, _, stderr = ferry(*command, "no such model!", "-o", str(offline / "out"))
     _refused_before_any_worker(code, stderr, offline / "out")

@@ -25,22 +25,22 @@ def no_trace(monkeypatch):
 
 @pytest.mark.parametrize("args, expected", [
     (["--size", "13b"], ["--size '13b'", "1b, 8b, 70b"]),
-    (["--config", "does-not-exist.json"], ["does-not-exist.json", "cannot be read"]),
+    (["-w", "does-not-exist.json"], ["does-not-exist.json", "cannot be read"]),
     (["--size", "8b", "--world", "64", "--tp", "3"], ["world size 64 does not factor into FSDP ? x TP 3",
                                                        "64x1, 32x2, 16x4, 8x8, 4x16, 2x32, 1x64"]),
     (["--size", "8b", "--world", "64", "--fsdp", "32", "--tp", "4"], ["FSDP 32 x TP 4", "64x1, 32x2"]),
-    (["--size", "8b", "--world", "64", "--batch", "100"], ["global batch of 100", "64 data-parallel ranks",
+    (["--size", "8b", "--world", "64", "--batch-size", "100"], ["global batch of 100", "64 data-parallel ranks",
                                                            "multiple of 64, e.g. 64 or 128"]),
-    (["--size", "8b", "--world", "64", "--tp", "2", "--batch", "48"], ["32 data-parallel ranks (world 64 / TP 2)"]),
+    (["--size", "8b", "--world", "64", "--tp", "2", "--batch-size", "48"], ["32 data-parallel ranks (world 64 / TP 2)"]),
     (["--size", "8b", "--capacity", "0"], ["--capacity='0' is not a positive memory size", "GiB"]),
     (["--size", "8b", "--capacity=-24GiB"], ["--capacity='-24GiB' is not a positive memory size"]),
     (["--size", "8b", "--tp", "16"], ["TP 16 does not divide", "key-value heads (8)", "Valid TP degrees", "1, 2, 4, 8"]),
     (["--size", "8b", "--checkpointing", "sometimes"], ["'sometimes'", "off, on, selective"]),
     (["--size", "8b", "--precision", "fp8"], ["'fp8'", "bf16-mixed, bf16, fp32"]),
-    (["--size", "8b", "--instance", "trn9.huge"], ["'trn9.huge'", "trn2.48xlarge"]),
-    (["--size", "8b", "--reference", "h100.box"], ["'h100.box'", "p5.48xlarge"]),
+    (["--size", "8b", "--target-instance", "trn9.huge"], ["'trn9.huge'", "trn2.48xlarge"]),
+    (["--size", "8b", "--ref-instance", "h100.box"], ["'h100.box'", "p5.48xlarge"]),
     (["--size", "8b", "--validate"], ["--world 64 is too many", "--world 2 to 8"]),
-    (["--size", "8b", "--config", "x.json"], ["--size and --config", "give one of"]),
+    (["--size", "8b", "-w", "x.json"], ["--size and -w", "give one of"]),
     # hostile values (docs/check/errors.md): 0 used to plan the instance's 64 ranks, 10000000 to trace for minutes
     (["--size", "8b", "--world", "0"], ["--world must be a whole number at least 1 and at most 1024 (got 0)"]),
     (["--size", "8b", "--world", "10000000"], ["--world must be a whole number at least 1 and at most 1024 "
@@ -59,7 +59,7 @@ def test_bad_input_is_a_usage_error_before_tracing(tmp_path, no_trace, args, exp
 
 
 def test_config_with_unknown_model_type_lists_valid_ones(tmp_path, no_trace):
-    result = run_plan(["--config", str(write_config(tmp_path, model_type="not-a-model"))], tmp_path / "out")
+    result = run_plan(["-w", str(write_config(tmp_path, model_type="not-a-model"))], tmp_path / "out")
     assert result.exit_status == ExitStatus.USAGE
     assert "model_type 'not-a-model'" in result.stderr and "llama" in result.stderr
 
@@ -67,7 +67,7 @@ def test_config_with_unknown_model_type_lists_valid_ones(tmp_path, no_trace):
 def test_config_that_is_not_json_says_so(tmp_path, no_trace):
     path = tmp_path / "config.json"
     path.write_text("{not json")
-    result = run_plan(["--config", str(path)], tmp_path / "out")
+    result = run_plan(["-w", str(path)], tmp_path / "out")
     assert result.exit_status == ExitStatus.USAGE and "is not JSON" in result.stderr
 
 

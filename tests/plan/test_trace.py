@@ -57,7 +57,7 @@ def hand_calculation_llama3_8b(ranks: int = 64, seq: int = 4096) -> dict[str, in
 @pytest.mark.timeout(900)
 def test_llama3_8b_fsdp2_64_ranks_within_15_percent_of_the_hand_calculation():
     layout = make_layout(64, None, None, "off", 1, None, 4096, "bf16-mixed", "adamw")
-    trace = trace_step(resolve("8b", None, None), layout)
+    trace = trace_step(resolve("8b", None), layout)
     hand = hand_calculation_llama3_8b()
     expected = sum(hand.values())
     assert expected == pytest.approx(37_744.0e6, rel=1e-4)  # the arithmetic in the comments

@@ -29,7 +29,7 @@ def validated(tmp_path_factory):
         if (world, checkpointing) not in runs:
             folder = tmp_path_factory.mktemp(f"validate-{world}-{checkpointing}")
             runs[world, checkpointing] = run_plan(
-                ["--config", str(write_config(folder)), "--world", str(world), "--checkpointing", checkpointing,
+                ["-w", str(write_config(folder)), "--world", str(world), "--checkpointing", checkpointing,
                  "--seq-len", "256", "--micro-batch", "2", "--validate"], folder / "out")
         return runs[world, checkpointing]
 

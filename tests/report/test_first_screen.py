@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import struct
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch

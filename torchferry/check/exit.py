@@ -17,6 +17,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,12 @@ from torchferry.errors import disk_full
 from torchferry.harness import parity
 from torchferry.harness.case import ModelCase
 from torchferry.harness.protocol import run_to_end
+from torchferry.records import Record
 from torchferry.report.check import ExitFormat, ExitResult, ResultStatus
+from torchferry.report.comparison import Comparison, ComparisonStatus
 
 LOADER = Path(__file__).with_name("exit_loader.py")
+PORTABLE = Path(__file__).parents[1] / "harness" / "portable.py"  # the rules the loader shares, loaded by path
 FOLDER = "exit"  # under the run's work folder: the saved formats, the architecture and the eval batch
 EVAL_BATCH = "eval_batch.pt"
 
@@ -42,17 +46,26 @@ def folder(workdir: Path) -> Path:
     return workdir / FOLDER
 
 
+@dataclass(frozen=True, kw_only=True)
+class SavedFormats(Record):
+    """What the target saved: each format's path (or its error and fix), and how a process without torchferry
+    rebuilds the model (``architecture``)."""
+
+    saved: dict[str, dict]
+    architecture: dict
+
+
 # -- capture (the target's rank 0) ----------------------------------------------------------------
-def capture(case: ModelCase, model: Any, opt: Any, eval_model: Any, workdir: Path) -> tuple[dict, dict]:
-    """Save what the target produced in the standard formats, as a user would (no ``.cpu()`` first): {saved,
-    architecture} for the parent's reload, and ``eval_model``'s outputs on the eval batch it must reproduce."""
+def capture(case: ModelCase, model: Any, opt: Any, eval_model: Any, workdir: Path) -> tuple[SavedFormats, dict]:
+    """Save what the target produced in the standard formats, as a user would (no ``.cpu()`` first), for the parent's
+    reload, and ``eval_model``'s outputs on the eval batch it must reproduce."""
     exit_dir = folder(workdir)
     exit_dir.mkdir(parents=True, exist_ok=True)
     saved = save_formats(case, model, opt, exit_dir)
     if hasattr(model, "config") and hasattr(model.config, "to_json_file"):
         model.config.to_json_file(str(exit_dir / "config.json"))  # the architecture, for the state-dict formats
     case.torch.save(case.workload.batch("cpu", case.plan.eval_seed), exit_dir / EVAL_BATCH)
-    return {"saved": saved, "architecture": architecture(case)}, case.eval_outputs(eval_model)
+    return SavedFormats(saved=saved, architecture=architecture(case)), case.eval_outputs(eval_model)
 
 
 def save_formats(case: ModelCase, model: Any, opt: Any, exit_dir: Path) -> dict:
@@ -127,25 +140,30 @@ def loader_env() -> dict:
     return env
 
 
-def run_loader(spec: dict, workdir: Path, timeout: float) -> tuple[dict, dict]:
-    """Run the loader in a fresh interpreter; returns (summary json, tensors)."""
+def run_loader(spec: dict, workdir: Path, timeout: float, env: dict[str, str] | None = None) -> dict:
+    """Run the torchferry-free loader in a fresh interpreter on ``spec`` (its ``kind``: formats or checkpoints);
+    returns its summary, with the reloaded outputs (``loaded``) of a formats job. ``env``: the reference side's
+    environment variables (the accelerators it must not see)."""
     import torch
 
-    spec_path, out = workdir / "exit-spec.json", workdir / "exit-loaded"
-    spec_path.write_text(json.dumps(spec))
+    spec_path, out = workdir / f"exit-{spec['kind']}.json", workdir / f"exit-{spec['kind']}-loaded"
+    spec_path.write_text(json.dumps({**spec, "portable": str(PORTABLE)}))
     script = (f"import runpy, sys; sys.argv = ['exit_loader', {str(spec_path)!r}, {str(out)!r}]; "
-            f"runpy.run_path({str(LOADER)!r}, run_name='__main__')")
-    log = workdir / "exit-loader.log"
-    code = run_to_end([sys.executable, "-c", script], log, timeout=timeout, env=loader_env(), cwd=workdir)
-    if code != 0:
-        tail = log.read_text(errors="replace").strip().splitlines()[-1:]
-        raise RuntimeError(f"the exit loader exited with {code}: {tail}")
+              f"runpy.run_path({str(LOADER)!r}, run_name='__main__')")
+    log = workdir / f"exit-loader-{spec['kind']}.log"
+    code = run_to_end([sys.executable, "-c", script], log, timeout=timeout, env={**loader_env(), **(env or {})},
+                      cwd=workdir)
+    if code != 0 or not Path(f"{out}.json").is_file():
+        tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.is_file() else []
+        raise RuntimeError(f"the exit loader exited with {code}: {tail} (log: {log})")
     summary = json.loads(Path(f"{out}.json").read_text())
-    return summary, torch.load(f"{out}.pt", weights_only=True)
+    if spec["kind"] == "formats":
+        summary["loaded"] = torch.load(f"{out}.pt", weights_only=True)
+    return summary
 
 
-def judge(summary: dict, loaded: dict, saved: dict, target_outputs: dict, cfg: CheckConfig) -> ExitResult:
-    tol = cfg.tolerance
+def judge(summary: dict, saved: dict, target_outputs: dict, cfg: CheckConfig) -> ExitResult:
+    tol, loaded = cfg.tolerance, summary["loaded"]
     result = ExitResult(torchferry_absent=summary["torchferry_absent"], loader_device=cfg.ref)
     for name, info in saved.items():
         fmt = ExitFormat(name=name, path=info["path"], saved="error" not in info, error=info.get("error"))
@@ -187,11 +205,103 @@ def judge(summary: dict, loaded: dict, saved: dict, target_outputs: dict, cfg: C
     return result
 
 
-def check(outdir: Path, saved: dict, architecture: dict, target_outputs: dict, cfg: CheckConfig) -> ExitResult:
+def check(outdir: Path, formats: SavedFormats, target_outputs: dict, cfg: CheckConfig) -> ExitResult:
     """Reload every saved format on the reference device in a torchferry-free process and judge it."""
     exit_dir = folder(outdir)
-    spec = {"device": cfg.ref, "dtype": cfg.dtype, "architecture": architecture, "exit_dir": str(exit_dir),
-            "eval_batch": str(exit_dir / EVAL_BATCH),
-            "formats": {k: v["path"] for k, v in saved.items() if "error" not in v}}
-    summary, loaded = run_loader(spec, exit_dir, cfg.timeout)
-    return judge(summary, loaded, saved, target_outputs, cfg)
+    spec = {"kind": "formats", "device": cfg.ref, "dtype": cfg.workload.dtype, "architecture": formats.architecture,
+            "exit_dir": str(exit_dir), "eval_batch": str(exit_dir / EVAL_BATCH),
+            "formats": {k: v["path"] for k, v in formats.saved.items() if "error" not in v}}
+    return judge(run_loader(spec, exit_dir, cfg.timeout), formats.saved, target_outputs, cfg)
+
+
+# -- an unchanged script's checkpoints -------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class CheckpointWrite(Record):
+    """One checkpoint a script wrote (the recorders saw the call): where, how, and after how many optimizer steps."""
+
+    path: str
+    how: str  # torch.save | safetensors
+    step: int
+    at_s: float
+
+
+def checkpoints(writes: list[CheckpointWrite]) -> list[dict]:
+    """The checkpoints a run wrote, last write per path, still on disk; a Hugging Face folder is one checkpoint."""
+    latest = {w.path: w for w in writes}
+    found: dict[str, dict] = {}
+    for path, w in latest.items():
+        p = Path(path)
+        if not p.exists():
+            continue
+        if (p.parent / "config.json").is_file() and p.suffix in (".safetensors", ".bin"):
+            found[str(p.parent)] = {"path": str(p.parent), "kind": "folder", "how": "save_pretrained", "step": w.step}
+        elif str(p.parent) not in found or found[str(p.parent)]["kind"] != "folder":
+            found[path] = {"path": path, "kind": "file", "how": w.how, "step": w.step}
+    return [c for path, c in found.items() if not (c["kind"] == "file" and str(Path(path).parent) in found)]
+
+
+def check_checkpoints(writes: list[CheckpointWrite], final: list[list[str]], steps: int, stopped: str | None,
+                      target_device: str, cfg: CheckConfig, env: dict[str, str]) -> ExitResult:
+    """Reload every checkpoint the target's script wrote, in a fresh reference-device process without torchferry, and
+    find in each the final parameters of the models the script trained (``final``: each optimizer's digests)."""
+    saved = checkpoints(writes)
+    result = ExitResult(loader_device=cfg.ref)
+    if not saved:
+        result.notes.append("the script wrote no checkpoint (torch.save, safetensors, save_pretrained) before it "
+                            "ended" + (f" ({stopped})" if stopped else ""))
+        return result
+    try:
+        summary = run_loader({"kind": "checkpoints", "device": cfg.ref, "checkpoints": saved}, cfg.workdir,
+                             cfg.timeout, env)
+    except RuntimeError as exc:
+        result.status = ResultStatus.FAIL
+        result.notes.append(str(exc))
+        return result
+    result.torchferry_absent = summary["torchferry_absent"]
+    models = [set(digests) for digests in final if digests]
+    for item, loaded in zip(saved, summary["checkpoints"]):
+        fmt = ExitFormat(name=f"{Path(item['path']).name} ({item['how']})", path=item["path"], saved=True,
+                         error=loaded["error"], needs_package=loaded.get("needs_package"))
+        fmt.loads_plain = loaded["how"] in ("weights_only", "safetensors", "from_pretrained")
+        fmt.needs_map_location = loaded["how"] == "map_location"
+        if fmt.needs_map_location:
+            fmt.location_tags = loaded.get("location_tags") or [str(target_device)]
+            fmt.fix = f"{loaded['plain_error']}: {MAP_LOCATION_FIX}"
+        if loaded.get("unsafe_only"):
+            fmt.fix = ("the file pickles Python objects besides tensors: it loads only with weights_only=False, from a "
+                       "trusted source; save tensors (state dicts) where the file must travel")
+        elif loaded["error"]:
+            fmt.fix = ("the file pickles more than tensors (a device, a class): it loads only with weights_only=False "
+                       "and, for a device object, only where that device exists; save state dicts of tensors "
+                       "(str(device) for a device)") if not fmt.needs_package else \
+                f"the file needs the package {fmt.needs_package!r} to load; save plain tensors"
+        held = set(loaded["digests"])
+        if models and held and item["step"] < steps:
+            result.notes.append(f"{Path(item['path']).name}: written at step {item['step']} of {steps}; not compared "
+                                "with the final parameters")
+        elif models and held:
+            best = max(models, key=lambda m: len(m & held))  # the model this checkpoint holds (a GAN's two apart)
+            found = len(best & held)
+            fmt.parity = Comparison("final parameters", found == len(best),
+                                    ComparisonStatus.PASS_ALLCLOSE if found == len(best) else ComparisonStatus.MISSING,
+                                    numel=found)
+            if found != len(best):
+                result.notes.append(f"{Path(item['path']).name}: holds {found} of the {len(best)} final parameters of "
+                                    f"the model it saves exactly (written at step {item['step']} of {steps})")
+        result.formats.append(fmt)
+    any_final = any(f.parity is not None and f.parity.passed for f in result.formats)
+    unsafe = {item["path"] for item, loaded in zip(saved, summary["checkpoints"]) if loaded.get("unsafe_only")}
+    broken = [f for f in result.formats if f.error and f.path not in unsafe]
+    if broken or not result.torchferry_absent:
+        result.status = ResultStatus.FAIL
+    elif unsafe or any(f.needs_map_location for f in result.formats) or (models and not any_final):
+        result.notes += [f"{Path(p).name}: loads only with weights_only=False (it pickles Python objects)" for p in unsafe]
+        result.status = ResultStatus.CONDITIONS
+        if models and not any_final:
+            result.notes.append("no checkpoint holds the target's final parameters (the script saves before its last "
+                                "step, or --steps stopped it before its save)")
+    else:
+        result.status = ResultStatus.PASS
+    if result.torchferry_absent is False:
+        result.notes.append("torchferry was imported while loading: the checkpoint depends on it")
+    return result

@@ -1,10 +1,24 @@
 """Reload what the target saved, on the reference device, in a process WITHOUT torchferry.
 
 Run by ``torchferry.check.exit`` as a plain script (``runpy.run_path``) with
-``TORCH_DEVICE_BACKEND_AUTOLOAD=0``, so that neither this file nor ``import torch`` brings
-torchferry in; the last thing it records is whether ``torchferry`` is in ``sys.modules``.
-It therefore imports nothing from torchferry and repeats the two small protocol rules it
-needs (how to call the model, how to name its output tensors).
+``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` and torchferry off the path, so that neither this file nor
+``import torch`` brings torchferry in; the last thing it records is whether ``torchferry`` is in
+``sys.modules``. It imports nothing from torchferry: the rules it shares with torchferry (a
+tensor's digest, a model output's tensors) come from ``torchferry/harness/portable.py``, loaded
+by its path under another name (the spec's ``portable``).
+
+Two jobs, as the spec's ``kind`` says:
+
+- ``formats`` (a build() workload or a named model): each standard format the target worker saved
+  (state dict, safetensors, save_pretrained, optimizer state) is loaded as a user would, the model
+  rebuilt with stock torch/transformers, and its outputs on the eval batch computed at the run's
+  dtype and in float64, for the parent to judge against the target's own;
+- ``checkpoints`` (an unchanged script): each checkpoint the script wrote (a file, or a Hugging Face
+  folder with its ``config.json``) is loaded, and every tensor in it reduced to its digest, for the
+  parent to compare with the target's final parameters.
+
+Every file is first loaded with ``torch.load(weights_only=True)`` and no ``map_location``, as a
+user would; when that fails, again with a ``map_location`` that records the storages' location tags.
 
 Usage: python -c "import runpy,sys; sys.argv=['exit_loader', SPEC, OUT]; runpy.run_path(LOADER, run_name='__main__')"
 """
@@ -17,21 +31,68 @@ import traceback
 
 import torch
 
+portable = None  # torchferry/harness/portable.py, loaded by path in main()
 
-def flatten(output, prefix=""):
-    if isinstance(output, torch.Tensor):
-        return {prefix or "output": output}
-    items = output.items() if hasattr(output, "items") else enumerate(output) if isinstance(output, (tuple, list)) else []
-    found = {}
-    for key, value in items:
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, torch.Tensor):
-            found[name] = value
-        elif isinstance(value, (tuple, list, dict)) and not prefix:
-            found.update(flatten(value, name))
+
+def load_portable(path):
+    spec = importlib.util.spec_from_file_location("ferry_portable", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def first_line(exc):
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+# -- loading as a user would ----------------------------------------------------------------------
+def load_pickle(path, record):
+    """torch.load as a user would (no map_location), then with a map_location that records the storages' tags."""
+    try:
+        obj = torch.load(path, weights_only=True)
+        record["loads_plain"], record["how"] = True, "weights_only"
+        return obj
+    except Exception as exc:
+        record["plain_error"] = first_line(exc)
+    tags = set()
+
+    def remember(storage, location):
+        tags.add(location)
+        return storage  # deserialised on the CPU: it stays there
+
+    obj = torch.load(path, map_location=remember, weights_only=True)
+    record["location_tags"], record["how"] = sorted(tags), "map_location"
+    return obj
+
+
+def tensors_of(obj, found):
+    """Every tensor in a loaded object (dicts, lists, tuples; a module's state dict)."""
+    if isinstance(obj, torch.Tensor):
+        found.append(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            tensors_of(v, found)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            tensors_of(v, found)
+    elif isinstance(obj, torch.nn.Module):
+        found.extend(obj.state_dict().values())
     return found
 
 
+def failed(record, exc):
+    """A load that failed: its first line, the package it needs, or whether only an unsafe load would read it."""
+    record["error"] = first_line(exc)
+    if isinstance(exc, ModuleNotFoundError):
+        record["needs_package"] = exc.name
+    else:
+        record["traceback"] = traceback.format_exc()
+        # the safe unpickler refused a Python class: the file loads only with weights_only=False (trusted files)
+        record["unsafe_only"] = "Unsupported global" in str(exc)
+
+
+# -- formats: a build() workload or a named model --------------------------------------------------
 def build_architecture(arch, exit_dir):
     """A model with the target's architecture and fresh weights, plus how to call it."""
     if arch["kind"] == "transformers":
@@ -74,7 +135,7 @@ def evaluate(model, inputs, batch, spec):
     """Outputs at the run's dtype and the float64 golden outputs, both on the reference device."""
     device = torch.device(spec["device"])
     model = model.to(device).eval()
-    floating = lambda out: {k: v.detach().cpu() for k, v in flatten(out).items() if v.is_floating_point()}  # noqa: E731
+    floating = lambda out: {k: v.detach().cpu() for k, v in portable.flatten(out).items() if v.is_floating_point()}  # noqa: E731
     with torch.no_grad():
         if spec["dtype"] == "float32":
             outputs = floating(call(model, inputs, cast(batch, None, device)))
@@ -106,62 +167,86 @@ def load_pretrained(arch, path, record):
     return model, inputs
 
 
-def load_pickle(path, record):
-    """torch.load as a user would (no map_location), then with a recording map_location."""
-    try:
-        obj = torch.load(path, weights_only=True)
+def load_format(name, path, spec, record):
+    """One saved format as its library loads it: (model, inputs), or (None, None) when there is no model to run."""
+    if name == "save_pretrained":
+        return load_pretrained(spec["architecture"], path, record)
+    if name == "safetensors":
+        from safetensors.torch import load_model
+
+        model, inputs = build_architecture(spec["architecture"], spec["exit_dir"])
+        load_model(model, path, strict=True)
         record["loads_plain"] = True
-    except Exception as exc:
-        record["plain_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    tags = set()
+        return model, inputs
+    if name == "optimizer state":
+        state = load_pickle(path, record)
+        record["summary"] = f"{len(state.get('state', {}))} parameter states"
+        return None, None
+    state_dict = load_pickle(path, record)
+    model, inputs = build_architecture(spec["architecture"], spec["exit_dir"])
+    missing, unexpected = model.load_state_dict(state_dict, strict=False)
+    if missing or unexpected:
+        record["error"] = f"missing keys {sorted(missing)[:5]}, unexpected keys {sorted(unexpected)[:5]}"
+        return None, None
+    return model, inputs
 
-    def remember(storage, location):
-        tags.add(location)
-        return storage
 
-    obj = torch.load(path, map_location=remember, weights_only=True)
-    record["location_tags"] = sorted(tags)
-    return obj
-
-
-def main(spec_path, out_path):
-    spec = json.loads(open(spec_path).read())
+def formats(spec, out_path):
     results, tensors = {}, {}
     batch = torch.load(spec["eval_batch"], weights_only=True)
     for name, path in spec["formats"].items():
-        record = {"loads_plain": False, "location_tags": []}
-        results[name] = record
+        record = results[name] = {"loads_plain": False, "location_tags": []}
         try:
-            if name == "save_pretrained":
-                model, inputs = load_pretrained(spec["architecture"], path, record)
-                if model is None:
-                    continue
-            elif name == "safetensors":
-                from safetensors.torch import load_model
-
-                model, inputs = build_architecture(spec["architecture"], spec["exit_dir"])
-                load_model(model, path, strict=True)
-                record["loads_plain"] = True
-            elif name == "optimizer state":
-                state = load_pickle(path, record)
-                record["summary"] = f"{len(state.get('state', {}))} parameter states"
-                continue
-            else:
-                state_dict = load_pickle(path, record)
-                model, inputs = build_architecture(spec["architecture"], spec["exit_dir"])
-                missing, unexpected = model.load_state_dict(state_dict, strict=False)
-                if missing or unexpected:
-                    record["error"] = f"missing keys {sorted(missing)[:5]}, unexpected keys {sorted(unexpected)[:5]}"
-                    continue
-            tensors[name] = evaluate(model, inputs, batch, spec)
-        except ModuleNotFoundError as exc:
-            record["needs_package"] = exc.name
-            record["error"] = f"ModuleNotFoundError: {exc}"
+            model, inputs = load_format(name, path, spec, record)
+            if model is not None:
+                tensors[name] = evaluate(model, inputs, batch, spec)
         except Exception as exc:
-            record["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            record["traceback"] = traceback.format_exc()
+            failed(record, exc)
     torch.save(tensors, out_path + ".pt")
-    summary = {"formats": results, "torchferry_absent": not any(m.split(".")[0] == "torchferry" for m in sys.modules)}
+    return {"formats": results}
+
+
+# -- checkpoints: an unchanged script ---------------------------------------------------------------
+def load_folder(path, record):
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(path)
+    names = list(getattr(config, "architectures", None) or [])
+    cls = next((getattr(transformers, n) for n in names if hasattr(transformers, n)), transformers.AutoModel)
+    model = cls.from_pretrained(path)
+    record["how"], record["class"] = "from_pretrained", cls.__name__
+    return model
+
+
+def load_checkpoint(path, record):
+    if path.endswith(".safetensors"):
+        from safetensors.torch import load_file
+
+        record["how"] = "safetensors"
+        return load_file(path, device="cpu")
+    return load_pickle(path, record)
+
+
+def checkpoints(spec, out_path):
+    results = []
+    for item in spec["checkpoints"]:
+        record = {"path": item["path"], "kind": item["kind"], "how": None, "plain_error": None, "error": None,
+                  "digests": [], "location_tags": []}
+        results.append(record)
+        try:
+            obj = load_folder(item["path"], record) if item["kind"] == "folder" else load_checkpoint(item["path"], record)
+            record["digests"] = [portable.digest(t) for t in tensors_of(obj, [])]
+        except Exception as exc:
+            failed(record, exc)
+    return {"checkpoints": results}
+
+
+def main(spec_path, out_path):
+    global portable
+    spec = json.loads(open(spec_path).read())
+    portable = load_portable(spec["portable"])
+    summary = (formats if spec["kind"] == "formats" else checkpoints)(spec, out_path)
+    summary["torchferry_absent"] = not any(m.split(".")[0] == "torchferry" for m in sys.modules)
     with open(out_path + ".json", "w") as f:
         json.dump(summary, f)
 

@@ -1,11 +1,15 @@
 """The rehearsal result: what a run on a device that emulates another predicts about the real one.
 
-The target worker records it (``Recorder``, the capture half, reading the harness's measurement
-window) when the device says it is a host emulation of another device
-(``torchferry.harness.devices.emulates``): per step the new eager op signatures, host syncs and
-batch shapes; after the run the predicted host fallbacks, the compiled graphs, the peak memory,
-and a placement error with its op and the user's line. The runner judges that record (``judge``,
-``result``). Conditions (each names what to change):
+One recorder (``Recorder``, the capture half) writes one typed record (``RehearsalRecord``) for both
+sources: in the target worker of a build() workload or named model, and in the user's own process
+under `ferry check -- COMMAND` (check/script/recorder.py). It reads the harness's measurement window
+when the device says it is a host emulation of another device (``torchferry.harness.devices.emulates``):
+per step the new eager op signatures, host syncs and batch shapes (the counts between two step
+ends, less the spans the harness excludes: its own work inside the user's process); after the run the
+predicted host fallbacks with their reasons, the vendor's known issues among the ops that ran, the
+compiled graphs, the peak memory, the ops that drew random numbers, and a placement error with its op
+and the user's line (one parser, ``placement_of``, for eager and compiled code). The runner judges that
+record (``judge``, ``result``). Conditions (each names what to change):
 
 - predicted host fallbacks (each op with its calls, reason and source);
 - known issues: ops the target vendor's own CI skips as failing or slow (kind ``fails`` or ``slow``,
@@ -28,11 +32,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import sysconfig
-import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +45,8 @@ from torchferry.errors import FerryError
 from torchferry.harness.case import Capture
 from torchferry.harness.parity import localise
 from torchferry.harness.window import HOST_COPY
+from torchferry.harness.worker import user_frame
+from torchferry.records import Record
 from torchferry.report.check import (
     CompiledFrame,
     CompileRehearsal,
@@ -64,9 +68,44 @@ RECORD = "rehearsal-target.json"  # written by the target worker into the work f
 CAPACITY_SHARE = 0.9  # peak memory at or above this share of one device's capacity is a condition
 FALLBACK_MARK = " [host fallback]"  # the profiler's name suffix for a host-fallback op
 SHOWN = 3  # ops/shapes named in one condition
+RANDOM_OPS = ("bernoulli", "dropout", "rand", "normal", "uniform", "multinomial", "exponential", "geometric",
+              "cauchy", "log_normal", "random_")  # op names that draw from the device's generator
 
 
-# -- capture (the target worker) ------------------------------------------------------------
+# -- the record ------------------------------------------------------------------------------
+@dataclass(kw_only=True)
+class StepCounts(Record):
+    """One step's predictions: new eager op signatures (one NEFF compilation each, cold), those the persistent cache
+    lacked and had, host syncs by cause, and the batch's shapes by name (where the harness knows the batch)."""
+
+    signatures: int
+    compilations: int
+    cache_hits: int
+    host_syncs: dict[str, int]
+    inputs: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class RehearsalRecord(Record):
+    """What the recorder wrote: the run's predictions about the emulated device, judged by ``judge``."""
+
+    emulates: str
+    capacity_bytes: int | None
+    numerics: str | None
+    steps: list[StepCounts] = field(default_factory=list)
+    read: bool = False  # the totals below were read (the run reached its end, or its failure)
+    fallback_ops: dict[str, int] = field(default_factory=dict)
+    executed_calls: int = 0
+    fallback_reasons: dict[str, str] = field(default_factory=dict)
+    peak_bytes: int | None = None
+    known_issues: list[dict] | None = None
+    compile: dict | None = None  # graph_breaks, graphs: the compile backend's records (under --compile)
+    device_time_us: dict[str, float] | None = None  # device-op time by op in one profiled step (host fallbacks only)
+    random_ops: list[str] = field(default_factory=list)  # ops that ran and draw from a generator
+    placement: Placement | None = None
+
+
+# -- capture (the target worker, or the user's process) ----------------------------------------
 def shapes_of(batch: Any) -> dict[str, list[int]]:
     """The batch's tensors' shapes by name (dict keys, tuple indices): what a new input shape changes."""
     items = batch.items() if isinstance(batch, dict) else enumerate(batch) if isinstance(batch, (tuple, list)) else [(0, batch)]
@@ -77,22 +116,10 @@ PLACEMENT = re.compile(r"Expected all tensors to be on the same device")
 PLACEMENT_OP = re.compile(r"method ([\w:.]+)|call_function (.+)")
 TRACED_FRAME = re.compile(r'File "([^"]+)", line (\d+), in \S+\n\s*(\S.*)')  # Dynamo's "from user code:" frames
 PLACEMENT_ARG = re.compile(r"argument for argument (\w+)|got (\w+) is on")
-PLACEMENT_DEVICES = re.compile(r"devices, (\S+) and (\S+?)!|is on (\S+), different from other tensors on (\S+?)[ (]")
+PLACEMENT_DEVICES = re.compile(r"devices?, (\S+) and (\S+?)!|is on (\S+), different from other tensors on (\S+?)[ (]")
 
 
-def user_frame(exc: BaseException) -> traceback.FrameSummary | None:
-    """The innermost frame of ``exc`` in the user's code: outside torch, torchferry, the standard library and
-    installed packages (else the innermost outside torch and torchferry, e.g. a library's model code)."""
-    import torch
-
-    ours = (str(Path(torch.__file__).parent), str(Path(__file__).parents[1]))
-    installed = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib")})
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(ours + ("<",))]
-    own = [f for f in frames if not f.filename.startswith(installed)]
-    return (own or frames or [None])[-1]
-
-
-def placement_of(exc: BaseException) -> dict | None:
+def placement_of(exc: BaseException) -> Placement | None:
     """The op, devices, argument and user's line of a device-placement error (None for any other error).
 
     In eager mode the user's line is a frame of the traceback; under torch.compile Dynamo raises
@@ -105,13 +132,13 @@ def placement_of(exc: BaseException) -> dict | None:
     if traced:
         file, line, code = traced[-1][0], int(traced[-1][1]), traced[-1][2].strip()
     else:
-        frame = user_frame(exc)
+        frame = user_frame(exc.__traceback__)
         file, line, code = (frame.filename, frame.lineno, frame.line) if frame else (None, None, None)
-    return {"op": next(g for g in op.groups() if g).strip() if op else "an op",
-            "devices": [d for d in devices.groups() if d] if devices else [],
-            "argument": next((a for a in arg.groups() if a), None) if arg else None,
-            "file": file, "line": line, "code": code,
-            "message": next(ln.strip() for ln in message.splitlines() if PLACEMENT.search(ln))}
+    return Placement(op=next(g for g in op.groups() if g).strip() if op else "an op",
+                     devices=[d for d in devices.groups() if d] if devices else [],
+                     argument=next((a for a in arg.groups() if a), None) if arg else None,
+                     file=file, line=line, code=code,
+                     message=next(ln.strip() for ln in message.splitlines() if PLACEMENT.search(ln)))
 
 
 def device_time(step: Callable[[], Any], device: Any) -> dict[str, float]:
@@ -133,110 +160,156 @@ def device_time(step: Callable[[], Any], device: Any) -> dict[str, float]:
 
 
 class Recorder:
-    """The capture half, in the target worker on a device that emulates another: the record ``judge`` reads.
+    """The capture half, on a device that emulates another: the record ``judge`` reads, written to ``path``.
 
-    Per step of the timed run (``step``, a measurement window each): new eager op signatures (TorchNeuron
-    compiles one NEFF per new signature), host syncs, and the batch's shapes. After it (``finish``, from the
-    run's window): the host-fallback ops with their reasons (and, when there are any, their share of
-    device-op time in one profiled step), the compiled graphs with their frames and input signatures, and
-    the peak memory against the device's capacity. A placement error is recorded with its op and the
-    user's line (``failed``). The record goes to the work folder (``RECORD``) whatever ends the run.
+    One measurement window (torchferry/harness/window.py) stays open from the recorder's start to the end
+    of the run. A step's counts are the difference of the window's cheap counters (``Window.counts``)
+    between two step boundaries, less the spans the harness excluded (``excluded``: its own device work
+    inside a user's process). The worker pipeline marks a boundary before each timed step (``boundary``),
+    so its own work between steps is not counted; the script pipeline does not, so a step counts
+    everything from the previous step's end (the script's data loading on the device included). After
+    the run (``finish``): the totals, less every excluded span. A placement error is recorded with its op
+    and the user's line (``failed``). The record is written atomically whatever ends the run.
     """
 
-    def __init__(self, path: Path, device: Any) -> None:
+    def __init__(self, path: Path | None, device: Any) -> None:
         from torchferry.harness.window import Window
 
-        predictions = Window(device, clear=False).read().predictions
+        self.device, self.path = device, path
+        self.window = Window(device, clear=False)
+        predictions = self.window.read().predictions
         if predictions is None:
             raise ValueError(f"{device} emulates no other device: there is nothing to rehearse")
-        self.device, self.path = device, path
-        self.record: dict[str, Any] = {"emulates": predictions.profile, "capacity_bytes": predictions.capacity_bytes,
-                                       "numerics": predictions.numerics, "steps": []}
+        self.record = RehearsalRecord(emulates=predictions.profile, capacity_bytes=predictions.capacity_bytes,
+                                      numerics=predictions.numerics)
+        self.opened = self.last = self.window.counts()
+        self.skipped: list[Any] = []  # the excluded spans of the current step
+        self.all_skipped: list[Any] = []
         self.write()
+
+    @classmethod
+    def start(cls, path: Path | None, device: Any) -> Recorder | None:
+        """The recorder when ``device`` emulates another, else None; an earlier run's record at ``path`` goes either way,
+        so that the runner never judges a record this run did not write. Without a ``path`` the record is only kept
+        in memory (``record``), for a caller that writes it inside its own."""
+        from torchferry.harness import devices
+
+        if path is not None:
+            path.unlink(missing_ok=True)
+        return cls(path, device) if devices.emulates(device) else None
 
     @contextlib.contextmanager
-    def step(self, batch: Any) -> Iterator[None]:
-        from torchferry.harness.window import Window
+    def excluded(self) -> Iterator[None]:
+        """Work inside this block (the harness's own) is taken out of the counts."""
+        before = self.window.counts()
+        try:
+            yield
+        finally:
+            span = self.window.counts().minus(before)
+            self.skipped.append(span)
+            self.all_skipped.append(span)
 
-        window = Window(self.device, clear=False)
+    def boundary(self) -> None:
+        """A step starts here: what ran since the last step's end is not the next step's."""
+        now = self.window.counts()
+        self.all_skipped.append(now.minus(self.last, *self.skipped))
+        self.last, self.skipped = now, []
+
+    def step(self, inputs: dict[str, list[int]] | None = None) -> None:
+        """Close one step: its counts since the last boundary, less the excluded spans."""
+        now = self.window.counts()
+        p = now.minus(self.last, *self.skipped)
+        self.record.steps.append(StepCounts(signatures=p.signatures, compilations=p.compilations,
+                                            cache_hits=p.cache_hits,
+                                            host_syncs={k: n for k, n in p.host_syncs.items() if n > 0},
+                                            inputs=inputs or {}))
+        self.last, self.skipped = now, []
+
+    @contextlib.contextmanager
+    def watch(self, batch: Any) -> Iterator[None]:
+        """One timed step of the worker pipeline, around which the harness's case runs (ModelCase.step's ``watch``)."""
+        self.boundary()
         yield
-        p = window.read().predictions
-        self.record["steps"].append({"signatures": p.signatures, "compilations": p.compilations,
-                                     "cache_hits": p.cache_hits, "host_syncs": dict(p.host_syncs),
-                                     "inputs": shapes_of(batch)})
+        self.step(shapes_of(batch))
 
-    def finish(self, reading: Reading, profiled_step: Callable[[], Any]) -> None:
-        """The run's totals from the window around the timed run (read before any other run adds to the counts).
+    def finish(self, profiled_step: Callable[[], Any] | None = None, reading: Reading | None = None) -> None:
+        """The run's totals: op counts less the excluded spans; reasons, known issues, memory and compiled graphs from
+        ``reading`` (the worker's window around its timed run) or this recorder's own window.
 
         ``profiled_step``: one step of a fresh model, profiled when there are host fallbacks (for their share of
-        device-op time; the timed run is never profiled)."""
-        ops, compiled = reading.ops, reading.compiled
-        self.record.update(fallback_ops=dict(ops.fallback) if ops else {}, executed_calls=ops.executed if ops else 0,
-                           fallback_reasons=dict(reading.predictions.fallback_reasons) if reading.predictions else {},
-                           peak_bytes=reading.memory.bytes)
-        if reading.predictions and reading.predictions.known_issues is not None:
-            self.record["known_issues"] = [dict(i) for i in reading.predictions.known_issues]
+        device-op time; a timed run is never profiled)."""
+        reading = reading or self.window.read()
+        ops = self.window.counts().minus(self.opened, *self.all_skipped)
+        r, predictions = self.record, reading.predictions
+        r.read = True
+        r.fallback_ops = {k: n for k, n in ops.fallback.items() if n > 0}
+        r.executed_calls = ops.executed
+        r.fallback_reasons = {k: v for k, v in (predictions.fallback_reasons if predictions else {}).items()
+                              if k in r.fallback_ops}
+        r.peak_bytes = reading.memory.bytes
+        if predictions is not None and predictions.known_issues is not None:
+            r.known_issues = [dict(i) for i in predictions.known_issues]
+        module = self.window.module
+        seen = {*dict(module.get_executed_ops()), *dict(module.get_fallback_ops())} if self.window.tracks_ops else set()
+        r.random_ops = sorted(op for op in seen if any(name in op for name in RANDOM_OPS))
+        compiled = reading.compiled
         if compiled is not None and compiled.device_graphs is not None:
-            self.record["compile"] = {
-                "graph_breaks": [{"reason": reason, "count": n} for reason, n in compiled.counted_breaks.items()],
-                "graphs": [{k: g.get(k) for k in ("graph_name", "kind", "compile_id", "input_signature")}
-                           for g in compiled.device_graphs]}
-        if self.record["fallback_ops"]:
-            self.record["device_time_us"] = device_time(profiled_step, self.device)
+            r.compile = {"graph_breaks": [{"reason": reason, "count": n} for reason, n in compiled.counted_breaks.items()],
+                         "graphs": [{k: g.get(k) for k in ("graph_name", "kind", "compile_id", "input_signature")}
+                                    for g in compiled.device_graphs]}
+        if r.fallback_ops and profiled_step is not None:
+            r.device_time_us = device_time(profiled_step, self.device)
         self.write()
 
-    def failed(self, exc: BaseException | None, message: str) -> str:
-        """The failure's ``message`` for the runner: a placement error (recorded with its op and the user's line)
-        is the user's code mixing devices, a portability failure rather than a crash, and says so."""
+    def failed(self, exc: BaseException | None) -> Placement | None:
+        """Record a placement error (the user's code mixing devices: a portability failure, not a crash) with its op
+        and the user's line; None for any other failure."""
         placement = placement_of(exc) if exc is not None else None
-        if placement is None:
-            return message
-        self.record["placement"] = placement
-        self.write()
-        return (f"portability failure: {placement['op']} at {placement['file']}:{placement['line']} "
-                f"(`{placement['code']}`): {message}")
+        if placement is not None:
+            self.record.placement = placement
+            self.write()
+        return placement
 
     def write(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.record))
-        os.replace(tmp, self.path)
+        from torchferry.report.core import write_atomic
+
+        if self.path is not None:
+            write_atomic(self.path, json.dumps(self.record.to_dict()))
 
 
-def start(workdir: Path, device: Any, emulates: str | None) -> Recorder | None:
-    """The target's recorder when its device emulates another, else None. An earlier run's record in a reused
-    output folder goes either way, so that the runner never judges a record this run did not write."""
-    (workdir / RECORD).unlink(missing_ok=True)
-    return Recorder(workdir / RECORD, device) if emulates else None
+def portability_failure(placement: Placement, message: str) -> str:
+    """A failure's message when the user's code mixes devices: the op and the user's line first."""
+    return f"portability failure: {placement.op} at {placement.file}:{placement.line} (`{placement.code}`): {message}"
 
 
-def host_numerics_capture(case: ModelCase, model: Any, compile_backend: str | None, tensors: str) -> dict:
+def host_numerics_capture(case: ModelCase, model: Any, compile_backend: str | None, tensors: str) -> str:
     """The ``numerics`` role: the target's run and probe once more, in a process started with host numerics
     (64-bit values kept at 64 bits), saved to ``tensors``, so that ``explain_numerics`` can tell whether the
-    target's 32-bit narrowing explains a parity failure. ``model``: a fresh copy on the device."""
+    target's 32-bit narrowing explains a parity failure. ``model``: a fresh copy on the device. Returns the
+    numerics the device ran under."""
     from torchferry.device import numerics
 
     run, _ = case.run(case.timed(model, compile_backend))  # one process: compiled as the timed run was
     Capture(run=run, probe=case.probe()).save(tensors)
-    return {"numerics": numerics()}
+    return numerics()
 
 
 # -- judge (the runner) -----------------------------------------------------------------------
-def load(workdir: Path) -> dict | None:
-    """The target worker's rehearsal record, or None when the target is not an emulation."""
-    path = workdir / RECORD
-    return json.loads(path.read_text()) if path.is_file() else None
+def load(path: Path) -> RehearsalRecord | None:
+    """A recorder's record, or None when none was written (the target is not an emulation)."""
+    return RehearsalRecord.from_dict(json.loads(path.read_text())) if path.is_file() else None
 
 
-def needs_host_numerics(record: dict, parity: ParityResult) -> bool:
+def needs_host_numerics(record: RehearsalRecord, parity: ParityResult) -> bool:
     """Whether parity failed under the target's numerics, so that a rerun under host numerics can tell why."""
-    return record.get("numerics") == "target" and parity.status in (ParityStatus.FAIL_ACCURACY, ParityStatus.NON_FINITE)
+    return record.numerics == "target" and parity.status in (ParityStatus.FAIL_ACCURACY, ParityStatus.NON_FINITE)
 
 
 def explain_numerics(cfg: CheckConfig, ref: Capture, target: Capture, host: Capture) -> NumericsRehearsal:
     """Whether 64-bit narrowing explains the parity failure: the host-numerics rerun ``host`` against the
     reference, and the first module whose output narrowing changes (target vs host numerics)."""
     tol = cfg.tolerance
-    again = check_parity.judge(cfg.mode, tol, ref, host, None)
+    again = check_parity.judge(cfg.workload.mode, tol, ref, host, None)
     _, first = localise(host.probe.modules, target.probe.modules, ref.golden.probe.modules, tol.tol, tol.low_precision)
     explains = again.status == ParityStatus.PASS
     note = ("parity passes under host numerics: the target's 32-bit arithmetic on 64-bit values explains the failure"
@@ -245,13 +318,15 @@ def explain_numerics(cfg: CheckConfig, ref: Capture, target: Capture, host: Capt
                              first_diverging_module=first.name if first else None, note=note)
 
 
-def result(workdir: Path, cfg: CheckConfig, parity: ParityResult, ref: Capture | None = None,
+NOT_EMULATED = "the target does not emulate another device: nothing to rehearse"
+
+
+def result(record: RehearsalRecord | None, cfg: CheckConfig, parity: ParityResult, ref: Capture | None = None,
            target: Capture | None = None, rerun: Callable[[], Capture] | None = None) -> RehearsalResult:
     """The rehearsal result of this run (not-run when the target is no emulation). ``rerun`` runs the target
     under host numerics and returns its tensors; it is called only when parity failed under target numerics."""
-    record = load(workdir)
     if record is None:
-        return RehearsalResult(notes=["the target does not emulate another device: nothing to rehearse"])
+        return RehearsalResult(notes=[NOT_EMULATED])
     numerics = None
     if rerun is not None and ref is not None and target is not None and needs_host_numerics(record, parity):
         try:
@@ -261,15 +336,15 @@ def result(workdir: Path, cfg: CheckConfig, parity: ParityResult, ref: Capture |
     return judge(record, numerics)
 
 
-def judge(record: dict, numerics: NumericsRehearsal | None = None) -> RehearsalResult:
+def judge(record: RehearsalRecord, numerics: NumericsRehearsal | None = None) -> RehearsalResult:
     """The rehearsal result from the worker's record (and the host-numerics explanation, when one ran)."""
-    r = RehearsalResult(emulates=record.get("emulates", ""))
-    r.numerics = numerics or NumericsRehearsal(mode=record.get("numerics", ""))
+    r = RehearsalResult(emulates=record.emulates)
+    r.numerics = numerics or NumericsRehearsal(mode=record.numerics or "")
     _fallbacks(r, record)
     _known_issues(r, record)
-    _eager(r, record.get("steps", []))
-    if "compile" in record:
-        _compiled(r, record["compile"])
+    _eager(r, record.steps)
+    if record.compile is not None:
+        _compiled(r, record.compile)
     _memory(r, record)
     if r.numerics.explains:
         r.conditions.append(
@@ -277,26 +352,23 @@ def judge(record: dict, numerics: NumericsRehearsal | None = None) -> RehearsalR
             f"float64 as float32) and passes under host numerics; first module it changes: "
             f"{r.numerics.first_diverging_module or 'none named'}. Keep such values within 32 bits, or compute them "
             "on the host")
-    if "placement" in record:
-        p = record["placement"]
-        r.placement = Placement(op=p["op"], devices=p["devices"], argument=p["argument"], file=p["file"], line=p["line"],
-                                code=p["code"], message=p["message"])
+    r.placement = record.placement
     r.status = (RehearsalStatus.FAIL if r.placement else RehearsalStatus.CONDITIONS if r.conditions
                 else RehearsalStatus.CLEAN)
     return r
 
 
-def _fallbacks(r: RehearsalResult, record: dict) -> None:
-    ops: dict[str, int] = record.get("fallback_ops", {})
-    if "executed_calls" not in record:
+def _fallbacks(r: RehearsalResult, record: RehearsalRecord) -> None:
+    ops = record.fallback_ops
+    if not record.read:
         r.notes.append("the run ended before the op counts were read")
         return
     r.fallback_calls = sum(ops.values())
-    r.op_calls = record["executed_calls"] + r.fallback_calls
+    r.op_calls = record.executed_calls + r.fallback_calls
     r.fallback_share_of_calls = r.fallback_calls / r.op_calls if r.op_calls else 0.0
-    times: dict[str, float] | None = record.get("device_time_us")
+    times = record.device_time_us
     total = sum(times.values()) if times else 0.0
-    reasons = record.get("fallback_reasons", {})
+    reasons = record.fallback_reasons
     for op, calls in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0])):
         share_t = times.get(op + FALLBACK_MARK, 0.0) / total if times and total else None
         r.fallbacks.append(HostFallbackOp(op=op, calls=calls, share_of_calls=calls / r.op_calls, share_of_time=share_t,
@@ -316,9 +388,9 @@ def _fallbacks(r: RehearsalResult, record: dict) -> None:
 CONDITION_KINDS = ("fails", "slow")  # known-issue kinds that make a condition (see the module docstring)
 
 
-def _known_issues(r: RehearsalResult, record: dict) -> None:
+def _known_issues(r: RehearsalResult, record: RehearsalRecord) -> None:
     r.known_issues = [KnownIssueOp(op=k["op"], calls=k["calls"], kind=k["kind"], reason=k["reason"], scope=k["scope"],
-                                   source=k["source"]) for k in record.get("known_issues", [])]
+                                   source=k["source"]) for k in record.known_issues or []]
     hard = [k for k in r.known_issues if k.kind in CONDITION_KINDS]
     if hard:
         named = ", ".join(f"{k.op} x{k.calls} ({k.reason})" for k in hard[:SHOWN])
@@ -332,15 +404,15 @@ def _known_issues(r: RehearsalResult, record: dict) -> None:
                        f"{', '.join(soft)}")
 
 
-def _eager(r: RehearsalResult, steps: list[dict]) -> None:
+def _eager(r: RehearsalResult, steps: list[StepCounts]) -> None:
     if not steps:
         return
-    r.host_syncs_per_step = [s["host_syncs"] for s in steps]
-    r.signatures_step1 = steps[0]["signatures"]
-    r.new_signatures = [s["signatures"] for s in steps[1:]]
-    r.compilations = sum(s["compilations"] for s in steps)
-    r.cache_hits = sum(s["cache_hits"] for s in steps)
-    r.shape_changes = shape_changes([s["inputs"] for s in steps])
+    r.host_syncs_per_step = [s.host_syncs for s in steps]
+    r.signatures_step1 = steps[0].signatures
+    r.new_signatures = [s.signatures for s in steps[1:]]
+    r.compilations = sum(s.compilations for s in steps)
+    r.cache_hits = sum(s.cache_hits for s in steps)
+    r.shape_changes = shape_changes([s.inputs for s in steps])
     data_dependent: dict[str, int] = {}
     for syncs in r.host_syncs_per_step:
         for cause, n in syncs.items():
@@ -419,8 +491,8 @@ def _compiled(r: RehearsalResult, record: dict[str, Any]) -> None:
                                 "Pad inputs to a few fixed shapes (buckets): each graph is a compilation on the target")
 
 
-def _memory(r: RehearsalResult, record: dict) -> None:
-    peak, capacity = record.get("peak_bytes"), record.get("capacity_bytes")
+def _memory(r: RehearsalResult, record: RehearsalRecord) -> None:
+    peak, capacity = record.peak_bytes, record.capacity_bytes
     if peak is None or not capacity:
         return
     r.memory = {"peak_bytes": peak, "capacity_bytes": capacity, "share": peak / capacity}

@@ -8,10 +8,12 @@ must match the uninterrupted one (allclose at the parity tolerance; exact equali
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from torchferry.harness.case import ModelCase
+from torchferry.records import Record
 from torchferry.report.check import ResultStatus, ResumeResult
 
 FOLDER = "resume"  # under the run's work folder
@@ -20,6 +22,14 @@ FOLDER = "resume"  # under the run's work folder
 def checkpoint(workdir: Path) -> Path:
     """The mid-training checkpoint of a run whose work folder is ``workdir``."""
     return workdir / FOLDER / "checkpoint.pt"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resumed(Record):
+    """The resumed run: the step its checkpoint was saved after, and its losses from there."""
+
+    step: int
+    losses: list[float]
 
 
 # -- capture (the target's workers) --------------------------------------------------------------
@@ -32,8 +42,8 @@ def save(case: ModelCase, model: Any, opt: Any, step: int, workdir: Path) -> Non
     torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "rng": case.rng_state()}, path)
 
 
-def capture(case: ModelCase, workdir: Path) -> dict:
-    """Fresh process: load the mid-training checkpoint on the target and finish the run: {step, losses}."""
+def capture(case: ModelCase, workdir: Path) -> Resumed:
+    """Fresh process: load the mid-training checkpoint on the target and finish the run."""
     import torch
 
     ckpt = torch.load(checkpoint(workdir), map_location=case.device, weights_only=True)
@@ -42,13 +52,13 @@ def capture(case: ModelCase, workdir: Path) -> dict:
     opt = case.optimizer(model)
     opt.load_state_dict(ckpt["optimizer"])
     case.set_rng_state(ckpt["rng"])
-    return {"step": ckpt["step"], "losses": case.run(model, start=ckpt["step"], opt=opt)[0].losses}
+    return Resumed(step=ckpt["step"], losses=case.run(model, start=ckpt["step"], opt=opt)[0].losses)
 
 
 # -- judge (the parent) ---------------------------------------------------------------------------
-def judge(uninterrupted: list[float], resumed: dict, tol: float) -> ResumeResult:
-    step = resumed["step"]
-    expected, got = uninterrupted[step:], resumed["losses"]
+def judge(uninterrupted: list[float], resumed: Resumed, tol: float) -> ResumeResult:
+    step = resumed.step
+    expected, got = uninterrupted[step:], resumed.losses
     result = ResumeResult(saved_at_step=step, uninterrupted=expected, resumed=got)
     if len(expected) != len(got) or not got:
         result.status = ResultStatus.FAIL

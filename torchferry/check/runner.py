@@ -22,6 +22,7 @@ from pathlib import Path
 
 from torchferry.check import cost, exit as exit_mod, parity, rehearsal, resume, timing
 from torchferry.check.config import CheckConfig
+from torchferry.check.worker import WorkerJob, WorkerSummary
 from torchferry.errors import (
     DeviceOutOfMemoryError,
     DeviceUnavailableError,
@@ -129,10 +130,12 @@ RNG_DIFFERS = ("the target's generator draws other numbers than the reference's 
 
 
 class Runner:
-    """Fills ``report`` phase by phase; raises a FerryError (report kept) when a phase cannot go on."""
+    """The worker pipeline of a build() workload or a named model (check/lifecycle.py's ``Pipeline``): fills
+    ``report`` phase by phase; raises a FerryError (report kept) when a phase cannot go on."""
 
     def __init__(self, report: CheckReport, cfg: CheckConfig, note: Callable[[str], None]) -> None:
         self.report, self.cfg, self.note = report, cfg, note
+        self.source = cfg.workload
         self.workdir = cfg.workdir  # job files, worker logs, tensors and checkpoints
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.phase = "start"
@@ -141,7 +144,7 @@ class Runner:
 
     def progress(self, role: str, rank: int, message: str) -> None:
         device = self.cfg.ref if role == "ref" else self.cfg.target
-        ranks = f" rank {rank}" if role == "target" and self.cfg.world > 1 else ""
+        ranks = f" rank {rank}" if role == "target" and self.source.world > 1 else ""
         self.note(f"[{role}{ranks} {device}] {message}")
 
     def spawn(self, role: str, device: str) -> Group:
@@ -149,22 +152,23 @@ class Runner:
         job = self.workdir / f"job-{role}.json"
         tensors = self.workdir / f"{role}.pt"
         tensors.unlink(missing_ok=True)
-        job.write_text(json.dumps({"role": role, "device": device, "config": self.cfg.to_dict(),
-                                   "outdir": str(self.workdir), "tensors": str(tensors)}))
-        world = self.cfg.world if role == "target" else 1
+        job.write_text(json.dumps(WorkerJob(role=role, device=device, config=self.cfg, outdir=str(self.workdir),
+                                            tensors=str(tensors)).to_dict()))
+        src = self.source
+        world = src.world if role == "target" else 1
         if world == 1:
             argv, launcher = python_module(WORKER, str(job)), False
         else:
-            argv = [*launch.launcher_args(self.cfg.nproc, self.cfg.nnodes, self.cfg.rdzv_endpoint), "-m", WORKER, str(job)]
+            argv = [*launch.launcher_args(src.nproc, src.nnodes, src.rdzv_endpoint), "-m", WORKER, str(job)]
             launcher = True
-            if self.cfg.nnodes > 1:
-                self.note(f"target: waiting for {self.cfg.nnodes - 1} more node(s); on node K (1..{self.cfg.nnodes - 1}) "
-                          f"run: {launch.other_node_command(self.cfg.nproc, self.cfg.nnodes, self.cfg.rdzv_endpoint, WORKER, job)}")
+            if src.nnodes > 1:
+                self.note(f"target: waiting for {src.nnodes - 1} more node(s); on node K (1..{src.nnodes - 1}) "
+                          f"run: {launch.other_node_command(src.nproc, src.nnodes, src.rdzv_endpoint, WORKER, job)}")
         proc = WorkerProcess("reference" if role == "ref" else role, argv, self.workdir / f"{role}.log", env=worker_env(),
-                             cwd=self.workdir, ranks=range(self.cfg.nproc if launcher else 1), launcher=launcher,
+                             cwd=self.workdir, ranks=range(src.nproc if launcher else 1), launcher=launcher,
                              on_progress=lambda _label, rank, message: self.progress(role, rank, message))
         self.live.append(proc)
-        return Group(proc, device, self.cfg.nproc if launcher else 1, self.cfg.timeout)
+        return Group(proc, device, src.nproc if launcher else 1, self.cfg.timeout)
 
     def close_all(self) -> None:
         """Ask every worker still running to quit (their process groups are killed if they do not)."""
@@ -178,19 +182,18 @@ class Runner:
             proc.kill()
         self.live.clear()
 
-    def free_scratch(self) -> str:
-        """Remove this run's scratch tensors and checkpoints (work/*.pt, work/resume, work/exit), spent once the
-        workers are stopped, to make room on a full disk for the report; says what was removed."""
-        import shutil
+    def stop(self) -> None:
+        """The run is ending: stop every worker now (each phase's result is already in the report)."""
+        self.kill_all()
 
-        removed = [p for p in self.workdir.glob("*.pt")] + [p for p in (resume.checkpoint(self.workdir).parent,
-                                                                          exit_mod.folder(self.workdir)) if p.is_dir()]
-        for path in removed:
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
-        return ", ".join(str(p.relative_to(self.workdir.parent)) for p in removed) or "nothing to remove"
+    def scratch(self) -> list[Path]:
+        """This run's scratch tensors and checkpoints (work/*.pt, work/resume, work/exit), spent once the workers are
+        stopped."""
+        return [*self.workdir.glob("*.pt"), resume.checkpoint(self.workdir).parent, exit_mod.folder(self.workdir)]
 
     def run(self) -> None:
-        cfg = self.cfg
+        cfg, src = self.cfg, self.source
+        (self.workdir / rehearsal.RECORD).unlink(missing_ok=True)  # judge only a record this run wrote
         try:
             self.phase = "warm-up"
             self.warm()
@@ -198,31 +201,31 @@ class Runner:
             self.note(f"reference {cfg.ref}: starting")
             ref = self.spawn("ref", cfg.ref)
             self.check_split(ref.gather("batch", phase="reference setup")[0]["rows"])  # before its first step
-            ref_summary = ref.gather("result", phase="reference run")[0]["data"]
-            self.report.timing = timing.summarise(timing.device_timing(cfg.ref, ref_summary["timing"], []), None,
-                                                  cfg.warm_up)
+            ref_summary = WorkerSummary.from_dict(ref.gather("result", phase="reference run")[0]["data"])
+            self.report.timing = timing.summarise(timing.device_timing(cfg.ref, ref_summary.timing, []), None,
+                                                  src.warm_up)
             self.phase = "target"
-            world = cfg.world
+            world = src.world
             self.note(f"target {cfg.target}: starting" + (f" {world} DDP ranks" if world > 1 else ""))
             target = self.spawn("target", cfg.target)
             try:
-                target_events = target.gather("result", phase="target run")
+                target_summaries = [WorkerSummary.from_dict(e["data"]) for e in target.gather("result", phase="target run")]
             except (DeviceUnavailableError, DeviceOutOfMemoryError, UsageError, StepTimeoutError, OutputError):
                 raise  # errors that stop the run, not findings about the target
             except FerryError as error:  # the target fails where the reference ran: a finding
                 self.target_failed(error, ref_summary)
                 self.close_all()
                 return
-            target_summary = target_events[0]["data"]
-            self.set_timing(ref_summary, target_events, None)
+            target_summary = target_summaries[0]
+            self.set_timing(ref_summary, target_summaries, None)
             self.phase = "steady state"
             groups = {"ref": ref, "target": target}
             # an emulated target's times decide nothing: no rounds are added for them
-            steady = self.interleave(groups, extend=not target_summary["timing"].get("emulates"))
-            self.set_timing(ref_summary, target_events, steady)
-            if cfg.profile:
-                self.phase = "profile"
-                self.profile(groups, offset=self.rounds_run * cfg.reps)
+            steady = self.interleave(groups, extend=not target_summary.timing.emulates)
+            self.set_timing(ref_summary, target_summaries, steady)
+            if src.trace:
+                self.phase = "trace"
+                self.trace(groups, offset=self.rounds_run * src.reps)
         except BaseException:  # a timeout, Ctrl-C, a bug: stop every worker now, not after a grace period
             self.kill_all()
             raise
@@ -230,31 +233,32 @@ class Runner:
         self.phase = "parity"
         ref_tensors = self.load_tensors("ref")
         target_tensors = self.load_tensors("target")
-        self.report.parity = parity.judge(cfg.mode, cfg.tolerance, ref_tensors, target_tensors, ref_summary.get("determinism"))
-        if ref_summary.get("rng_draws") != target_summary.get("rng_draws"):
+        self.report.parity = parity.judge(src.mode, cfg.tolerance, ref_tensors, target_tensors, ref_summary.determinism)
+        if ref_summary.rng_draws != target_summary.rng_draws:
             self.report.parity.notes.append(RNG_DIFFERS)
         self.note(f"parity: {self.report.parity.status}")
         self.phase = "rehearsal"
-        self.report.rehearsal = rehearsal.result(self.workdir, cfg, self.report.parity, ref_tensors, target_tensors,
+        self.report.rehearsal = rehearsal.result(rehearsal.load(self.workdir / rehearsal.RECORD), cfg,
+                                                 self.report.parity, ref_tensors, target_tensors,
                                                  rerun=self.host_numerics_rerun)
         self.phase = "cost"
         self.report.cost = cost.estimate(self.report.timing, cfg.cost, load_prices(cfg.cost.prices))
         self.phase = "resume"
         self.check_resume(target_tensors)
         self.phase = "exit"
-        self.check_exit(target_summary["exit"], target_tensors.eval_outputs)
+        self.check_exit(target_summary.exit, target_tensors.eval_outputs)
         self.phase = "done"
 
     def warm(self) -> None:
         """Import and build everything once in a throwaway process, so that neither timed worker pays a cold page
         cache (the reference starts first and would pay it alone)."""
-        cfg = self.cfg
-        if not cfg.warm_up:
+        cfg, src = self.cfg, self.source
+        if not src.warm_up:
             self.note("warm-up: skipped (TORCHFERRY_CHECK_WARMUP=0)")
             return
         job = self.workdir / "job-warm.json"
-        job.write_text(json.dumps({"devices": [cfg.ref, cfg.target], "workload": cfg.workload,
-                                   "options": cfg.workload_options(), "source": cfg.workload_source}))
+        job.write_text(json.dumps({"devices": [cfg.ref, cfg.target], "workload": src.spec,
+                                   "options": src.workload_options(), "source": src.resolved}))
         started = time.monotonic()
         code = run_to_end(python_module(WARM, str(job)), self.workdir / "warm.log", timeout=cfg.timeout,
                           env=worker_env(), cwd=self.workdir)
@@ -278,45 +282,46 @@ class Runner:
     def check_split(self, rows: int | None) -> None:
         """The batch must split into equal shards over the target's ranks: checked when the reference worker has built
         its first batch (the workload's build() chooses its default size), before it runs a step."""
-        world = self.cfg.world
+        world = self.source.world
         if world > 1 and rows is not None and rows % world:
             raise UsageError(f"the batch size {rows} does not split into --nproc {world} equal shards. "
                              f"Pass a --batch-size that is a multiple of {world}.")
 
-    def set_timing(self, ref_summary: dict, target_events: list[dict], steady: dict | None) -> None:
-        cfg, flops = self.cfg, {"flops_per_step": ref_summary["timing"].get("flops_per_step")}
-        steady = steady or {"ref": [[]], "target": [[] for _ in target_events]}
-        target_summary = target_events[0]["data"]
-        world = cfg.world
+    def set_timing(self, ref_summary: WorkerSummary, targets: list[WorkerSummary], steady: dict | None) -> None:
+        cfg, src, flops = self.cfg, self.source, ref_summary.timing.flops_per_step
+        steady = steady or {"ref": [[]], "target": [[] for _ in targets]}
+        world = src.world
         self.report.timing = timing.summarise(
-            timing.device_timing(cfg.ref, ref_summary["timing"], steady["ref"][0]),
-            timing.device_timing(cfg.target, {**target_summary["timing"], **flops}, steady["target"][0],
-                                 rank=0 if world > 1 else None),
-            cfg.warm_up,
+            timing.device_timing(cfg.ref, ref_summary.timing, steady["ref"][0]),
+            timing.device_timing(cfg.target, targets[0].timing, steady["target"][0], rank=0 if world > 1 else None,
+                                 flops_per_step=flops),
+            src.warm_up, steps=src.steps,
         )
         if world > 1:
             self.report.timing.ranks = [
-                timing.device_timing(event["data"]["device"], {**event["data"]["timing"], **flops}, times, rank=rank)
-                for rank, (event, times) in enumerate(zip(target_events, steady["target"]))]
+                timing.device_timing(summary.device, summary.timing, times, rank=rank, flops_per_step=flops)
+                for rank, (summary, times) in enumerate(zip(targets, steady["target"]))]
             self.report.timing.notes.append(
                 f"target: DDP over {world} processes (torch.distributed.run), each on 1/{world} of every batch; its "
                 f"figures are rank 0's (ranks meet at every step's gradient all-reduce), each local rank's are listed")
         if not any(steady["ref"]):
             self.report.timing.status = TimingStatus.PARTIAL
-        elif self.rounds_run > cfg.rounds:
+        elif self.rounds_run > src.rounds:
             self.report.timing.notes.append(
-                f"steady state: the latest {cfg.rounds} of {self.rounds_run} interleaved rounds; rounds were added while "
-                f"the figures were unstable (--steady-budget {cfg.steady_budget:g} s)")
+                f"steady state: the latest {src.rounds} of {self.rounds_run} interleaved rounds; rounds were added while "
+                f"the figures were unstable (--steady-budget {src.steady_budget:g} s)")
 
-    def target_failed(self, error: FerryError, ref_summary: dict) -> None:
+    def target_failed(self, error: FerryError, ref_summary: WorkerSummary) -> None:
         """A target that fails where the reference ran is a finding (no-go), not a stopped run."""
         kind = ParityStatus.NON_FINITE if error.slug == "non-finite" else ParityStatus.FAIL_TO_RUN
         self.report.parity.status = kind
         self.report.parity.notes.append(str(error))
-        self.report.timing = timing.summarise(timing.device_timing(self.cfg.ref, ref_summary["timing"], []),
-                                              timing.device_timing(self.cfg.target, {}, []), self.cfg.warm_up)
+        self.report.timing = timing.summarise(timing.device_timing(self.cfg.ref, ref_summary.timing, []),
+                                              timing.device_timing(self.cfg.target, timing.StepFigures(), []),
+                                              self.source.warm_up, steps=self.source.steps)
         self.report.timing.status = TimingStatus.PARTIAL
-        self.report.rehearsal = rehearsal.result(self.workdir, self.cfg, self.report.parity)
+        self.report.rehearsal = rehearsal.result(rehearsal.load(self.workdir / rehearsal.RECORD), self.cfg,
+                                                 self.report.parity)
         self.report.failure = Failure(kind=error.slug, message=str(error), exit_status=3, phase=self.phase, finding=True,
                                       traceback=getattr(error, "user_traceback", None), log=str(self.workdir / "target.log"))
         self.note(f"target failed: {error}")
@@ -330,7 +335,7 @@ class Runner:
         otherwise keep the spread high for ever). Returns role -> rank -> rounds of times, the same rounds
         for every role; all ranks of a role step together. ``self.rounds_run`` counts every round run.
         """
-        cfg = self.cfg
+        cfg = self.source
         steady = {role: [[] for _ in range(group.ranks)] for role, group in groups.items()}
         self.note(f"steady state: {cfg.rounds} interleaved rounds x {cfg.reps} repetitions")
         order, r, deadline, last_s = list(groups), 0, None, 0.0
@@ -354,22 +359,22 @@ class Runner:
         self.rounds_run = r
         return {role: [rounds[-cfg.rounds:] for rounds in ranks] for role, ranks in steady.items()}
 
-    def profile(self, groups: dict[str, Group], offset: int) -> None:
-        """One torch.profiler trace per device over a few steps after the timed ones (--profile), whose batches
+    def trace(self, groups: dict[str, Group], offset: int) -> None:
+        """One torch.profiler trace per device over a few steps after the timed ones (--trace), whose batches
         start at ``offset`` (past the steady-state rounds')."""
         for role, group in groups.items():
             device = self.cfg.ref if role == "ref" else self.cfg.target
             path = Path(self.cfg.output) / f"trace-{role}-{device.replace(':', '')}.json"
-            group.proc.send(cmd="profile", path=str(path), offset=offset)
-            events = group.gather("profiled", phase=f"profile ({role})")
+            group.proc.send(cmd="trace", path=str(path), offset=offset)
+            events = group.gather("traced", phase=f"trace ({role})")
             timings = [self.report.timing.ref] if role == "ref" else ([self.report.timing.target] if not self.report.timing.ranks
                                                                       else self.report.timing.ranks)
             for t, event in zip(timings, events):
                 t.profile_trace = event["path"]
-            self.note(f"profile: {', '.join(e['path'] for e in events)}")
+            self.note(f"trace: {', '.join(e['path'] for e in events)}")
 
     def check_resume(self, target_tensors: Capture) -> None:
-        cfg = self.cfg
+        cfg = self.source
         if cfg.mode != Mode.TRAIN:
             self.report.resume.notes.append(f"resume applies to train; mode is {cfg.mode}")
             return
@@ -377,10 +382,10 @@ class Runner:
             self.report.resume.notes.append(f"resume needs --steps 2 or more (a checkpoint after step k, then the steps "
                                             f"after it); --steps {cfg.steps} leaves no step to resume")
             return
-        self.note(f"resume: fresh {cfg.target} process from the step-{cfg.resume_step} checkpoint")
-        worker = self.spawn("resume", cfg.target)
+        self.note(f"resume: fresh {self.cfg.target} process from the step-{cfg.resume_step} checkpoint")
+        worker = self.spawn("resume", self.cfg.target)
         try:
-            event = worker.gather("result", phase="resume")[0]
+            resumed = WorkerSummary.from_dict(worker.gather("result", phase="resume")[0]["data"]).resumed
         except (StepTimeoutError, DeviceUnavailableError, DeviceOutOfMemoryError, OutputError):
             raise
         except FerryError as error:
@@ -389,20 +394,15 @@ class Runner:
             return
         finally:
             self.kill_all()  # it has reported (or failed): nothing left to ask of it
-        self.report.resume = resume.judge(target_tensors.run.losses, event["data"]["resume"], cfg.tolerance.tol)
+        self.report.resume = resume.judge(target_tensors.run.losses, resumed, self.cfg.tolerance.tol)
         self.note(f"resume: {self.report.resume.status}")
 
-    def check_exit(self, target_exit: dict, eval_outputs: dict) -> None:
-        self.note(f"exit: reloading {len(target_exit['saved'])} formats on {self.cfg.ref} without torchferry")
+    def check_exit(self, formats: exit_mod.SavedFormats, eval_outputs: dict) -> None:
+        self.note(f"exit: reloading {len(formats.saved)} formats on {self.cfg.ref} without torchferry")
         try:
-            self.report.exit = exit_mod.check(self.workdir, target_exit["saved"], target_exit["architecture"], eval_outputs,
-                                              self.cfg)
+            self.report.exit = exit_mod.check(self.workdir, formats, eval_outputs, self.cfg)
         except (RuntimeError, StepTimeoutError) as exc:
             self.report.exit.status = ResultStatus.FAIL
             self.report.exit.notes.append(f"the exit loader failed: {exc}")
         self.note(f"exit: {self.report.exit.status}")
 
-
-def log_path(cfg: CheckConfig) -> Path:
-    """The run's own log: progress lines, and the traceback of an internal error."""
-    return cfg.workdir / "ferry.log"

@@ -17,18 +17,18 @@ are labelled so and never decide the time result.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import statistics
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
+from torchferry.harness.devices import Memory
 from torchferry.harness.protocol import T0_ENV
+from torchferry.harness.window import Compiled, Reading
+from torchferry.records import Record
 from torchferry.report.check import DeviceTiming, TimingResult, TimingStatus
-
-if TYPE_CHECKING:
-    from torchferry.harness.window import Compiled, Reading
 
 MAX_CV = 0.10  # pyperf's rule: a standard deviation above 10% of the mean makes a benchmark unstable
 MAX_ROUND_SPREAD = 0.10  # round medians further apart than 10% of the pooled median: load changed between rounds
@@ -74,6 +74,25 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
+@dataclass(kw_only=True)
+class StepFigures(Record):
+    """The wall-clock figures one worker (or one rank) measured, from the runner's clock just before the spawn, and
+    the measurement window around its timed run (``reading``: peak memory, op counts, compile figures)."""
+
+    python_start_s: float | None = None
+    import_s: float | None = None
+    load_s: float | None = None
+    first_call_s: float | None = None
+    cold_start_s: float | None = None
+    time_to_n_s: float | None = None
+    steps: list[float] = field(default_factory=list)
+    emulates: str | None = None
+    units_per_step: float = 0.0
+    unit: str = "tokens"
+    flops_per_step: float | None = None
+    reading: Reading | None = None
+
+
 class StepClock:
     """The capture half of the wall-clock figures, in the worker: times from the runner's clock just before the
     spawn (``T0_ENV``), less the time spent saving checkpoints inside the timed run (``excluded``), so that a
@@ -82,15 +101,15 @@ class StepClock:
     def __init__(self, process_start: float, steps: int) -> None:
         self.t0 = float(os.environ.get(T0_ENV, process_start))
         self.steps = steps
-        self.figures: dict[str, Any] = {"python_start_s": process_start - self.t0}
+        self.figures = StepFigures(python_start_s=process_start - self.t0)
         self.excluded_s = 0.0
 
     @contextlib.contextmanager
     def lap(self, key: str) -> Iterator[None]:
-        """The seconds this block takes, recorded as ``figures[key]`` (import, load)."""
+        """The seconds this block takes, recorded as the figure ``key`` (import_s, load_s)."""
         start = time.perf_counter()
         yield
-        self.figures[key] = time.perf_counter() - start
+        setattr(self.figures, key, time.perf_counter() - start)
 
     @contextlib.contextmanager
     def excluded(self) -> Iterator[None]:
@@ -103,17 +122,10 @@ class StepClock:
         """Record timed step ``index`` (its call took ``seconds``); the progress line after the first step."""
         now = time.time() - self.t0 - self.excluded_s
         if index == 0:
-            self.figures.update(first_call_s=seconds, cold_start_s=now)
+            self.figures.first_call_s, self.figures.cold_start_s = seconds, now
         if index + 1 == self.steps:
-            self.figures["time_to_n_s"] = now
+            self.figures.time_to_n_s = now
         return f"first result after {now:.1f} s (first call {seconds * 1e3:.0f} ms)" if index == 0 else None
-
-
-def captured(reading: Reading) -> dict[str, Any]:
-    """The capture half, in the worker: peak memory, op counts and compile figures of the timed run, from the
-    measurement window around it (``device_timing`` reads them back in the runner)."""
-    ops = {"fallback": dict(reading.ops.fallback), "executed_total": reading.ops.executed} if reading.ops else {}
-    return {"peak_memory": dataclasses.asdict(reading.memory), "ops": ops, "compile": _compile_figures(reading.compiled)}
 
 
 def _compile_figures(c: Compiled | None) -> dict[str, Any]:
@@ -136,22 +148,24 @@ def _compile_figures(c: Compiled | None) -> dict[str, Any]:
     return found
 
 
-def device_timing(device: str, worker_timing: dict, steady: list[list[float]], rank: int | None = None) -> DeviceTiming:
-    """A device's (or one rank's) timing from the worker's figures and the steady-state rounds run for it."""
+def device_timing(device: str, figures: StepFigures, steady: list[list[float]], rank: int | None = None,
+                  flops_per_step: float | None = None) -> DeviceTiming:
+    """A device's (or one rank's) timing from its worker's figures and the steady-state rounds run for it;
+    ``flops_per_step``: the reference's, where this worker did not count its own."""
     t = DeviceTiming(device=device, rank=rank)
-    for key in ("python_start_s", "import_s", "load_s", "first_call_s", "cold_start_s", "time_to_n_s", "flops_per_step",
-                "emulates"):
-        setattr(t, key, worker_timing.get(key))
-    t.steps = list(worker_timing.get("steps", []))
-    t.units_per_step = worker_timing.get("units_per_step", 0.0)
-    t.unit = worker_timing.get("unit", "tokens")
-    t.peak_memory = worker_timing.get("peak_memory", {})
-    t.compile = worker_timing.get("compile", {})
-    ops = worker_timing.get("ops") or {}
-    if ops:
-        t.fallback_ops = ops["fallback"]
-        total = ops.get("executed_total", 0) + sum(ops["fallback"].values())
-        t.fallback_share = sum(ops["fallback"].values()) / total if total else 0.0
+    for key in ("python_start_s", "import_s", "load_s", "first_call_s", "cold_start_s", "time_to_n_s", "emulates",
+                "units_per_step", "unit"):
+        setattr(t, key, getattr(figures, key))
+    t.flops_per_step = figures.flops_per_step if figures.flops_per_step is not None else flops_per_step
+    t.steps = list(figures.steps)
+    reading = figures.reading
+    if reading is not None:
+        t.peak_memory = reading.memory.to_dict()
+        t.compile = _compile_figures(reading.compiled)
+        if reading.ops is not None:
+            t.fallback_ops = dict(reading.ops.fallback)
+            total = reading.ops.executed + reading.ops.fallback_calls
+            t.fallback_share = reading.ops.fallback_calls / total if total else 0.0
     samples = [x for round_ in steady for x in round_]
     if samples:
         t.steady = {"median_s": statistics.median(samples), "p90_s": percentile(samples, 90),
@@ -162,12 +176,41 @@ def device_timing(device: str, worker_timing: dict, steady: list[list[float]], r
     return t
 
 
-def summarise(ref: DeviceTiming | None, target: DeviceTiming | None, warmed: bool = True) -> TimingResult:
+WARMUP_SHARE = 0.5  # a script's steady step is the median of the steps after this share of its run
+
+
+def script_timing(device: str, run_s: float | None, step_ends_s: list[float], peak: Memory | None,
+                  ops: tuple[int, dict[str, int]] | None, emulates: str | None) -> DeviceTiming:
+    """A script run's times, from its step ends (seconds from the spawn): to the first step, the warm-up, the steady
+    step (the median of the later steps) and the whole run; ``ops``: (executed, fallback by op) where the device
+    counts them."""
+    durations = [b - a for a, b in zip(step_ends_s, step_ends_s[1:])]
+    steady = durations[int(len(durations) * WARMUP_SHARE):] if durations else []
+    figures = StepFigures(cold_start_s=step_ends_s[0] if step_ends_s else None,
+                          time_to_n_s=step_ends_s[-1] if step_ends_s else None,
+                          first_call_s=durations[0] if durations else None, steps=durations, emulates=emulates,
+                          unit="steps", units_per_step=1.0)
+    t = device_timing(device, figures, [steady] if steady else [])
+    t.peak_memory = peak.to_dict() if peak is not None else {}
+    if ops is not None:
+        executed, fallback = ops
+        t.fallback_ops = fallback
+        total = executed + sum(fallback.values())
+        t.fallback_share = sum(fallback.values()) / total if total else 0.0
+    t.run_s = run_s
+    if steady:
+        median = statistics.median(steady)
+        t.warmup_s = sum(d - median for d in durations[: int(len(durations) * WARMUP_SHARE)] if d > median)
+    return t
+
+
+def summarise(ref: DeviceTiming | None, target: DeviceTiming | None, warmed: bool = True,
+              steps: int | None = None) -> TimingResult:
     """The timing result of both sides (either may be missing when the run stopped); ``warmed``: whether the warm-up
-    process ran before them (what the cold-start figures include)."""
+    process ran before them (what the cold-start figures include); ``steps``: the steps "time to N" covers."""
     status = TimingStatus.MEASURED if ref is not None and target is not None else (
         TimingStatus.PARTIAL if ref is not None or target is not None else TimingStatus.NOT_RUN)
-    result = TimingResult(status=status, ref=ref, target=target)
+    result = TimingResult(status=status, ref=ref, target=target, steps=steps)
     for role, t in (("ref", ref), ("target", target)):
         if t is not None and t.emulates:
             result.notes.append(f"{role} {t.device} emulates {t.emulates} on this host: its times are the cost of the "

@@ -50,12 +50,12 @@ def _timing(report: CheckReport) -> VerdictItem:
     unstable = [f"{role} {d.device}" for role, d in (("ref", t.ref), ("target", t.target)) if d.stability.get("stable") is False]
     conditions = [f"unstable steady state on {', '.join(unstable)} (see the warnings)"] if unstable else []
     if t.speedup_time_to_n is not None and t.speedup_time_to_n < 1:
-        conditions.append(f"target takes {1 / t.speedup_time_to_n:.2f}x the reference's time to {report.config['steps']} steps")
+        conditions.append(f"target takes {1 / t.speedup_time_to_n:.2f}x the reference's time to {report.timing.steps} steps")
     if t.target.fallback_ops:
         conditions.append(f"{sum(t.target.fallback_ops.values())} fallback op calls ({len(t.target.fallback_ops)} ops)")
     if conditions:
         return VerdictItem("time", CONDITIONS, "; ".join(conditions))
-    return VerdictItem("time", GO, f"time to {report.config['steps']} steps {t.target.time_to_n_s:.2f} s vs {t.ref.time_to_n_s:.2f} s")
+    return VerdictItem("time", GO, f"time to {report.timing.steps} steps {t.target.time_to_n_s:.2f} s vs {t.ref.time_to_n_s:.2f} s")
 
 
 def _resume(report: CheckReport) -> VerdictItem:

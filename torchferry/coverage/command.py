@@ -26,6 +26,7 @@ from torchferry import __version__
 from torchferry.coverage.job import DEFAULT_MEMORY_GIB
 from torchferry.env import Environment
 from torchferry.errors import UsageError
+from torchferry.harness import options
 from torchferry.status import ExitStatus
 
 
@@ -37,9 +38,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--configs", metavar="DIR",
                         help="a folder of config files, one row each, named by the file (<org>_<name>_config.json also "
                              "gives the model id), e.g. the vendor's tests/huggingface/configs/huggingface/CausalLM")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="let a config's repository code run (configs with an auto_map), as transformers' "
-                             "trust_remote_code; without it such a config is refused (skipped in a sweep)")
     parser.add_argument("--suite", default="causal-lm", metavar="NAME[,NAME...]|all",
                         help="model families: causal-lm, seq2seq, encoder, vision, diffusers; several comma-separated, "
                              "or all (default: causal-lm)")
@@ -51,19 +49,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated: forward, generate (greedy, static cache where supported), train; "
                              "ferry check's names (inference, generation, training) also work (default: every mode "
                              "the suite and the method have)")
-    parser.add_argument("--ref", default="cpu", help="reference device (default: cpu)")
-    parser.add_argument("--target", help="device to measure (default: as `ferry check`)")
-    parser.add_argument("--compile", metavar="BACKEND", help="torch.compile the target with this backend")
     parser.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
                         help="a Python file that registers custom architectures (imported in worker processes only)")
-    parser.add_argument("--tol", type=float, help="parity tolerance (default: per mode, docs/check/parity.md)")
-    parser.add_argument("--seed", type=int, default=1337, help="seed of weights and inputs (default: 1337)")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="architectures run in parallel (default: 1)")
-    parser.add_argument("--timeout", type=float, default=300, help="seconds per case (default: 300)")
     parser.add_argument("--memory-gb", type=float, default=DEFAULT_MEMORY_GIB,
                         help=f"address-space limit per worker process in GiB (default: {DEFAULT_MEMORY_GIB:g})")
-    parser.add_argument("-o", "--output", default="ferry-coverage",
-                        help="folder of the store (rows.jsonl) and reports (default: ./ferry-coverage)")
     parser.add_argument("--restart", action="store_true", help="discard the stored rows instead of resuming")
     parser.add_argument("--repair", action="store_true",
                         help="drop the store's corrupt lines (named when a run refuses it) and keep its good rows")
@@ -76,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shard", metavar="K/N",
                         help="run the K-th (1-based) of N cost-balanced parts of the selection, the same split on every "
                              "machine; combine the stores with `ferry coverage merge STORE...`")
-    parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    options.add_arguments(parser, "coverage")
     parser.epilog = ("`ferry coverage merge STORE...` (folders or rows.jsonl files of --shard runs) writes one report to "
                      "--output; stores measured with other settings or in another environment are refused.")
 
@@ -245,6 +235,7 @@ def merge(args: argparse.Namespace, env: Environment) -> ExitStatus:
 
     meta = new_meta(FORMAT, FORMAT_VERSION, getattr(args, "_argv", ()))
     started = time.perf_counter()
+    options.apply_defaults(args, "coverage")
     paths = list(dict.fromkeys(_store_file(g) for g in args.archs[1:]))
     if not paths:
         raise UsageError("no store to merge given. Pass the --output folders of the --shard runs: "

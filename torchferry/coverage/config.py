@@ -21,7 +21,7 @@ from typing import Any
 
 from torchferry.coverage.job import CoverageJob
 from torchferry.errors import UsageError
-from torchferry.harness import bounds
+from torchferry.harness import bounds, options
 from torchferry.harness.modes import Mode, parse_mode
 from torchferry.report.coverage import Category
 
@@ -104,9 +104,9 @@ class CoverageConfig:
             raise UsageError(f"--method {method.name} applies to the {', '.join(method.suites)} suite only (it is the "
                              f"vendor's own sweep); got --suite {','.join(names)}.")
         modes = _modes(args.modes, [suites.get(n) for n in names], method)
-        bounds.check_all({"--jobs": (args.jobs, bounds.COUNT), "--timeout": (args.timeout, bounds.SECONDS),
-                          "--memory-gb": (args.memory_gb, bounds.POSITIVE), "--tol": (args.tol, bounds.POSITIVE),
-                          "--seed": (args.seed, bounds.SEED)})
+        options.apply_defaults(args, "coverage")
+        options.check_values(args, "coverage")
+        bounds.check_all({"--jobs": (args.jobs, bounds.COUNT), "--memory-gb": (args.memory_gb, bounds.POSITIVE)})
         target = args.target or devices.default_target()[0]
         for name in (args.ref, target):
             devices.check_usable(name)

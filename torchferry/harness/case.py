@@ -6,7 +6,7 @@ here, once:
 
 - copies: ``fresh`` (a deep copy of the pristine CPU model on a device, in eval mode for inference, and
   in float64 for the golden run) and ``moved`` (inputs on a device, floating tensors cast for float64);
-- outputs: ``flatten`` (a model output's tensors by name) and ``to_cpu``;
+- outputs: ``flatten`` (a model output's tensors by name, torchferry.harness.portable) and ``to_cpu``;
 - per-module probes: ``probe_modules`` (the first floating output of every module, in execution order),
   what the parity rule localises a divergence with (torchferry.harness.parity.localise);
 - generation: ``static_cache`` (whether a model takes ``cache_implementation="static"``);
@@ -43,28 +43,12 @@ from typing import Any
 from torchferry.errors import NonFiniteError, UsageError
 from torchferry.harness import devices
 from torchferry.harness.modes import Mode
+from torchferry.harness.portable import flatten
 
 
 def floating(x: Any) -> bool:
     """Whether ``x`` is a floating-point tensor (what the parity rule compares)."""
     return hasattr(x, "is_floating_point") and x.is_floating_point()
-
-
-def flatten(output: Any, prefix: str = "") -> dict:
-    """The tensors of a model output, by name: ModelOutput/dict keys, tuple indices, or `output`."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return {prefix or "output": output}
-    items = output.items() if hasattr(output, "items") else enumerate(output) if isinstance(output, (tuple, list)) else []
-    found = {}
-    for key, value in items:
-        name = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, torch.Tensor):
-            found[name] = value
-        elif isinstance(value, (tuple, list, dict)) and not prefix:
-            found.update(flatten(value, name))
-    return found
 
 
 def to_cpu(tensors: dict) -> dict:

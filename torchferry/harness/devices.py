@@ -22,7 +22,8 @@ from torchferry.records import Record
 
 # device type -> packages that can register it, in order of preference: a real backend
 # first, then torchferry's built-in device (whose `enable()` registers PrivateUse1).
-BACKEND_PROVIDERS: dict[str, tuple[str, ...]] = {"neuron": ("torch_neuronx", "torchferry.device")}
+BUILTIN_PROVIDER = "torchferry.device"  # torchferry's own device package
+BACKEND_PROVIDERS: dict[str, tuple[str, ...]] = {"neuron": ("torch_neuronx", BUILTIN_PROVIDER)}
 
 
 def builtin_device_present() -> bool:
@@ -208,3 +209,14 @@ def emulates(device: Any) -> str | None:
         return None
     props = properties(device)
     return str(getattr(props, "profile", None) or device.type) if getattr(props, "is_host_emulation", False) else None
+
+
+def builtin_emulation(device: str) -> str | None:
+    """What ``device`` emulates when it is to be torchferry's built-in device here (no real backend installed),
+    else None. Asks the provider table and the device package's own test, registering nothing."""
+    from torchferry.device import real_neuron_installed  # not find_spec: the stand-in answers that
+
+    providers = BACKEND_PROVIDERS.get(device.split(":")[0], ())
+    if BUILTIN_PROVIDER in providers and not real_neuron_installed() and builtin_device_present():
+        return f"{device.split(':')[0]} (built-in emulation)"
+    return None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchferry.harness.modes import Mode
+from torchferry.records import Record
 from torchferry.report.comparison import Comparison, ComparisonStatus
 
 # (mode, dtype) -> tol, from the HuggingFace suite of the dynamo benchmarks (inference 1e-3,
@@ -34,7 +35,7 @@ MULTIPLIERS = "2 (float32); 3 (bfloat16/float16, numel < 1000 or tol >= 2e-2)"
 
 
 @dataclass(frozen=True, kw_only=True)
-class Tolerance:
+class Tolerance(Record):
     """The parity tolerance of one run: its value, where it came from, and the precision it applies to."""
 
     tol: float
@@ -51,7 +52,8 @@ class Tolerance:
             return cls(tol=float(override), source="--tol", dtype=dtype)
         return cls(tol=TOLERANCES[(Mode(mode), dtype)], source=f"default for ({Mode(mode).value}, {dtype})", dtype=dtype)
 
-    def to_dict(self) -> dict:
+    def described(self) -> dict:
+        """The tolerance as a report states it: its value and source, and the rule and multipliers it is used in."""
         return {"tol": self.tol, "source": self.source, "dtype": self.dtype, "rule": RULE, "multiplier": MULTIPLIERS}
 
 

@@ -198,10 +198,10 @@ class Window:
         self.backend = compile_backend
         self.reading: Reading | None = None
         self.profile = emulates(device)
-        self._tracks_ops = all(callable(getattr(self.module, n, None))
+        self.tracks_ops = all(callable(getattr(self.module, n, None))
                                for n in ("get_fallback_ops", "get_executed_ops", "clear_op_tracking"))
         if clear:
-            if self._tracks_ops:
+            if self.tracks_ops:
                 self.module.clear_op_tracking()
             reset = getattr(self.module, "reset_peak_memory_stats", None)
             if callable(reset):
@@ -246,7 +246,7 @@ class Window:
 
     # -- the parts -------------------------------------------------------------------------
     def _op_counts(self) -> tuple[int, dict[str, int]] | None:
-        if not self._tracks_ops:
+        if not self.tracks_ops:
             return None
         return sum(dict(self.module.get_executed_ops()).values()), dict(self.module.get_fallback_ops())
 

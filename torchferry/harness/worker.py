@@ -110,6 +110,19 @@ def user_traceback(exc: BaseException) -> str:
             + "".join(traceback.format_exception_only(type(exc), exc)))
 
 
+def user_frame(tb: Any) -> traceback.FrameSummary | None:
+    """The innermost frame of a traceback in the user's code: outside torch, torchferry, the standard library and
+    installed packages (else the innermost outside torch and torchferry, e.g. a library's model code)."""
+    import sysconfig
+
+    torch = sys.modules.get("torch")
+    ours = tuple(p for p in (str(Path(torch.__file__).parent) if torch else "", PACKAGE.rstrip(os.sep)) if p)
+    installed = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    frames = [f for f in traceback.extract_tb(tb) if not f.filename.startswith(ours + ("<",))]
+    own = [f for f in frames if not f.filename.startswith(installed)]
+    return (own or frames or [None])[-1]
+
+
 def run_case(fn: Callable[[], Any]) -> Outcome:
     """Run ``fn``; any exception (Ctrl-C included) becomes an Outcome with its slug, never escapes."""
     start = time.perf_counter()

@@ -2,8 +2,8 @@
 
     ferry plan --size 8b                         # Llama-3-8B, FSDP2 over trn2.48xlarge's 64 logical cores
     ferry plan --size 70b --tp 4 --checkpointing on
-    ferry plan --size 8b --search --reference p5.48xlarge
-    ferry plan --config small.json --world 2 --validate   # prediction vs the built-in device's measured peak
+    ferry plan --size 8b --search --ref-instance p5.48xlarge
+    ferry plan -w small.json --world 2 --validate   # prediction vs the built-in device's measured peak
 
 Every option is checked before anything is traced. Light at import: torch is imported inside ``run``.
 """
@@ -17,54 +17,38 @@ from typing import TYPE_CHECKING
 
 from torchferry.env import Environment
 from torchferry.errors import FerryError, UsageError
-from torchferry.harness import bounds
+from torchferry.harness import bounds, options
 from torchferry.status import ExitStatus
 
 if TYPE_CHECKING:
     from torchferry.plan.workload import ModelSpec
     from torchferry.report.plan import Layout, Peaks, PlanReport
 
-DEFAULT_SEQ_LEN = 4096
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from torchferry.plan.layout import CHECKPOINTING, OPTIMIZERS, PRECISIONS
-    from torchferry.plan.workload import LLAMA_SIZES
+    from torchferry.plan.layout import CHECKPOINTING, OPTIMIZERS
 
     m = parser.add_argument_group("model (one of)")
-    m.add_argument("--size", help=f"built-in Llama shape at full size: {', '.join(LLAMA_SIZES)} (default: 8b)")
-    m.add_argument("--config", metavar="MODEL",
-                   help="a transformers model: a config.json or a folder holding one, a model type (llama), or a Hub id "
-                        "org/name[@revision] (only its config is fetched; random weights on the meta device)")
-    m.add_argument("--trust-remote-code", action="store_true",
-                   help="let the config's repository code build the model (configs with an auto_map), as transformers' "
-                        "trust_remote_code; refused without it")
-    m.add_argument("-w", "--workload", metavar="SPEC", help="a workload spec: path/to/file.py:build or package.module:build")
     lay = parser.add_argument_group("layout")
     lay.add_argument("--world", type=int, help="ranks, one per logical core (default: the instance's accelerators)")
     lay.add_argument("--fsdp", type=int, help="FSDP2 sharding degree (default: world / tp)")
     lay.add_argument("--tp", type=int, help="tensor-parallel degree (default: world / fsdp, else 1)")
     lay.add_argument("--checkpointing", default="off", help=f"activation checkpointing: {', '.join(CHECKPOINTING)} (default: off)")
     lay.add_argument("--micro-batch", type=int, help="sequences per data-parallel rank per step (default: 1)")
-    lay.add_argument("--batch", type=int, help="global batch in sequences; must split over the FSDP ranks")
-    lay.add_argument("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"tokens per sequence (default: {DEFAULT_SEQ_LEN})")
-    lay.add_argument("--precision", default="bf16-mixed", help=f"{', '.join(PRECISIONS)} (default: bf16-mixed)")
     lay.add_argument("--optimizer", default="adamw", help=f"{', '.join(OPTIMIZERS)} (default: adamw)")
     lay.add_argument("--search", action="store_true",
                      help="try FSDP x TP 1, 2, 4, each without and with checkpointing; rank those that fit by step time")
     t = parser.add_argument_group("target")
-    t.add_argument("--instance", help="price-table instance of the target (default: the table's for neuron, trn2.48xlarge)")
     t.add_argument("--capacity", help="memory per logical core, e.g. 24GiB (default: the device profile's)")
-    t.add_argument("--profile", default="trn2", help="device profile giving the capacity (default: trn2)")
-    t.add_argument("--prices", metavar="FILE", help="TOML price table merged over the shipped one")
-    t.add_argument("--reference", metavar="INSTANCE", help="also bound time and cost on this instance, e.g. p5.48xlarge")
     v = parser.add_argument_group("validation")
     v.add_argument("--validate", action="store_true",
                    help="run the layout on the built-in device (world processes here, small configs) and report the "
                         "prediction's error against the measured peak")
     o = parser.add_argument_group("output")
-    o.add_argument("-o", "--output", default="ferry-plan", help="report folder (default: ./ferry-plan)")
-    o.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    options.add_arguments(parser, "plan", {"workload": m, "size": m, "trust_remote_code": m, "batch_size": lay,
+                                           "seq_len": lay, "precision": lay, "devices": t, "cost": t,
+                                           "output": o})
 
 
 # The trace cuts every parameter into one FSDP shard per rank on a fake process group, so its time grows with the
@@ -95,28 +79,30 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.report.core import ensure_writable
 
     started = time.monotonic()
-    model = resolve(args.size, args.config, args.workload, args.trust_remote_code)
+    options.apply_defaults(args, "plan")
+    options.check_values(args, "plan")
+    model = resolve(args.size, args.workload, args.trust_remote_code)
     table = load_prices(args.prices)
-    instance = args.instance or table.get("devices", {}).get("neuron")
+    instance = args.target_instance or table.get("devices", {}).get("neuron")
     if instance not in table["instances"]:
-        raise UsageError(f"--instance {instance!r} is not in the price table. Valid: {', '.join(sorted(table['instances']))}; "
-                         "add it with --prices FILE.")
+        raise UsageError(f"--target-instance {instance!r} is not in the price table. Valid: "
+                         f"{', '.join(sorted(table['instances']))}; add it with --prices FILE.")
     bounds.check_all({"--world": (args.world, WORLD), **{f"--{n.replace('_', '-')}": (getattr(args, n), bounds.COUNT)
-                                                         for n in ("fsdp", "tp", "micro_batch", "batch", "seq_len")}})
+                                                         for n in ("fsdp", "tp", "micro_batch")}})
     world = args.world if args.world is not None else table["instances"][instance].get("accelerators", 1)
-    layout = make_layout(world, args.fsdp, args.tp, args.checkpointing, args.micro_batch, args.batch, args.seq_len,
+    layout = make_layout(world, args.fsdp, args.tp, args.checkpointing, args.micro_batch, args.batch_size, args.seq_len,
                          args.precision, args.optimizer)
     check_model_fits_tp(layout, model.shape())
     capacity = _capacity(args)
     dtype = compute_dtype(layout.precision)
     target = peaks(table, instance, dtype)
-    reference = peaks(table, args.reference, dtype, need_links=False) if args.reference else None
+    reference = peaks(table, args.ref_instance, dtype, need_links=False) if args.ref_instance else None
     if args.validate:
         from torchferry.plan.validate import MAX_RANKS
 
         if layout.world > MAX_RANKS:
             raise UsageError(f"--validate starts one process per rank here: --world {layout.world} is too many. Validate "
-                             f"a small config with --world 2 to {MAX_RANKS} (e.g. --config small.json --world 2).")
+                             f"a small config with --world 2 to {MAX_RANKS} (e.g. -w small.json --world 2).")
     candidates, skipped = search_layouts(layout, model.shape()) if args.search else ([layout], [])
     if not candidates:
         raise UsageError(f"--search found no layout for {layout.world} ranks: {'; '.join(skipped)}.")

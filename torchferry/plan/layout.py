@@ -34,7 +34,7 @@ def make_layout(world: int, fsdp: int | None, tp: int | None, checkpointing: str
                 batch: int | None, seq_len: int, precision: str, optimizer: str) -> Layout:
     """The layout the options describe, or a UsageError saying which value is wrong and what would do."""
     for name, value in (("--world", world), ("--fsdp", fsdp), ("--tp", tp), ("--micro-batch", micro_batch),
-                        ("--batch", batch), ("--seq-len", seq_len)):
+                        ("--batch-size", batch), ("--seq-len", seq_len)):
         if value is not None and value < 1:
             raise UsageError(f"{name} must be at least 1 (got {value}).")
     if checkpointing not in CHECKPOINTING:
@@ -53,7 +53,7 @@ def make_layout(world: int, fsdp: int | None, tp: int | None, checkpointing: str
         raise UsageError(f"world size {world} does not factor into FSDP {fsdp or '?'} x TP {tp or '?'}. "
                          f"Valid FSDP x TP for {world} ranks: {factor_pairs(world)}.")
     if batch is not None and micro_batch is not None:
-        raise UsageError("--batch (global) and --micro-batch (per rank) both set the batch; give one.")
+        raise UsageError("--batch-size (global) and --micro-batch (per rank) both set the batch; give one.")
     if batch is not None:
         if batch % fsdp:
             near = sorted({max(fsdp, batch // fsdp * fsdp), (batch // fsdp + 1) * fsdp})

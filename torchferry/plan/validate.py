@@ -68,7 +68,7 @@ def measure(model: ModelSpec, layout: Layout) -> list[dict]:
     """Per-rank peaks of the second step, measured on the built-in device in ``layout.world`` processes."""
     if layout.world > MAX_RANKS:
         raise UsageError(f"--validate: world {layout.world} would start {layout.world} processes here; "
-                         f"validate at small scale (--world 2 to {MAX_RANKS}) with a small --config.")
+                         f"validate at small scale (--world 2 to {MAX_RANKS}) with a small config (-w small.json).")
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="ferry-plan-validate-") as out:

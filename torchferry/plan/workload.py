@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from torchferry.errors import UsageError
+from torchferry.workloads import BUILTIN
 
 LLAMA_SIZES: dict[str, dict[str, Any]] = {
     "1b": {"name": "Llama-3.2-1B", "source": "https://huggingface.co/meta-llama/Llama-3.2-1B/blob/main/config.json",
@@ -55,14 +56,14 @@ class ModelSpec:
         return {"kind": self.kind, "name": self.name, "source": self.source, "shape": self.shape(), "spec": self.spec}
 
 
-def resolve(size: str | None, config: str | None, workload: str | None, trust_remote_code: bool = False) -> ModelSpec:
-    """The one model the user named, checked without building anything (``--config``: any form of
-    torchferry.workloads.model_source but a built-in name; a Hub id's config is fetched, nothing else)."""
-    given = [flag for flag, value in (("--size", size), ("--config", config), ("--workload", workload)) if value]
-    if len(given) > 1:
-        raise UsageError(f"{' and '.join(given)} both name the model; give one of --size, --config, --workload.")
-    if config:
-        return _from_model_source(config, trust_remote_code)
+def resolve(size: str | None, workload: str | None, trust_remote_code: bool = False) -> ModelSpec:
+    """The one model the user named, checked without building anything: ``-w`` takes what `ferry check -w` takes,
+    a build() workload (a built-in name, ``file.py:build``, ``package.module:build``) or a model by name (any form of
+    torchferry.workloads.model_source: a Hub id's config is fetched, nothing else); ``--size`` a built-in Llama shape."""
+    if size and workload:
+        raise UsageError("--size and -w both name the model; give one of them.")
+    if workload and workload not in BUILTIN and ":" not in workload:
+        return _from_model_source(workload, trust_remote_code)
     if workload:
         from torchferry.workloads.protocol import resolve_source
 
@@ -71,7 +72,7 @@ def resolve(size: str | None, config: str | None, workload: str | None, trust_re
     size = size or "8b"
     if size not in LLAMA_SIZES:
         raise UsageError(f"unknown --size {size!r}. Valid: {', '.join(LLAMA_SIZES)}; or pass a transformers "
-                         "config with --config FILE.json, or a workload with --workload path/to/file.py:build.")
+                         "config with -w FILE.json, or a workload with -w path/to/file.py:build.")
     entry = LLAMA_SIZES[size]
     return ModelSpec(kind="builtin", name=entry["name"], source=entry["source"], config=dict(entry["config"]))
 

@@ -30,6 +30,12 @@ in docs/check/report-format.md) on every incompatible change.
   (`ferry check -- COMMAND`, an unchanged script); ``parity.grad_norm_curve`` (per-step gradient
   norms, scripts); device timing ``run_s`` (process start to exit) and ``warmup_s`` (time the early
   steps took above the steady step).
+- 8: one ``config`` shape for every source (check/config.py ``CheckConfig``): the common fields and
+  ``source``, a build() workload or named model (``kind`` workload|model, ``spec``, ``mode``, ``dtype``,
+  ``steps``, ...) or a script (``kind`` script, ``command``, ``steps_limit``, ``emulates``); ``subject``
+  (the report's first line); ``workload`` is gone: a script's facts are ``script`` (``seeded``,
+  ``optimizer_steps``, ``backward_calls``, ``losses``, ``stopped``, ``scan_findings``); ``timing.steps``
+  (the N of "time to N steps"); ``--profile`` is ``--trace``, ``--dtype`` is ``--precision``.
 """
 
 from __future__ import annotations
@@ -39,10 +45,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from torchferry.records import Record
 from torchferry.report.comparison import Comparison
 from torchferry.report.meta import Failure, Meta
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 FORMAT = "torchferry.check"
 
 
@@ -127,6 +134,7 @@ class DeviceTiming:
 @dataclass
 class TimingResult:
     status: TimingStatus = TimingStatus.NOT_RUN
+    steps: int | None = None  # the steps the "time to N steps" headline covers (N)
     ref: DeviceTiming | None = None
     target: DeviceTiming | None = None
     speedup_time_to_n: float | None = None  # ref / target: > 1 means the target is faster
@@ -227,7 +235,7 @@ class NumericsRehearsal:
 
 
 @dataclass
-class Placement:
+class Placement(Record):
     """A placement error the device raised: the op, the devices, and the user's line."""
 
     op: str
@@ -293,11 +301,26 @@ class NextAction:
 
 
 @dataclass
+class ScriptFacts:
+    """What an unchanged script's reference run showed about the script itself: who seeded it, what it counted, how it
+    stopped, and `ferry scan`'s findings of its lines that name CUDA (reported, not a stop: a branch only CUDA takes
+    runs unchanged elsewhere)."""
+
+    seeded: str = ""
+    optimizer_steps: int = 0
+    backward_calls: int = 0
+    losses: int = 0
+    stopped: str | None = None
+    scan_findings: list[dict] = field(default_factory=list)
+
+
+@dataclass
 class CheckReport:
     meta: Meta
     environment: dict
-    config: dict  # the resolved CheckConfig, as written into the report
-    workload: dict = field(default_factory=lambda: {"kind": "build"})  # build() workload, or an unchanged script
+    config: dict  # the resolved CheckConfig (check/config.py), as written into the report
+    subject: str = ""  # what ran, from where to where: the report's first line
+    script: ScriptFacts | None = None  # an unchanged script's facts (None for a build() workload or a named model)
     parity: ParityResult = field(default_factory=ParityResult)
     timing: TimingResult = field(default_factory=TimingResult)
     resume: ResumeResult = field(default_factory=ResumeResult)

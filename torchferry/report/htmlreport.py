@@ -15,7 +15,6 @@ from torchferry.report.check import CheckReport
 from torchferry.report.comparison import describe, ratio
 from torchferry.report import svg
 from torchferry.report.page import page
-from torchferry.report.text import money
 
 STYLE = (".go{color:#1a7f37} .no-go{color:#cf222e} .go-with-conditions{color:#9a6700} .not-run{color:#777} "
          ".verdict{font-size:1.4em;margin:.3em 0} #next-actions li{margin:.25em 0} details summary{cursor:pointer}")
@@ -101,15 +100,15 @@ def _timing(r: CheckReport) -> str:
         return section("timing", "Full time", "<p>Not measured.</p>", notes(t.notes))
     from torchferry.report.text import _timing_rows, rank_table, side, speedup_line, traces
 
-    rows = [list(row) for row in _timing_rows(t.ref, t.target, r.config["steps"])]
+    rows = [list(row) for row in _timing_rows(t.ref, t.target, t.steps)]
     sides = [(role, d) for role, d in (("ref", t.ref), ("target", t.target)) if d is not None]
     warm = svg.line_chart("warmup", "Warm-up curve (per-step time, synchronised)",
                           {f"{role} {d.device}": [s * 1e3 for s in d.steps] for role, d in sides}, "step", "ms")
-    time_bars = svg.bar_chart("time-to-n", f"Time to {r.config['steps']} steps from process start",
+    time_bars = svg.bar_chart("time-to-n", f"Time to {t.steps} steps from process start" if t.steps else "Time to the last step from process start",
                               [(f"{role} {d.device}", d.time_to_n_s) for role, d in sides], "s")
     ranks = ""
     if t.ranks:
-        ranks = f'<h3 id="ranks">Target per rank ({len(t.ranks)} DDP processes)</h3>' + table(*rank_table(t.ranks, r.config["steps"]))
+        ranks = f'<h3 id="ranks">Target per rank ({len(t.ranks)} DDP processes)</h3>' + table(*rank_table(t.ranks, t.steps))
     header = ["", side("ref", t.ref), side("target", t.target)]
     warnings = "".join(f'<p class="no-go timing-warning">Warning: {escape(w)}</p>' for w in t.warnings)
     speedup = f"<p>{escape(line)}</p>" if (line := speedup_line(t)) else ""
@@ -204,6 +203,12 @@ def _next_actions(r: CheckReport) -> str:
                    f"<p>None listed: the verdict is {escape(r.verdict)} (see the verdict per result).</p>")
 
 
+def _options(cfg: dict) -> list[tuple[str, object]]:
+    """The configuration as (option, value) rows: the common fields, then the source's own."""
+    source = cfg.get("source", {})
+    return [(k, v) for k, v in cfg.items() if k != "source"] + [(f"source.{k}", v) for k, v in source.items()]
+
+
 def render(report: CheckReport) -> str:
     """Verdict, next actions, the result that decides (the rehearsal for an emulated target, the time for a real
     one), the verdict per result, then the details."""
@@ -220,8 +225,8 @@ def render(report: CheckReport) -> str:
         failure, _next_actions(report), deciding, section("verdicts", "Verdict per result", verdicts),
         _parity(report), other, _resume_exit(report), _cost(report),
         section("environment", "Environment and configuration", table(["", ""], env_rows),
-                table(["option", "value"], [[k, str(v)] for k, v in cfg.items()])),
+                table(["option", "value"], [[k, str(v)] for k, v in _options(cfg)])),
     ])
-    title = f"{cfg['workload']} {cfg['mode']} {cfg['ref']} -> {cfg['target']}"
+    title = report.subject
     verdict = f'<p class="verdict {escape(report.verdict)}" id="verdict"><strong>Verdict: {escape(report.verdict)}</strong></p>'
     return page("check", title, verdict + "\n" + body, style=STYLE)

@@ -28,19 +28,19 @@ def steady(t: DeviceTiming) -> str:
     return f"{seconds(t.steady.get('median_s'))} / {seconds(t.steady.get('p90_s'))}" if t.steady else "-"
 
 
-def rank_table(ranks: list[DeviceTiming], steps: int) -> tuple[list[str], list[list[str]]]:
+def rank_table(ranks: list[DeviceTiming], steps: int | None) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the per-rank timings (``--nproc`` > 1)."""
     header = ["rank", "device", f"time to {steps} steps", "first call", "steady median / p90"]
     return header, [[str(t.rank), t.device, seconds(t.time_to_n_s), seconds(t.first_call_s), steady(t)] for t in ranks]
 
 
-def _timing_rows(ref: DeviceTiming | None, target: DeviceTiming | None, steps: int) -> list[tuple[str, str, str]]:
+def _timing_rows(ref: DeviceTiming | None, target: DeviceTiming | None, steps: int | None) -> list[tuple[str, str, str]]:
     """Rows of the timing table; a side not measured (the run stopped before it) shows ``-``."""
     def pair(get) -> tuple[str, str]:
         return (get(ref) if ref else "-"), (get(target) if target else "-")
 
     rows = [
-        (f"time to {steps} steps (headline)", *pair(lambda t: seconds(t.time_to_n_s))),
+        (f"time to {steps} steps (headline)" if steps else "time to the last step", *pair(lambda t: seconds(t.time_to_n_s))),
         ("process start -> first result", *pair(lambda t: seconds(t.cold_start_s))),
         ("import torch", *pair(lambda t: seconds(t.import_s))),
         ("build + load model", *pair(lambda t: seconds(t.load_s))),
@@ -170,136 +170,142 @@ def rehearsal_rows(r: RehearsalResult) -> list[tuple[str, str]]:
 
 
 def render(report: CheckReport, paths: list[str] | None = None) -> str:
-    cfg, lines = report.config, []
-    add = lines.append
-    w = report.workload
-    if w.get("kind") == "script":
-        add(f"ferry check: {' '.join(w['command'])} (unchanged script via {w['launcher']}, {cfg['steps']} optimizer steps"
-            f"{', stopped by --steps' if cfg.get('steps_limit') else ''}) {cfg['ref']} -> {cfg['target']}")
-        if w.get("seeded"):
-            add(f"  seeded: {w['seeded']}")
-    else:
-        add(f"ferry check: {cfg['workload']} ({cfg['mode']}, {cfg['dtype']}, {cfg['steps']} steps, size {cfg['size']}) "
-            f"{cfg['ref']} -> {cfg['target']}")
+    """The terminal summary: what ran, the verdict and what to do first, then one block per result."""
+    lines = [*_header(report), *_verdict(report), *_parity(report), *_timing(report), *_resume_and_exit(report),
+             *_rehearsal(report), *_cost(report), *_failure(report)]
+    if paths:
+        lines += ["", "report: " + ", ".join(paths)]
+    return "\n".join(lines) + "\n"
+
+
+def _header(report: CheckReport) -> list[str]:
+    cfg, facts = report.config, report.script
+    lines = [f"ferry check: {report.subject}"]
+    if facts is not None and facts.seeded:
+        lines.append(f"  seeded: {facts.seeded}")
+    if facts is not None and (facts.optimizer_steps or facts.backward_calls):
+        lines.append(f"  recorded on the reference: {facts.optimizer_steps} optimizer steps, {facts.backward_calls} "
+                     f"backward calls, {facts.losses} losses" + (f"; stopped: {facts.stopped}" if facts.stopped else ""))
     if cfg.get("target_reason"):
-        add(f"  target: {cfg['target_reason']}")
-    if cfg.get("execution"):
-        add(f"  runs: {cfg['execution']}; every step reseeded from --seed {cfg['seed']} + step")
+        lines.append(f"  target: {cfg['target_reason']}")
+    if execution := cfg.get("source", {}).get("execution"):
+        lines.append(f"  runs: {execution}; every step reseeded from --seed {cfg['seed']} + step")
+    return lines
+
+
+def _verdict(report: CheckReport) -> list[str]:
     if report.verdict == STOPPED:
-        add(f"stopped: {report.failure.kind} during {report.failure.phase or 'the run'}; everything measured before "
-            "is below and in the report")
+        lines = [f"stopped: {report.failure.kind} during {report.failure.phase or 'the run'}; everything measured "
+                 "before is below and in the report"]
     else:
-        add(f"verdict: {report.verdict.upper()}")
-    for item in report.verdicts:
-        add(f"  {item.result:<9} {item.verdict:<19} {item.reason}")
+        lines = [f"verdict: {report.verdict.upper()}"]
+    lines += [f"  {item.result:<9} {item.verdict:<19} {item.reason}" for item in report.verdicts]
     if report.next_actions:
-        add("next actions:")
-        for number, a in enumerate(report.next_actions, 1):
-            add(f"  {number}. {a.result}: {a.action}")
+        lines.append("next actions:")
+        lines += [f"  {number}. {a.result}: {a.action}" for number, a in enumerate(report.next_actions, 1)]
+    return lines
+
+
+def _parity(report: CheckReport) -> list[str]:
     p = report.parity
-    add("")
     deterministic = "" if p.deterministic is None else f", reference deterministic: {p.deterministic}"
-    add(f"parity: {p.status} (tol {p.tolerance.get('tol', '-')}{deterministic})")
-    for c in p.outputs[:4]:
-        add(f"  output {c.name}: {'pass' if c.passed else 'FAIL'}; {describe(c)}")
+    lines = ["", f"parity: {p.status} (tol {p.tolerance.get('tol', '-')}{deterministic})"]
+    lines += [f"  output {c.name}: {'pass' if c.passed else 'FAIL'}; {describe(c)}" for c in p.outputs[:4]]
     if p.gradients:
         worst = max(p.gradients, key=lambda c: (not c.passed, c.max_abs_diff or 0))
-        add(f"  gradients: {sum(c.passed for c in p.gradients)}/{len(p.gradients)} pass; worst {worst.name}: {describe(worst)}")
+        lines.append(f"  gradients: {sum(c.passed for c in p.gradients)}/{len(p.gradients)} pass; worst {worst.name}: "
+                     f"{describe(worst)}")
     for name, recorded in (("loss curve", p.loss_curve), ("gradient norms", p.grad_norm_curve)):
         if recorded:
             c = recorded["comparison"]
             rule = f" ({recorded['rule']}, {len(recorded['target'])} values)" if "rule" in recorded else ""
-            add(f"  {name}: {'pass' if c.passed else 'FAIL'}{rule}; {describe(c)}")
+            lines.append(f"  {name}: {'pass' if c.passed else 'FAIL'}{rule}; {describe(c)}")
     if p.tokens:
-        add(f"  generated tokens: {'exact match' if p.tokens['match'] else 'MISMATCH at index ' + str(p.tokens['first_mismatch'])}")
+        lines.append(f"  generated tokens: {'exact match' if p.tokens['match'] else 'MISMATCH at index ' + str(p.tokens['first_mismatch'])}")
     # each thing once: what the verdict line already says (a note, the first divergent module and its figures)
     # is not repeated among the details
     said = next((item.reason for item in report.verdicts if item.result == "parity"), "")
     module = describe(p.first_divergent_module) if p.first_divergent_module is not None else None
     if module is not None and module not in said:
-        add(f"  first divergent module: {p.first_divergent_module.name}: {module}")
-    for note in p.notes:
-        if note not in said and (module is None or module not in note):
-            add(f"  note: {note}")
+        lines.append(f"  first divergent module: {p.first_divergent_module.name}: {module}")
+    lines += [f"  note: {note}" for note in p.notes if note not in said and (module is None or module not in note)]
+    return lines
+
+
+def _timing(report: CheckReport) -> list[str]:
     t = report.timing
-    if t.ref or t.target:
-        add("")
-        add(f"time (explicitly synchronised){' - partial' if t.status == 'partial' else ''}:")
-        add(f"  {'':<32}{side('ref', t.ref):>30}{side('target', t.target):>42}")
-        for label, a, b in _timing_rows(t.ref, t.target, cfg["steps"]):
-            add(f"  {label:<32}{a:>30}{b:>42}")
-        if t.ranks:
-            header, rows = rank_table(t.ranks, cfg["steps"])
-            add(f"  per rank ({len(t.ranks)} DDP processes):")
-            add("    " + "".join(f"{h:<22}" for h in header).rstrip())
-            for row in rows:
-                add("    " + "".join(f"{c:<22}" for c in row).rstrip())
-        if line := speedup_line(t):
-            add(f"  {line}")
-        for warning in t.warnings:
-            add(f"  WARNING: {warning}")
-        for who, path in traces(t):
-            add(f"  profile trace ({who}): {path}")
-        for note in t.notes:
-            add(f"  note: {note}")
-    r = report.resume
-    add("")
-    add(f"resume: {r.status}" + (f" (saved after step {r.saved_at_step}, max |diff| {r.max_abs_diff:.3g})" if r.max_abs_diff is not None else ""))
-    for note in r.notes:
-        add(f"  note: {note}")
-    e = report.exit
-    add(f"exit: {e.status} (reloaded on {e.loader_device or '-'}; torchferry absent in the loader: {e.torchferry_absent})")
+    if not (t.ref or t.target):
+        return []
+    lines = ["", f"time (explicitly synchronised){' - partial' if t.status == 'partial' else ''}:",
+             f"  {'':<32}{side('ref', t.ref):>30}{side('target', t.target):>42}"]
+    lines += [f"  {label:<32}{a:>30}{b:>42}" for label, a, b in _timing_rows(t.ref, t.target, t.steps)]
+    if t.ranks:
+        header, rows = rank_table(t.ranks, t.steps)
+        lines += [f"  per rank ({len(t.ranks)} DDP processes):", "    " + "".join(f"{h:<22}" for h in header).rstrip()]
+        lines += ["    " + "".join(f"{c:<22}" for c in row).rstrip() for row in rows]
+    if line := speedup_line(t):
+        lines.append(f"  {line}")
+    lines += [f"  WARNING: {warning}" for warning in t.warnings]
+    lines += [f"  trace ({who}): {path}" for who, path in traces(t)]
+    return lines + [f"  note: {note}" for note in t.notes]
+
+
+def _resume_and_exit(report: CheckReport) -> list[str]:
+    r, e = report.resume, report.exit
+    lines = ["", f"resume: {r.status}" + (f" (saved after step {r.saved_at_step}, max |diff| {r.max_abs_diff:.3g})"
+                                          if r.max_abs_diff is not None else "")]
+    lines += [f"  note: {note}" for note in r.notes]
+    lines.append(f"exit: {e.status} (reloaded on {e.loader_device or '-'}; torchferry absent in the loader: "
+                 f"{e.torchferry_absent})")
     for f in e.formats:
         state = ("loads" if f.loads_plain else "not reloaded" if f.skipped else "needs map_location" if f.needs_map_location
                  else "FAILS")
         figures = f"; parity {'pass' if f.parity.passed else 'FAIL'} ({describe(f.parity)})" if f.parity else ""
-        add(f"  {f.name}: {state}{figures}")
+        lines.append(f"  {f.name}: {state}{figures}")
         if f.error and not f.loads_plain:
-            add(f"    error: {f.error}")
+            lines.append(f"    error: {f.error}")
         if f.fix:
-            add(f"    fix: {f.fix}")
+            lines.append(f"    fix: {f.fix}")
         if f.skipped:
-            add(f"    why: {f.skipped}")
+            lines.append(f"    why: {f.skipped}")
+    return lines
+
+
+def _rehearsal(report: CheckReport) -> list[str]:
     rh = report.rehearsal
-    if rh.status != "not-run":
-        add("")
-        add(f"rehearsal of {rh.emulates}: {rh.status} (predictions about {rh.emulates} from this emulation; not timings)")
-        for label, value in rehearsal_rows(rh):
-            add(f"  {label:<32}{value}")
-        for f in rh.fallbacks[:5]:
-            add(f"    {f.op} x{f.calls}: {f.reason}")
-        for k in rh.known_issues:
-            add(f"  known issue ({k.kind}): {k.op} x{k.calls}: {k.reason} ({k.scope}; {k.source})")
-        if rh.numerics.note:
-            add(f"  numerics: {rh.numerics.note}")
-        for condition in rh.conditions:
-            add(f"  condition: {condition}")
+    if rh.status == "not-run":
+        return []
+    lines = ["", f"rehearsal of {rh.emulates}: {rh.status} (predictions about {rh.emulates} from this emulation; not "
+                 "timings)"]
+    lines += [f"  {label:<32}{value}" for label, value in rehearsal_rows(rh)]
+    lines += [f"    {f.op} x{f.calls}: {f.reason}" for f in rh.fallbacks[:5]]
+    lines += [f"  known issue ({k.kind}): {k.op} x{k.calls}: {k.reason} ({k.scope}; {k.source})" for k in rh.known_issues]
+    if rh.numerics.note:
+        lines.append(f"  numerics: {rh.numerics.note}")
+    return lines + [f"  condition: {condition}" for condition in rh.conditions]
+
+
+def _cost(report: CheckReport) -> list[str]:
     c = report.cost
-    if c.devices:
-        add("")
-        add("cost:")
-        for row in c.devices:
-            add(f"  {row['role']} {row['device']}: {device_cost(row)}")
-        if c.projection:
-            for line in projection_summary(c.projection):
-                add(f"  {line}")
-            if c.projection.get("rows"):
-                header, rows = projection_table(c.projection)
-                widths = [max(len(line[i]) for line in [header, *rows]) + 2 for i in range(len(header))]
-                for line in [header, *rows]:
-                    add("    " + "".join(f"{v:<{w}}" for v, w in zip(line, widths)).rstrip())
-        be = c.break_even
-        add(f"  break-even: {be.get('status')}" + (f" after {be['units']:,.0f} units ({be['months']:.2f} months)" if be.get("months") else ""))
-        for note in c.assumptions:
-            add(f"  assumption: {note}")
-    if report.failure:
-        add("")
-        f = report.failure
-        if f.finding:
-            add(f"target failed ({f.kind}): {f.message}")
-        else:
-            add(f"stopped: {f.kind}: {f.message}" + (f" (details: {f.log})" if f.log else ""))
-    if paths:
-        add("")
-        add("report: " + ", ".join(paths))
-    return "\n".join(lines) + "\n"
+    if not c.devices:
+        return []
+    lines = ["", "cost:", *(f"  {row['role']} {row['device']}: {device_cost(row)}" for row in c.devices)]
+    if c.projection:
+        lines += [f"  {line}" for line in projection_summary(c.projection)]
+        if c.projection.get("rows"):
+            header, rows = projection_table(c.projection)
+            widths = [max(len(line[i]) for line in [header, *rows]) + 2 for i in range(len(header))]
+            lines += ["    " + "".join(f"{v:<{w}}" for v, w in zip(line, widths)).rstrip() for line in [header, *rows]]
+    be = c.break_even
+    lines.append(f"  break-even: {be.get('status')}" + (f" after {be['units']:,.0f} units ({be['months']:.2f} months)"
+                                                        if be.get("months") else ""))
+    return lines + [f"  assumption: {note}" for note in c.assumptions]
+
+
+def _failure(report: CheckReport) -> list[str]:
+    f = report.failure
+    if not f:
+        return []
+    if f.finding:
+        return ["", f"target failed ({f.kind}): {f.message}"]
+    return ["", f"stopped: {f.kind}: {f.message}" + (f" (details: {f.log})" if f.log else "")]

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from torchferry.env import Environment
 from torchferry.errors import OutputError, UsageError
+from torchferry.harness import options
 from torchferry.status import ExitStatus
 
 FORMATS = ("text", "json", "sarif")
@@ -41,8 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="print the safe rewrites as a unified diff (before the report); "
                              "without --fix nothing is written")
     parser.add_argument("--format", choices=FORMATS, default="text", help="report format (default: text)")
-    parser.add_argument("-o", "--output", default="-", metavar="FILE",
-                        help="write the report to FILE, atomically ('-' = stdout, the default)")
     parser.add_argument("-j", "--jobs", type=_jobs, default=None, metavar="N",
                         help="files scanned in parallel (default: the CPUs this process may use); "
                              "the report is the same for every N")
@@ -55,6 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
                         help="exit with status 3 when open findings of this severity or worse remain "
                              "(default: error; 'never' = only usage errors fail)")
+    options.add_arguments(parser, "scan", {"output": parser})
 
 
 def _jobs(value: str) -> int:
@@ -104,6 +104,7 @@ def _write(text: str, output: str, env: Environment) -> None:
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    options.apply_defaults(args, "scan")
     from torchferry.report.scan import ScanResult, Severity
     from torchferry.scan.rules import RULES
     from torchferry.scan.sources import (DEFAULT_MAX_BYTES, SKIPPED_DIRS, Limits, WritePolicy, default_jobs, discover,

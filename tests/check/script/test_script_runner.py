@@ -19,11 +19,14 @@ from pathlib import Path
 import pytest
 from ferryrun import ferry
 
-from torchferry.check.script import parse_command
+from torchferry.check.exit import CheckpointWrite, checkpoints
+from torchferry.check.parity import curve, shape_difference
+from torchferry.check.script.environment import script_environment
+from torchferry.check.script.recorder import graph_shapes
+from torchferry.check.sources import parse_command
 from torchferry.errors import UsageError
-from torchferry.harness.script_env import script_environment
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = ROOT / "examples"
 PLANTED = Path(__file__).with_name("scripts")
 RECORDER_INSTALLED = any(e.name == "torchferry_record" for e in importlib.metadata.entry_points(group="torch.backends"))
@@ -54,7 +57,7 @@ def test_mode_other_than_train_is_a_usage_error(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "t.py").write_text("pass\n")
     code, _, err = ferry("check", "--mode", "forward", "--", "python", "t.py")
-    assert code == 2 and "applies to build() workloads" in err
+    assert code == 2 and "--mode does not apply to a script" in err and "checked as it trains" in err
 
 
 def test_parse_recognises_the_launchers(tmp_path):
@@ -80,7 +83,12 @@ def test_child_environments_make_the_usual_detection_find_each_device():
     assert real["CUDA_VISIBLE_DEVICES"] == "0" and "TORCHFERRY_DEVICE" not in real and real["PATH"] == "/bin"
 
 
-def test_hard_coded_cuda_stops_before_running_with_the_scan_finding(tmp_path, monkeypatch):
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # one run of the script
+def test_hard_coded_cuda_is_a_portability_failure_named_by_the_scan(tmp_path, monkeypatch):
+    """The script runs (a CUDA-only branch would run unchanged); it fails on the reference at the very line `ferry
+    scan` names, so the finding is that line, with the scan's fix, not the script's own error."""
     monkeypatch.chdir(tmp_path)
     code, out, err = ferry("check", "--target", "neuron", "-o", "rep", "--", "python", str(PLANTED / "cuda_call.py"))
     assert code == 3, err
@@ -88,13 +96,12 @@ def test_hard_coded_cuda_stops_before_running_with_the_scan_finding(tmp_path, mo
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert report["verdict"] == "no-go" and report["failure"]["kind"] == "workload" and report["failure"]["finding"]
     assert report["failure"]["message"].startswith("portability failure: the script names CUDA")
-    assert report["workload"]["kind"] == "script"
-    assert not (tmp_path / "rep" / "work" / "ref.log").exists()  # stopped before any child ran
+    assert report["config"]["source"]["kind"] == "script"
+    assert [f["rule_id"] for f in report["script"]["scan_findings"]] == ["TF001"]
+    assert not (tmp_path / "rep" / "work" / "target.log").exists()  # the reference failed: the target never ran
 
 
 def test_curve_rules_exact_band_and_non_finite():
-    from torchferry.check.script_judge import curve
-
     exact = curve("loss", [1.0, 0.9], [1.0, 0.9], None, exact=True, tol=1e-2)
     assert exact["comparison"].passed and exact["rule"] == "exact"
     off = curve("loss", [1.0, 0.9], [1.0, 0.9000001], None, exact=True, tol=1e-2)
@@ -114,35 +121,28 @@ def test_other_shapes_on_the_target_are_named_and_equal_shapes_are_not():
     """The exact rule needs the same kernels on the same shapes: a batch padded for the target is named."""
     import torch
 
-    from torchferry.check.script_judge import shape_difference
-    from torchferry.harness.script_recorder import graph_shapes
-
     emb, lin = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 2)
 
-    def record(length: int) -> dict:
-        return {"first_backward_shapes": graph_shapes(lin(emb(torch.zeros(2, length, dtype=torch.long))).sum())}
+    def record(length: int) -> list:
+        return graph_shapes(lin(emb(torch.zeros(2, length, dtype=torch.long))).sum())
 
     assert shape_difference(record(5), record(5)) is None
-    assert shape_difference(record(5), {}) is None  # a run that recorded nothing (an older record) is not judged
+    assert shape_difference(record(5), None) is None  # a run that recorded nothing is not judged
     said = shape_difference(record(5), record(8))
     assert "EmbeddingBackward0.indices [2, 5] on the reference, [2, 8] on the target" in said, said
 
 
 def test_checkpoints_group_a_hugging_face_folder_and_keep_the_last_write(tmp_path):
-    from torchferry.check.script_judge import checkpoints
-
     folder = tmp_path / "checkpoint-4"
     folder.mkdir()
     for name in ("config.json", "model.safetensors", "optimizer.pt"):
         (folder / name).write_text("x")
     (tmp_path / "model.pt").write_text("x")
-    record = {"checkpoints": [
-        {"path": str(tmp_path / "model.pt"), "how": "torch.save", "step": 2},
-        {"path": str(folder / "model.safetensors"), "how": "safetensors", "step": 4},
-        {"path": str(folder / "optimizer.pt"), "how": "torch.save", "step": 4},
-        {"path": str(tmp_path / "model.pt"), "how": "torch.save", "step": 4},
-        {"path": str(tmp_path / "gone.pt"), "how": "torch.save", "step": 4}]}
-    found = {Path(c["path"]).name: (c["kind"], c["how"], c["step"]) for c in checkpoints([record])}
+    writes = [CheckpointWrite(path=str(path), how=how, step=step, at_s=0.0) for path, how, step in (
+        (tmp_path / "model.pt", "torch.save", 2), (folder / "model.safetensors", "safetensors", 4),
+        (folder / "optimizer.pt", "torch.save", 4), (tmp_path / "model.pt", "torch.save", 4),
+        (tmp_path / "gone.pt", "torch.save", 4))]
+    found = {Path(c["path"]).name: (c["kind"], c["how"], c["step"]) for c in checkpoints(writes)}
     assert found == {"checkpoint-4": ("folder", "save_pretrained", 4), "model.pt": ("file", "torch.save", 4)}
 
 
@@ -168,7 +168,8 @@ def test_plain_loop_converges_within_the_references_band(plain_loop):
     not the CPU's bit for bit: the reference runs again under another seed and the target must stay in that band."""
     tmp, code, out, err, report = plain_loop
     assert code == 0, out + err
-    assert report["workload"]["kind"] == "script" and report["workload"]["launcher"] == "python"
+    assert report["config"]["source"]["kind"] == "script"
+    assert report["config"]["source"]["command"]["launcher"] == "python"
     assert report["verdict"] in ("go", "go-with-conditions")
     p = report["parity"]
     assert p["status"] == "pass", p["notes"]
@@ -229,7 +230,7 @@ def test_steps_stops_the_script_after_n_optimizer_steps(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(EXAMPLES / "train_loop.py"), "--steps", "50",
                                    "--seq-len", "8", "--out", str(tmp_path / "out"), options=("--steps", "2"))
     assert code == 0, out + err
-    assert report["workload"]["stopped"] == "--steps 2" and report["workload"]["steps_recorded"] == 2
+    assert report["script"]["stopped"] == "--steps 2" and report["script"]["optimizer_steps"] == 2
     assert len(report["parity"]["loss_curve"]["target"]) == 2
     assert "no checkpoint holds the target's final parameters" in " ".join(report["exit"]["notes"]) or \
         report["exit"]["status"] == "not-run"
@@ -366,7 +367,8 @@ def test_torchrun_fsdp2_example(tmp_path):
     code, out, err, report = check(tmp_path, "torchrun", "--nproc-per-node", "2", str(EXAMPLES / "train_fsdp2.py"),
                                    "--steps", "3", "--out", str(tmp_path / "out"))
     assert code == 0, out + err
-    assert report["workload"]["launcher"] == "torchrun" and report["workload"]["nproc"] == 2
+    command = report["config"]["source"]["command"]
+    assert command["launcher"] == "torchrun" and command["nproc"] == 2
     assert report["parity"]["status"] == "pass" and len(report["parity"]["loss_curve"]["target"]) == 3
     ranks = sorted(json.loads(p.read_text())["rank"] for p in (tmp_path / "rep" / "work" / "target").glob("record-*.json"))
     assert ranks == [0, 1]  # both ranks recorded

@@ -1,4 +1,4 @@
-"""`ferry check --profile` end to end, in-process: one torch.profiler Chrome trace per device in the report folder,
+"""`ferry check --trace` end to end, in-process: one torch.profiler Chrome trace per device in the report folder,
 with the built-in device's events on its own track, listed by the terminal report and linked from the HTML; and the
 default warm-up process before the timed workers (which the other check tests turn off)."""
 
@@ -19,7 +19,7 @@ def profiled(tmp_path_factory):
     with pytest.MonkeyPatch.context() as env:
         env.setenv("TORCHFERRY_CHECK_WARMUP", "1")  # the default, which the other check tests turn off
         code, stdout, stderr = ferry("check", "-w", "mlp", "--mode", "forward", "--target", "neuron", "--steps", "1",
-                                     "--rounds", "1", "--reps", "1", "-q", "--profile", "-o", str(out))
+                                     "--rounds", "1", "--reps", "1", "-q", "--trace", "-o", str(out))
     assert code == 0, stdout + stderr
     return out, stdout, json.loads((out / "report.json").read_text())
 

@@ -1,4 +1,4 @@
-"""The script recorders (harness/script_recorder.py) in a plain CPU process.
+"""The script recorders (check/script/recorder.py) in a plain CPU process.
 
 Each test runs a small script in a fresh interpreter whose environment switches the recorders on;
 the script calls ``autoload()`` itself right after ``import torch`` (what the ``torch.backends``
@@ -13,16 +13,17 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from torchferry.harness import script_recorder as rec
+from torchferry.check.script import recorder as rec
 
 PRELUDE = """
 import torch
-from torchferry.harness import script_recorder
-script_recorder.autoload()
+from torchferry.check.script import recorder
+recorder.autoload()
 """
 TRAIN = """
 model = torch.nn.Linear(4, 1)
@@ -56,7 +57,8 @@ def test_losses_steps_grad_norms_and_parameters_are_recorded(tmp_path):
     assert r["steps"] == 3 and len(r["losses"]) == 3 and r["loss_steps"] == [0, 1, 2]
     assert len(r["grad_norms"]) == 3 and all(n > 0 for n in r["grad_norms"])
     assert len(r["step_ends_s"]) == 3 and r["stopped"] is None and r["device"] == "cpu"
-    assert r["parameters"]["count"] == 2 and len(r["parameters"]["digests"]) == 2
+    [params] = r["parameters"]  # one optimizer stepped
+    assert params["count"] == 2 and len(params["digests"]) == 2
     assert r["rehearsal"] is None  # the CPU emulates nothing
     assert r["script_seeded"] is False
 
@@ -107,6 +109,7 @@ def test_an_uncaught_error_is_recorded_with_the_users_line(tmp_path):
     assert code == 1
     e = r["error"]
     assert e["file"].endswith("s.py") and e["code"] == "x = torch.ones(2) @ torch.ones(3)" and e["step"] == 1
+    assert e["placement"] is None
     assert "Traceback" in e["traceback"] and r["stopped"] == "error" and r["steps"] == 1
 
 
@@ -127,3 +130,61 @@ def test_sigterm_writes_what_was_recorded(tmp_path):
 def test_a_process_that_does_no_training_writes_no_record(tmp_path):
     code, records = run_script(tmp_path, "y = torch.ones(2) * 2\n")
     assert code == 0 and records == []  # launchers and helper processes leave no record
+
+
+@pytest.mark.timeout(300)
+def test_a_checkpoint_saved_through_an_open_file_is_recorded_and_a_buffer_is_not(tmp_path):
+    body = TRAIN.format(steps=1) + """
+import io
+with open("through_file.pt", "wb") as f:
+    torch.save(model.state_dict(), f)
+torch.save(model.state_dict(), io.BytesIO())
+"""
+    code, [r] = run_script(tmp_path, body)
+    assert code == 0
+    assert [(Path(c["path"]).name, c["how"]) for c in r["checkpoints"]] == [("through_file.pt", "torch.save")]
+
+
+@pytest.mark.timeout(300)
+def test_each_optimizer_that_stepped_has_its_final_parameters(tmp_path):
+    body = """
+g, d = torch.nn.Linear(2, 3), torch.nn.Linear(3, 1)
+og, od = torch.optim.SGD(g.parameters(), lr=0.1), torch.optim.SGD(d.parameters(), lr=0.1)
+for _ in range(2):
+    od.zero_grad(); d(g(torch.randn(4, 2)).detach()).mean().backward(); od.step()
+    og.zero_grad(); d(g(torch.randn(4, 2))).mean().backward(); og.step()
+"""
+    code, [r] = run_script(tmp_path, body)
+    assert code == 0 and r["steps"] == 4 and r["backwards"] == 4
+    assert [p["numel"] for p in r["parameters"]] == [4, 9]  # the discriminator stepped first, then the generator
+
+
+@pytest.mark.timeout(300)
+def test_os_exit_after_training_still_writes_the_record(tmp_path):
+    code, [r] = run_script(tmp_path, TRAIN.format(steps=2) + "\nimport os\nos._exit(0)\n")
+    assert code == 0 and r["steps"] == 2 and r["parameters"]
+
+
+@pytest.mark.timeout(300)
+def test_a_script_that_ignores_sigterm_still_leaves_its_record_on_the_flush_signal(tmp_path):
+    script = tmp_path / "s.py"
+    script.write_text(PRELUDE + TRAIN.format(steps=2) + "\nimport signal, sys, time\nsignal.signal(signal.SIGTERM, "
+                      "signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(120)\n")
+    env = {**os.environ, rec.RECORD_ENV: str(tmp_path / "records")}
+    proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(rec.FLUSH_SIGNAL)
+
+        def steps() -> int:
+            found = [json.loads(p.read_text()) for p in (tmp_path / "records").glob("record-*.json")]
+            return found[0]["steps"] if found else 0
+
+        deadline = time.monotonic() + 30
+        while steps() < 2 and time.monotonic() < deadline:  # a step end may have written an earlier record
+            time.sleep(0.1)
+        [r] = [json.loads(p.read_text()) for p in (tmp_path / "records").glob("record-*.json")]
+        assert r["steps"] == 2 and len(r["losses"]) == 2 and r["stopped"] is None  # the script goes on
+    finally:
+        proc.kill()
+        proc.wait()

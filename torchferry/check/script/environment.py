@@ -18,14 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from torchferry.harness import devices
-from torchferry.harness.devices import BACKEND_PROVIDERS
+from torchferry.harness.devices import BACKEND_PROVIDERS, BUILTIN_PROVIDER
 
 # the variables that hide each accelerator family from a process ("" = none visible)
 HIDDEN_ACCELERATORS = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": "",
                        "ZE_AFFINITY_MASK": ""}
 # provider package -> the variables that load it at `import torch` (its torch.backends entry point)
-AUTOLOAD = {"torchferry.device": {"TORCHFERRY_DEVICE": "neuron"}}
+AUTOLOAD = {BUILTIN_PROVIDER: {"TORCHFERRY_DEVICE": "neuron"}}
 CPU_FLAGS = {"ACCELERATE_USE_CPU": "true"}
 
 
@@ -46,14 +45,3 @@ def script_environment(device: str, base: Mapping[str, str], builtin: bool) -> d
 
 
 AUTOLOAD_VARIABLES = frozenset(k for variables in AUTOLOAD.values() for k in variables)
-
-
-def builtin_emulation(device: str) -> str | None:
-    """What ``device`` emulates when it is to be torchferry's built-in device here (no real backend installed),
-    else None. Asks the provider table and the device package's own test, registering nothing."""
-    from torchferry.device import real_neuron_installed  # not find_spec: the stand-in answers that
-
-    providers = BACKEND_PROVIDERS.get(device.split(":")[0], ())
-    if any(p in AUTOLOAD for p in providers) and not real_neuron_installed() and devices.builtin_device_present():
-        return f"{device.split(':')[0]} (built-in emulation)"
-    return None

@@ -1,0 +1,65 @@
+"""The typed record one process of an unchanged script leaves (check/script/recorder.py writes it; the runner reads it).
+
+Its parts are the result modules' own types: the final parameters (check/parity.py), the checkpoints
+written (check/exit.py), the rehearsal (check/rehearsal.py), so that each result judges its part of a
+script's record as it judges a built workload's capture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torchferry.check.exit import CheckpointWrite
+from torchferry.check.parity import FinalParameters
+from torchferry.check.rehearsal import Placement, RehearsalRecord
+from torchferry.harness.devices import Memory
+from torchferry.records import Record
+
+
+@dataclass(kw_only=True)
+class ScriptError(Record):
+    """The uncaught exception that ended the process: its slug, type and message, and the user's line."""
+
+    kind: str
+    type: str
+    message: str
+    traceback: str
+    file: str | None
+    line: int | None
+    code: str | None
+    step: int
+    placement: Placement | None = None
+
+
+@dataclass(kw_only=True)
+class ScriptRecord(Record):
+    """What one process of the command recorded (check/script/runner.py reads it; the result modules judge it)."""
+
+    pid: int
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    argv: list[str]
+    started_s: float
+    seed: int | None
+    seed_offset: int
+    script_seeded: bool = False
+    steps: int = 0  # optimizer steps
+    backwards: int = 0  # backward() calls on a scalar
+    step_ends_s: list[float] = field(default_factory=list)
+    losses: list[float] = field(default_factory=list)  # one per backward() on a scalar
+    loss_steps: list[int] = field(default_factory=list)  # the optimizer steps done before each loss
+    grad_norms: list[float | None] = field(default_factory=list)  # one per optimizer step
+    checkpoints: list[CheckpointWrite] = field(default_factory=list)
+    parameters: list[FinalParameters] = field(default_factory=list)  # one per optimizer that stepped
+    device: str | None = None  # where the losses lived
+    peak_memory: Memory | None = None
+    stopped: str | None = None  # why the record was written: None (the process ended), --steps N, error, ...
+    error: ScriptError | None = None
+    rehearsal: RehearsalRecord | None = None
+    ended_s: float | None = None
+    first_backward_shapes: list[list] | None = None
+
+    @property
+    def trained(self) -> bool:
+        return bool(self.losses or self.steps or self.checkpoints or self.error)

@@ -1,0 +1,386 @@
+"""Recorders installed in every process of an unchanged training script (`ferry check -- COMMAND`).
+
+PyTorch calls every ``torch.backends`` entry point at the end of ``import torch``; torchferry's
+second entry point is ``autoload`` here. It does nothing unless ``RECORD_ENV`` names a folder, so
+installing torchferry changes no one's ``import torch``. When it is set (by `ferry check` for its
+own children only), the process records, without any change to the script, into one typed record
+(``ScriptRecord``, check/script/record.py, a file per process):
+
+- the loss of every ``backward()`` on a scalar, read as a Python float at once (nothing is kept
+  alive: the script's memory is its own), and the backward calls;
+- optimizer steps, from PyTorch's global optimizer hooks: one ``optimizer.step()`` call is a step;
+- the gradient norm of each step: the total norm the script's own ``clip_grad_norm_`` returned (taken
+  before clipping, and no work of ours), else computed from this rank's local gradients;
+- the final parameters of every optimizer that stepped (a GAN's generator and discriminator apart),
+  each tensor's digest and name;
+- every checkpoint written (``torch.save`` to a path or an open file, safetensors, and so
+  ``save_pretrained``), by path;
+- the step end times and the peak memory of the device the losses live on;
+- on a device that emulates another, the rehearsal (check/rehearsal.py's ``Recorder``, the one the
+  worker pipeline uses); the recorder's own device work (reading a loss, the gradient norm, the
+  step-end synchronisation) is taken out of its counts.
+
+``STEPS_ENV`` stops the script cleanly (``SystemExit(0)``) after that many steps. ``SEED_ENV``
+seeds Python's, NumPy's and torch's RNGs at start; a later ``torch.manual_seed`` from the script
+is noted (the report then says the script seeds itself). ``SEED_OFFSET_ENV`` is added to every torch
+seed, the script's own included. The record is written atomically at exit (``os._exit`` included),
+at the ``--steps`` stop, on SIGTERM, on ``FLUSH_SIGNAL`` (the parent asks for it before it stops a
+script that may ignore SIGTERM), after an uncaught exception (whose traceback and user line it
+keeps), and at a step end at most every ``FLUSH_S`` seconds, so that a killed script loses little.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import importlib.abc
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from torchferry.harness.protocol import T0_ENV
+
+RECORD_ENV = "TORCHFERRY_RECORD"  # folder of the records; unset: the recorders stay off
+STEPS_ENV = "TORCHFERRY_RECORD_STEPS"  # stop after this many optimizer steps
+SEED_ENV = "TORCHFERRY_RECORD_SEED"  # seed the RNGs at start
+SEED_OFFSET_ENV = "TORCHFERRY_RECORD_SEED_OFFSET"  # added to every torch seed
+PARAMETER_TENSORS_LIMIT = 50_000_000  # final parameters up to this many elements are kept whole (else hashed only)
+FLUSH_SIGNAL = signal.SIGUSR1  # the parent's "write your record now"
+FLUSH_S = 5.0  # at a step end, the record is rewritten when the last write is older than this
+GRAPH_NODES_LIMIT = 20_000  # nodes of the first backward's graph read for its tensor shapes
+# Light at import: PyTorch imports this module at every `import torch` (the entry point), so it imports nothing of
+# torchferry's but the protocol's constant; the record's types (check/script/record.py) are imported when it records.
+
+_recorder: ScriptRecorder | None = None
+
+
+def autoload() -> None:
+    """``torch.backends`` entry point: install the recorders when ``RECORD_ENV`` is set, else nothing."""
+    global _recorder
+    folder = os.environ.get(RECORD_ENV, "").strip()
+    if not folder or _recorder is not None:
+        return
+    steps = os.environ.get(STEPS_ENV, "").strip()
+    seed = os.environ.get(SEED_ENV, "").strip()
+    _recorder = ScriptRecorder(Path(folder), int(steps) if steps else None, int(seed) if seed else None,
+                               int(os.environ.get(SEED_OFFSET_ENV) or 0))
+    _recorder.install()
+
+
+def graph_shapes(loss: Any) -> list[list]:
+    """The shapes of the tensors the first backward's autograd graph saved, as ``[node, attribute, shape]``
+    sorted: what the step computed on, read once and only from metadata (no device work). Two runs of one
+    script whose lists differ computed on other shapes: a library chose them per device (TRL pads batches to
+    a multiple of 128 on ``neuron``), so equal kernels no longer mean equal results (check/parity.py)."""
+    import torch
+
+    shapes, seen, todo = [], set(), [loss.grad_fn]
+    while todo and len(seen) < GRAPH_NODES_LIMIT:
+        node = todo.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for attr in dir(node):
+            if attr.startswith("_saved_"):
+                value = getattr(node, attr, None)
+                if isinstance(value, torch.Tensor):
+                    shapes.append([node.name(), attr[len("_saved_"):], list(value.shape)])
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return sorted(shapes)
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls ``patch(module)`` once a named module has been imported (safetensors.torch is imported
+    by the script or its libraries after ``import torch``; patching it then catches save_pretrained too)."""
+
+    def __init__(self, patches: dict[str, Callable[[Any], None]]) -> None:
+        self.patches = patches
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in self.patches:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                exec_module, patch = spec.loader.exec_module, self.patches.pop(name)
+
+                def run(module: Any) -> None:
+                    exec_module(module)
+                    patch(module)
+
+                spec.loader.exec_module = run  # type: ignore[method-assign]
+                return spec
+        return None
+
+
+def _int_env(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+class ScriptRecorder:
+    """The recorders of one process and the record they fill."""
+
+    def __init__(self, folder: Path, stop_after: int | None, seed: int | None, seed_offset: int = 0) -> None:
+        self.folder, self.stop_after, self.seed, self.seed_offset = folder, stop_after, seed, seed_offset
+        self.t0 = float(os.environ.get(T0_ENV) or time.time())
+        self.path = folder / f"record-{os.getpid()}.json"
+        self.clipped_norm: float | None = None  # the total norm the script's clip_grad_norm_ returned since the last step
+        self.stepped: dict[int, list[Any]] = {}  # id(optimizer) -> its parameters, in the order optimizers first stepped
+        self.device: Any = None
+        self.ended = False  # the final record is written
+        self.last_write = 0.0
+        from torchferry.check.script.record import ScriptRecord
+
+        self.record = ScriptRecord(pid=os.getpid(), rank=_int_env("RANK"), local_rank=_int_env("LOCAL_RANK"),
+                                   world_size=_int_env("WORLD_SIZE"), argv=list(sys.argv),
+                                   started_s=time.time() - self.t0, seed=seed, seed_offset=seed_offset)
+        self.rehearsal: Any = None  # check/rehearsal.py's Recorder, on a device that emulates another
+
+    # installation -------------------------------------------------------------------------------
+    def install(self) -> None:
+        import torch
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.seed is not None:
+            self._seed(torch)
+        self._wrap_seed(torch)
+        original_backward = torch.autograd.backward
+
+        def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+            if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+                self._loss(tensors)
+            return original_backward(tensors, *args, **kwargs)
+
+        torch.autograd.backward = backward
+        original_clip = torch.nn.utils.clip_grad_norm_
+
+        def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
+            total = original_clip(*args, **kwargs)
+            with self._excluded():
+                self.clipped_norm = float(total)  # the norm before clipping, as the script computed it
+            return total
+
+        torch.nn.utils.clip_grad_norm_ = torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        register_optimizer_step_pre_hook(self._before_step)
+        register_optimizer_step_post_hook(self._after_step)
+        original_save = torch.save
+
+        def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+            result = original_save(obj, f, *args, **kwargs)
+            self._checkpoint(f, "torch.save")
+            return result
+
+        torch.save = save
+        sys.meta_path.insert(0, _AfterImport({"safetensors.torch": self._patch_safetensors}))
+        self.rehearsal = self._open_rehearsal()
+        previous_hook = sys.excepthook
+
+        def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+            self._error(exc, tb)
+            previous_hook(kind, exc, tb)
+
+        sys.excepthook = excepthook
+        if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+            signal.signal(signal.SIGTERM, self._terminated)
+        if signal.getsignal(FLUSH_SIGNAL) in (signal.SIG_DFL, None):
+            signal.signal(FLUSH_SIGNAL, lambda signum, frame: self.write())
+        original_exit = os._exit
+
+        def _exit(status: int) -> None:  # a launcher's way out skips atexit: the record is written first
+            self.finish(None)
+            original_exit(status)
+
+        os._exit = _exit
+        atexit.register(self.finish, None)
+
+    def _open_rehearsal(self) -> Any:
+        """The rehearsal recorder when this process runs on torchferry's built-in device (registered at ``import torch``)."""
+        import torch
+
+        api = sys.modules.get("torchferry.device")
+        if api is None or not api.is_enabled() or not torch.accelerator.is_available():
+            return None
+        from torchferry.check.rehearsal import Recorder
+
+        recorder = Recorder.start(None, torch.accelerator.current_accelerator())
+        if recorder is not None:
+            self.record.rehearsal = recorder.record  # filled in place: every write of this record carries it
+        return recorder
+
+    def _seed(self, torch: Any) -> None:
+        import random
+
+        random.seed(self.seed)
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            numpy.random.seed(self.seed)
+        torch.manual_seed(self.seed + self.seed_offset)
+
+    def _wrap_seed(self, torch: Any) -> None:
+        """Note a seed the script sets itself (HF's set_seed, accelerate's, and plain calls end here)."""
+        original = torch.random.manual_seed
+
+        def manual_seed(seed: Any) -> Any:
+            self.record.script_seeded = True
+            return original(int(seed) + self.seed_offset)
+
+        torch.manual_seed = torch.random.manual_seed = manual_seed
+
+    def _patch_safetensors(self, module: Any) -> None:
+        for name in ("save_file", "save_model"):
+            original = getattr(module, name, None)
+            if original is None:
+                continue
+
+            def wrapped(*args: Any, _original: Callable = original, **kwargs: Any) -> Any:
+                result = _original(*args, **kwargs)
+                path = kwargs.get("filename", args[1] if len(args) > 1 else None)
+                self._checkpoint(path, "safetensors")
+                return result
+
+            setattr(module, name, wrapped)
+
+    # recorders ----------------------------------------------------------------------------------
+    def _loss(self, loss: Any) -> None:
+        r = self.record
+        if self.device is None:
+            self.device = loss.device
+            r.device = str(loss.device)
+        if not r.losses:
+            with contextlib.suppress(Exception):
+                r.first_backward_shapes = graph_shapes(loss)
+        with self._excluded():
+            value = float(loss.detach())  # read now: no loss tensor (and no graph) is kept alive
+        r.losses.append(value)
+        r.loss_steps.append(r.steps)
+        r.backwards += 1
+
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        import torch
+
+        if self.clipped_norm is not None:  # the script clipped: its own norm, taken before the clipping
+            self.record.grad_norms.append(self.clipped_norm)
+            self.clipped_norm = None
+            return
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        with self._excluded():
+            local = [g.to_local() if hasattr(g, "to_local") else g for g in grads]
+            self.record.grad_norms.append(float(torch.nn.utils.get_total_norm(local)) if local else None)
+
+    def _after_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        import torch
+
+        with self._excluded():
+            if self.device is not None and torch.accelerator.is_available() \
+                    and torch.accelerator.current_accelerator().type == self.device.type:
+                torch.accelerator.synchronize()
+        r = self.record
+        r.steps += 1
+        now = time.time() - self.t0
+        r.step_ends_s.append(now)
+        if id(optimizer) not in self.stepped:
+            self.stepped[id(optimizer)] = [p for group in optimizer.param_groups for p in group["params"]]
+        if self.rehearsal is not None:
+            self.rehearsal.step()
+        if self.stop_after is not None and r.steps >= self.stop_after:
+            self.finish(f"--steps {self.stop_after}")
+            raise SystemExit(0)
+        if time.monotonic() - self.last_write > FLUSH_S:
+            self.write()
+
+    @contextlib.contextmanager
+    def _excluded(self) -> Iterator[None]:
+        """Run the recorder's own device work outside the rehearsal's counts."""
+        if self.rehearsal is None:
+            yield
+            return
+        with self.rehearsal.excluded():
+            yield
+
+    def _checkpoint(self, f: Any, how: str) -> None:
+        """A checkpoint written to a path, or to an open file (its name); an in-memory buffer is no checkpoint."""
+        name = f if isinstance(f, (str, os.PathLike)) else getattr(f, "name", None)
+        if isinstance(name, (str, os.PathLike)) and os.fspath(name) and not str(os.fspath(name)).startswith("<"):
+            from torchferry.check.exit import CheckpointWrite
+
+            self.record.checkpoints.append(CheckpointWrite(path=os.path.abspath(os.fspath(name)), how=how,
+                                                           step=self.record.steps, at_s=time.time() - self.t0))
+
+    def _error(self, exc: BaseException, tb: Any) -> None:
+        from torchferry.errors import kind_of
+        from torchferry.harness.worker import user_frame
+
+        from torchferry.check.rehearsal import placement_of
+        from torchferry.check.script.record import ScriptError
+
+        frame = user_frame(tb)
+        placement = self.rehearsal.failed(exc) if self.rehearsal is not None else placement_of(exc)
+        self.record.error = ScriptError(
+            kind=kind_of(exc), type=type(exc).__name__, message=str(exc) or type(exc).__name__,
+            traceback="".join(traceback.format_exception(type(exc), exc, tb)),
+            file=frame.filename if frame else None, line=frame.lineno if frame else None,
+            code=frame.line if frame else None, step=self.record.steps, placement=placement)
+        self.finish("error")
+
+    def _terminated(self, signum: int, frame: Any) -> None:
+        self.finish("terminated")
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    # the record ---------------------------------------------------------------------------------
+    def finish(self, stopped: str | None) -> None:
+        """The final record, once: the final parameters, the peak memory and the rehearsal's totals."""
+        if self.ended or not self.record.trained:
+            return  # written already; or a launcher, data-loader worker or helper process: no training ran here
+        self.ended = True
+        r = self.record
+        r.stopped = stopped
+        r.ended_s = time.time() - self.t0
+        from torchferry.check.parity import FinalParameters
+
+        with contextlib.suppress(Exception):
+            r.parameters = [FinalParameters.of(params) for params in self.stepped.values()]
+        if self.device is not None:
+            from torchferry.harness import devices
+
+            with contextlib.suppress(Exception):
+                r.peak_memory = devices.peak_memory(self.device)
+        if self.rehearsal is not None:
+            with contextlib.suppress(Exception):
+                self.rehearsal.finish()
+        self.write()
+        self._write_tensors()
+
+    def write(self) -> None:
+        """The record as it stands, atomically (a signal handler may call this between any two lines of the script)."""
+        if not self.record.trained:
+            return
+        self.last_write = time.monotonic()
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        with contextlib.suppress(OSError):
+            tmp.write_text(json.dumps(self.record.to_dict()))
+            os.replace(tmp, self.path)
+
+    def _write_tensors(self) -> None:
+        """The final parameters whole, beside the record, when they are small enough (the parity rule per tensor)."""
+        import torch
+
+        if not self.stepped or sum(p.numel for p in self.record.parameters) > PARAMETER_TENSORS_LIMIT:
+            return
+        tensors = [[(p.to_local() if hasattr(p, "to_local") else p).detach().to("cpu") for p in params]
+                   for params in self.stepped.values()]
+        target = self.path.with_suffix(".pt")
+        with contextlib.suppress(Exception):
+            torch.serialization.save(tensors, str(target) + ".tmp")
+            os.replace(str(target) + ".tmp", target)

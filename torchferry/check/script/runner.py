@@ -1,0 +1,376 @@
+"""The script pipeline of `ferry check -- COMMAND` (check/lifecycle.py's ``Pipeline``): the children and their records.
+
+Order: ``ferry scan``'s findings of code that names CUDA go into the report (guarded branches that only
+CUDA takes run unchanged on another device; the runtime catches a script that really trains on
+``cuda`` or on ``cpu``); the reference runs (twice when the two sides cannot run the same kernels, for
+the reference's own run-to-run spread); then the target. Each run's records go into the report as they
+arrive, so a timeout, Ctrl-C or a failure keeps what was measured. A failure on the reference is the
+user's error (their traceback); a failure on the target where the reference ran is a finding (no-go) at
+the user's file and line. The records (check/script/recorder.py) are judged by check's result modules,
+the same modules that judge a built workload: parity, timing, exit, rehearsal and cost.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchferry.check import cost, exit as exit_mod, parity, rehearsal, timing
+from torchferry.check.config import CheckConfig
+from torchferry.check.script import environment
+from torchferry.check.script.record import ScriptRecord
+from torchferry.check.script.recorder import FLUSH_SIGNAL, RECORD_ENV, SEED_ENV, SEED_OFFSET_ENV, STEPS_ENV
+from torchferry.errors import DeviceOutOfMemoryError, NonFiniteError, StepTimeoutError, UsageError, WorkloadError
+from torchferry.harness.prices import load_prices
+from torchferry.harness.protocol import T0_ENV
+from torchferry.report.check import CheckReport, ParityStatus, ScriptFacts, TimingStatus
+from torchferry.report.meta import Failure
+from torchferry.status import ExitStatus
+
+HARD_CODED = ("TF001", "TF002", "TF006")  # ferry scan's rules for code that names CUDA and fails elsewhere
+GRACE_S = 10.0  # SIGTERM -> SIGKILL
+FLUSH_WAIT_S = 1.0  # after FLUSH_SIGNAL, how long the children get to write their records
+
+
+@dataclass
+class ChildRun:
+    """One run of the command on one device: its exit, its times and the records of its processes."""
+
+    role: str  # ref | ref-repeat | target
+    device: str
+    folder: Path
+    log: Path
+    returncode: int | None = None
+    wall_s: float | None = None
+    timed_out: bool = False
+    records: list[ScriptRecord] = field(default_factory=list)
+
+    def main_record(self) -> ScriptRecord | None:
+        """Rank 0's record (or the only process that trained)."""
+        ranked = sorted(self.records, key=lambda r: (r.rank or 0, -len(r.losses)))
+        return ranked[0] if ranked else None
+
+    def tensors(self, record: ScriptRecord) -> str | None:
+        path = self.folder / f"record-{record.pid}.pt"
+        return str(path) if path.is_file() else None
+
+    def curves(self) -> parity.Curves | None:
+        record = self.main_record()
+        if record is None:
+            return None
+        return parity.Curves(losses=record.losses, grad_norms=record.grad_norms, steps=record.steps,
+                             parameters=record.parameters, tensors=self.tensors(record),
+                             shapes=record.first_backward_shapes)
+
+    def load(self) -> None:
+        self.records = [ScriptRecord.from_dict(json.loads(path.read_text()))
+                        for path in sorted(self.folder.glob("record-*.json"))]
+
+    @property
+    def stopped_by_steps(self) -> bool:
+        record = self.main_record()
+        return record is not None and (record.stopped or "").startswith("--steps")
+
+
+def run_child(run: ChildRun, argv: list[str], env: dict[str, str], cwd: Path, timeout: float,
+              note: Callable[[str], None]) -> ChildRun:
+    """Run the command once, to its end or until ``timeout``; the children write their records, then are stopped."""
+    run.folder.mkdir(parents=True, exist_ok=True)
+    for old in run.folder.glob("record-*"):
+        old.unlink()
+    env = {**env, RECORD_ENV: str(run.folder), T0_ENV: repr(time.time())}
+    started = time.monotonic()
+    with open(run.log, "w") as log:
+        # stdin is a pipe never written: a script that reads it waits, as it would in a batch job, until --timeout
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
+                                start_new_session=True)
+        try:
+            run.returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            run.timed_out = True
+            note(f"[{run.role} {run.device}] still running after --timeout {timeout:g} s: stopping it")
+            run.returncode = stop(proc)
+        except BaseException:  # Ctrl-C (or anything else that stops ferry): stop the command too, keep its records
+            stop(proc)
+            run.wall_s = time.monotonic() - started
+            run.load()
+            raise
+        finally:
+            if proc.stdin:
+                proc.stdin.close()
+    run.wall_s = time.monotonic() - started
+    run.load()
+    return run
+
+
+def stop(proc: subprocess.Popen) -> int | None:
+    """Ask the command's process group to write its records (``FLUSH_SIGNAL``), then SIGTERM it, SIGKILL after a
+    grace period: a script that ignores SIGTERM still leaves what it recorded."""
+    for sig, wait in ((FLUSH_SIGNAL, FLUSH_WAIT_S), (signal.SIGTERM, GRACE_S), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            return proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.poll()
+
+
+def timeout_error(run: ChildRun, timeout: float) -> StepTimeoutError:
+    record = run.main_record()
+    steps = record.steps if record else 0
+    return StepTimeoutError(f"the {run.role} run on {run.device!r} was still running after --timeout {timeout:g} s "
+                            f"({steps} optimizer steps recorded; kept in the report). A script that reads stdin or "
+                            "waits forever is stopped here; pass --steps N to stop it after N optimizer steps.")
+
+
+class ScriptPipeline:
+    """One `ferry check -- COMMAND` run: its children and the report they fill."""
+
+    def __init__(self, report: CheckReport, cfg: CheckConfig, note: Callable[[str], None]) -> None:
+        self.report, self.cfg, self.note = report, cfg, note
+        self.source = cfg.script
+        self.command = self.source.command
+        self.workdir = cfg.workdir
+        self.cwd = Path.cwd()
+        self.phase = "setup"
+        self.runs: dict[str, ChildRun] = {}
+        self.exact = self.source.emulates is not None and cfg.ref == "cpu"  # the same kernels on both sides
+        report.script = ScriptFacts()
+
+    # -- the lifecycle's calls ---------------------------------------------------------------
+    def stop(self) -> None:
+        """Children are stopped where they run (run_child); keep what they recorded in the report."""
+        if self.runs:
+            self.record_timing()
+
+    def scratch(self) -> list[Path]:
+        return [p for run in self.runs.values() for p in run.folder.glob("record-*.pt")]
+
+    # -- the children ---------------------------------------------------------------------
+    def child_env(self, device: str, role: str) -> dict[str, str]:
+        builtin = device.split(":")[0] == self.cfg.target.split(":")[0] and self.source.emulates is not None
+        env = environment.script_environment(device, os.environ, builtin)
+        env[SEED_ENV] = str(self.cfg.seed)
+        env[SEED_OFFSET_ENV] = "1" if role == "ref-repeat" else "0"
+        if self.source.steps_limit:
+            env[STEPS_ENV] = str(self.source.steps_limit)
+        return env
+
+    def run_one(self, role: str, device: str) -> ChildRun:
+        self.phase = role
+        argv = self.command.argv_for(device)
+        self.note(f"{role} {device}: {' '.join(self.command.given)}")
+        run = ChildRun(role=role, device=device, folder=self.workdir / role, log=self.workdir / f"{role}.log")
+        self.runs[role] = run
+        run_child(run, argv, self.child_env(device, role), self.cwd, self.cfg.timeout, self.note)
+        record = run.main_record()
+        self.note(f"{role} {device}: exit status {run.returncode} after {run.wall_s:.1f} s; "
+                  f"{record.steps if record else 0} optimizer steps, {len(record.losses) if record else 0} losses "
+                  "recorded")
+        return run
+
+    def run(self) -> None:
+        cfg = self.cfg
+        self.phase = "scan"
+        self.scan_findings()
+        ref = self.run_one("ref", cfg.ref)
+        self.record_timing()
+        if ref.timed_out:
+            raise timeout_error(ref, cfg.timeout)
+        if (named := self.names_cuda(ref)) is not None:
+            self.finding(WorkloadError.slug, named)
+            return
+        ref_record = self.reference_ok(ref)
+        self.script_facts(ref_record)
+        again = None if self.exact else self.run_again()
+        target = self.run_one("target", cfg.target)
+        self.record_timing()
+        target_record = target.main_record()
+        self.report.rehearsal = rehearsal.result(target_record.rehearsal if target_record else None, cfg,
+                                                 self.report.parity)
+        if target.timed_out:
+            raise timeout_error(target, cfg.timeout)
+        if self.target_failed(target, target_record):
+            return
+        self.phase = "exit"  # now, while the target's checkpoints are on disk (a later reference run writes its own)
+        self.report.exit = exit_mod.check_checkpoints(
+            target_record.checkpoints, [p.digests for p in target_record.parameters], target_record.steps,
+            target_record.stopped, target.device, cfg, environment.script_environment(cfg.ref, {}, False))
+        self.note(f"exit: {self.report.exit.status}")
+        random_ops = target_record.rehearsal.random_ops if target_record.rehearsal else []
+        other_shapes = parity.shape_difference(ref_record.first_backward_shapes, target_record.first_backward_shapes)
+        why_not_exact = (f"the target drew random numbers on the device ({', '.join(random_ops[:3])}): its random "
+                         "stream is not the CPU's" if random_ops else
+                         f"the script computed on other shapes on the target ({other_shapes}): a library chose them "
+                         "for the target's device, so the same kernels sum in another order" if other_shapes else None)
+        switched = bool(self.exact and why_not_exact)  # a real target is judged by the band from the start
+        if switched:
+            self.note(f"{why_not_exact}; parity is judged as convergence within the reference's seed-to-seed spread")
+            self.exact = False
+            again = self.run_again()
+        self.phase = "parity"
+        self.report.parity = parity.judge_script(ref.curves(), again.curves() if again else None, target.curves(),
+                                                 self.exact, cfg.tolerance)
+        if switched:
+            self.report.parity.notes.append(f"not the exact rule: {why_not_exact}")
+        if not ref_record.script_seeded:
+            self.report.parity.notes.append(f"the script does not seed its RNGs: torchferry seeded them at start "
+                                            f"(seed {cfg.seed}, Python, NumPy and torch)")
+        self.note(f"parity: {self.report.parity.status}")
+        if self.report.parity.status == ParityStatus.NON_FINITE:
+            self.report.failure = Failure(kind=NonFiniteError.slug, message=self.report.parity.notes[0],
+                                          exit_status=int(ExitStatus.NEGATIVE_RESULT), phase="parity", finding=True)
+        self.phase = "cost"
+        self.report.cost = cost.estimate(self.report.timing, cfg.cost, load_prices(cfg.cost.prices))
+        self.report.cost.assumptions.append(
+            "unit: the script's optimizer step (torchferry does not know its tokens or samples per step); --volume "
+            "counts steps per month")
+        self.report.resume.notes.append("not run for an unchanged script: its own resume code is not called; the "
+                                        "exit result reloads the checkpoints it wrote")
+        self.phase = "done"
+
+    def scan_findings(self) -> None:
+        """`ferry scan`'s findings of code that names CUDA, into the report's facts and next actions: a branch only
+        CUDA takes runs unchanged elsewhere, so the script runs; the runtime tells where it really trained."""
+        if not self.command.script or self.cfg.target.split(":")[0] == "cuda":
+            return
+        out = self.workdir / "scan.json"
+        subprocess.run([sys.executable, "-m", "torchferry", "scan", self.command.script, "--format", "json",
+                        "--fail-on", "never", "-o", str(out)], capture_output=True, timeout=self.cfg.timeout,
+                       check=False, env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+        if out.is_file():
+            self.report.script.scan_findings = [f for f in json.loads(out.read_text())["findings"]
+                                                if f["rule_id"] in HARD_CODED]
+        if self.report.script.scan_findings:
+            self.note(f"ferry scan: {len(self.report.script.scan_findings)} line(s) name CUDA; the script runs as it is")
+
+    def names_cuda(self, run: ChildRun) -> str | None:
+        """When a run failed at a line `ferry scan` names as code that only CUDA runs (an error of its, not a guarded
+        branch), the portability failure in words, with the scan's fix; else None."""
+        record = run.main_record()
+        error = record.error if record else None
+        if run.returncode == 0 or error is None or not error.file:
+            return None
+        at = [f for f in self.report.script.scan_findings if f.get("severity") == "error"
+              and Path(f["path"]).resolve() == Path(error.file).resolve() and f["line"] == error.line]
+        if not at:
+            return None
+        return (f"portability failure: the script names CUDA, so it cannot run on {run.device!r} unchanged: "
+                + "; ".join(f"{f['path']}:{f['line']}: {f['rule_id']} {f['message']} Fix: {f['fix']}" for f in at)
+                + f" ({error.type}: {error.message.splitlines()[0] if error.message else ''}). `ferry scan --fix "
+                  f"{at[0]['path']}` rewrites the safe ones; then run the check again.")
+
+    def run_again(self) -> ChildRun:
+        """The reference's second run, every torch seed offset by one: the spread of the band."""
+        again = self.run_one("ref-repeat", self.cfg.ref)
+        if again.timed_out:
+            raise timeout_error(again, self.cfg.timeout)
+        self.reference_ok(again)
+        return again
+
+    def record_timing(self) -> None:
+        """The timing result from the runs so far (called after each, so a stop keeps what ran)."""
+        def side(run: ChildRun | None) -> timing.DeviceTiming | None:
+            record = run.main_record() if run else None
+            if run is None:
+                return None
+            r = record.rehearsal if record else None
+            return timing.script_timing(run.device, run.wall_s, record.step_ends_s if record else [],
+                                        record.peak_memory if record else None,
+                                        (r.executed_calls, r.fallback_ops) if r is not None and r.read else None,
+                                        r.emulates if r is not None else None)
+
+        ref, target = self.runs.get("ref"), self.runs.get("target")
+        steps = (ref.main_record() if ref else None)
+        self.report.timing = timing.summarise(side(ref), side(target), warmed=False,
+                                              steps=steps.steps if steps else None)
+        if target is None or self.report.timing.target is None or self.report.timing.target.time_to_n_s is None:
+            self.report.timing.status = TimingStatus.PARTIAL
+
+    def reference_ok(self, run: ChildRun) -> ScriptRecord:
+        """The reference's main record; a failing reference is the user's error, with their traceback."""
+        record = run.main_record()
+        if run.returncode != 0 and not run.stopped_by_steps:
+            error = record.error if record else None
+            where = f" at {error.file}:{error.line}" if error and error.file else ""
+            trace = error.traceback if error else _tail(run.log)
+            if error and error.kind == DeviceOutOfMemoryError.slug:
+                raise DeviceOutOfMemoryError(f"the script ran out of memory on the reference {run.device!r}{where}: "
+                                             f"{error.message}")
+            raise WorkloadError(f"the script failed on the reference {run.device!r}{where} (exit status "
+                                f"{run.returncode}): this is the script's own error, not the target's. Its output: "
+                                f"{run.log}", trace)
+        if record is None or not record.losses:
+            raise UsageError(f"the script does no training: no backward() on a scalar loss was recorded on the reference "
+                             f"{run.device!r} ({self.command.shown()}). For inference, check a model with "
+                             "`ferry check --mode forward -w path/to/file.py:build` (the build() protocol).")
+        if not all(math.isfinite(v) for v in record.losses):
+            raise NonFiniteError(f"the script's loss is not finite on the reference {run.device!r}: the script itself "
+                                 "is numerically broken")
+        used = (record.device or "cpu").split(":")[0]
+        if used != run.device.split(":")[0]:
+            raise UsageError(f"the reference run trained on {used!r}, not on the reference {run.device!r}: the script "
+                             "chooses its device in a way torchferry cannot steer. Let it pick the device with "
+                             "torch.accelerator.current_accelerator() (ferry scan shows where it names one).")
+        return record
+
+    def script_facts(self, record: ScriptRecord) -> None:
+        facts = self.report.script
+        facts.seeded = ("by the script" if record.script_seeded else
+                        f"by torchferry (seed {self.cfg.seed}): the script does not seed")
+        facts.optimizer_steps, facts.backward_calls, facts.losses = record.steps, record.backwards, len(record.losses)
+        facts.stopped = record.stopped
+        if not record.steps:
+            self.note("the script made no optimizer step: parity is judged on the losses it recorded")
+
+    def target_failed(self, run: ChildRun, record: ScriptRecord | None) -> bool:
+        """A target that fails where the reference ran is a finding: the user's file and line, the reference's figures."""
+        if run.returncode == 0 or run.stopped_by_steps:
+            used = ((record.device if record else None) or "cpu").split(":")[0]
+            if record and used != run.device.split(":")[0]:
+                self.finding(WorkloadError.slug, f"the target run trained on {used!r}, not on {run.device!r}: the script "
+                                                 "does not pick the accelerator it is given (ferry scan shows where it "
+                                                 "names a device)")
+                return True
+            return False
+        if (named := self.names_cuda(run)) is not None:
+            self.report.parity.status = ParityStatus.FAIL_TO_RUN
+            self.report.parity.notes.append(named)
+            self.finding(WorkloadError.slug, named)
+            return True
+        error = record.error if record else None
+        where = f" at {error.file}:{error.line}: {error.code}" if error and error.file else ""
+        kind = error.kind if error else WorkloadError.slug  # a crash without a Python exception is the workload's too
+        label = ("portability failure: device placement" if error and error.placement else
+                 "out of memory" if kind == DeviceOutOfMemoryError.slug else
+                 "missing kernel" if error and error.type == "NotImplementedError" else
+                 f"failed ({error.type if error else 'exit'})")
+        message = f"{label}{where}: {error.message if error else _tail(run.log)}"
+        self.report.parity.status = ParityStatus.FAIL_TO_RUN
+        self.report.parity.notes.append(message)
+        self.finding(kind, message, error.traceback if error else None)
+        return True
+
+    def finding(self, kind: str, message: str, trace: str | None = None) -> None:
+        self.report.failure = Failure(kind=kind, message=message, exit_status=int(ExitStatus.NEGATIVE_RESULT),
+                                      phase=self.phase, finding=True, traceback=trace,
+                                      log=str(self.runs[self.phase].log) if self.phase in self.runs else None)
+        self.note(f"target failed: {message}")
+
+
+def _tail(log: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""
