@@ -5,6 +5,12 @@ Nothing happens at import. `enable()` (or `TORCHFERRY_DEVICE=neuron`, through
 PyTorch's `torch.backends` autoload entry point) loads the C++ core, names
 PrivateUse1 `neuron` and creates `torch.neuron`. It stands aside when the real
 torch-neuronx is installed, and refuses to register over another backend.
+
+Package map: ``csrc/`` (the C++ core, one file per PyTorch interface) and ``_runtime`` (its handle);
+``_settings`` (the environment knobs, read once); ``profile`` (the device profiles' data model) and
+``target`` (what the target does with each op, and the accounting TorchNeuron's API lacks);
+``neuron`` (becomes ``torch.neuron``); ``compile`` (the ``neuron`` torch.compile backend);
+``distributed`` (the ``neuron`` process-group backend); ``standin`` (the ``torch_neuronx`` stand-in).
 """
 
 from __future__ import annotations

@@ -4,5 +4,6 @@ Module map: ``meta`` (the shared ``meta`` and ``failure`` blocks), ``comparison`
 judged by the parity rule), ``check``, ``coverage``, ``plan`` and ``scan`` (each command's
 result model and ``FORMAT_VERSION``), ``core`` (the reporter protocol and the one atomic writer),
 ``jsonreport`` (any model as versioned JSON), ``text``/``htmlreport`` (check), ``coverage_render``,
-``plan_render`` and ``scan_render`` (the other commands), ``svg`` (inline plots).
+``plan_render`` and ``scan_render`` (the other commands), ``page`` (the one HTML page frame), ``svg``
+(inline plots).
 """

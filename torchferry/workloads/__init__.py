@@ -1,4 +1,6 @@
-"""Built-in workloads, one per file, and the loader for user workloads.
+"""Built-in workloads, one per file (``llama``, ``gpt2``, ``bert``, ``mlp``; ``tokens`` their shared batches),
+the loader for user workloads (``protocol``), and models named by the user (``model_source`` resolves the
+name, ``hub`` builds it).
 
 ``load_workload(spec, options)`` in :mod:`torchferry.workloads.protocol` resolves a
 built-in name, ``path/to/file.py:build`` or ``package.module:build``. Transformers

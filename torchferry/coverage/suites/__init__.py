@@ -4,7 +4,8 @@ Each module declares one family: its architectures (from transformers' auto-mode
 or tiny configs in code for diffusers), how to build one tiny with random weights, its inputs,
 how to judge its output and its modes (torchferry.coverage.suites.base). Modules are imported
 on use only: the parent process of a sweep never imports torch, transformers or diffusers for
-a listing it does not need.
+a listing it does not need. The modules: ``base`` (the Suite type), ``causal_lm``, ``seq2seq``,
+``encoder``, ``vision``, ``diffusers``.
 """
 
 from __future__ import annotations

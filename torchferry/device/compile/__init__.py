@@ -9,7 +9,10 @@ One module per job:
   zero-copy host views of device tensors;
 - `metrics`: `torch.neuron.get_dynamo_metrics()` (TorchNeuron's records) and
   `compile_metrics()` (torchferry's fuller view: cache, signatures, breaks, recompiles);
-- `cache`: the persistent cache of compiled graphs.
+- `cache`: the persistent cache of compiled graphs;
+- `selection`: `torch.compile(model)` with no backend picks `neuron` for graphs on the device;
+- `fallbacks`, `known_issues`, `numerics`: the eager device's predicted host fallbacks, the vendor's
+  known issues and target numerics, applied inside compiled graphs.
 """
 
 from torchferry.device.compile.backend import BACKEND_NAME, neuron_backend, register

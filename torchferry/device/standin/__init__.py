@@ -13,6 +13,7 @@ answers for the top-level name `torch_neuronx` only, with the module in
 `torch_neuronx.py` beside this file. It is never a distribution: it has no metadata,
 sits after the path finders (a real torch-neuronx on `sys.path` always wins), and is
 gone in any process that did not enable the device. `TORCHFERRY_STANDIN=0` keeps it off.
+`profiling.py` is its `NeuronProfiler` over the built-in device.
 """
 
 from __future__ import annotations
