@@ -52,12 +52,14 @@ def start(profile_name: str | Path | None) -> None:
     numerics = _settings.numerics(environ, chosen.numerics)
     caching = _settings.memory_caching(environ)
     backward_on_caller = _settings.backward_thread(environ) == "caller"
+    host_stream = _settings.random_stream(environ) == "host"
 
     import torch
 
     from torchferry.device import _C as native
 
     source = _settings.device_memory_source(environ, chosen.name, chosen.sources.get("hbm", chosen.description))
+    native._use_host_stream(host_stream)
     native._init(count, capacity, source, caching, backward_on_caller)
     atexit.register(native._release_autograd_workers)
     native._register_cpu_kernels(cpu_kernel_ops(torch))

@@ -14,6 +14,7 @@
 | `TORCHFERRY_NO_MEMORY_CACHING` | `1` returns freed device memory to the host at once instead of caching it for reuse (as `PYTORCH_NO_CUDA_MEMORY_CACHING` does for CUDA) | `0` |
 | `TORCHFERRY_BACKWARD_THREAD` | which thread runs a device backward: `caller` (the thread that calls it, as for the CPU) or `device` (PyTorch's autograd device thread) | `caller` |
 | `TORCHFERRY_STANDIN` | `0` keeps `import torch_neuronx` from finding torchferry's stand-in | `1` |
+| `TORCHFERRY_RNG` | the default generators' stream: `device` (each device its own, as every accelerator has) or `host` (the CPU's default generator itself: one stream, the same numbers in the same order as a CPU run; `ferry check` sets it in its target's processes) | `device` |
 
 Fallback modes and their codes for the C++ core are defined here only.
 """
@@ -138,6 +139,21 @@ def check_environment(environ: Mapping[str, str]) -> None:
     memory_caching(environ)
     backward_thread(environ)
     standin_enabled(environ)
+    random_stream(environ)
+
+
+RANDOM_STREAMS = ("device", "host")
+
+
+def random_stream(environ: Mapping[str, str]) -> str:
+    """`device` or `host`: TORCHFERRY_RNG, the default generators' stream."""
+    stream = environ.get("TORCHFERRY_RNG", "").strip().lower() or RANDOM_STREAMS[0]
+    if stream not in RANDOM_STREAMS:
+        raise DeviceSettingError(
+            f"TORCHFERRY_RNG={stream!r} is not a random stream. Valid values: {', '.join(RANDOM_STREAMS)} (device: "
+            "each device draws from its own generator; host: the device's default generator is the CPU's, one stream)."
+        )
+    return stream
 
 
 def fallback_mode(environ: Mapping[str, str]) -> str:

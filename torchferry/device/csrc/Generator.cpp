@@ -1,9 +1,14 @@
 // Per-device RNG of the built-in `neuron` device.
 //
 // Each neuron generator owns a CPU (mt19937) generator that the CPU kernels draw
-// from. The same seed therefore gives the same numbers as on the CPU, which is what
-// lets the decision test compare training with dropout bit for bit, while the
-// device keeps its own stream (seeding or drawing on `neuron` never moves the CPU's).
+// from. The same seed therefore gives the same numbers as on the CPU, while the
+// device keeps its own stream (seeding or drawing on `neuron` never moves the CPU's),
+// as every accelerator does.
+//
+// With the host stream (`TORCHFERRY_RNG=host`, what `ferry check` sets in its target's
+// processes) the default generators draw from the CPU's default generator itself: one
+// stream, so that a script that draws noise on the device, shuffles on the CPU and
+// initialises on the CPU draws the very numbers its CPU run draws, in the same order.
 #include "neuron.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -41,13 +46,23 @@ struct NeuronGeneratorImpl final : public c10::GeneratorImpl {
 
 std::once_flag g_defaults_once;
 std::vector<at::Generator> g_defaults;
+bool g_host_stream = false;
 
 }  // namespace
+
+void use_host_stream(bool host) {
+  TORCH_CHECK(g_defaults.empty(), "the random stream is chosen before the first default generator is made");
+  g_host_stream = host;
+}
 
 const at::Generator& default_generator(c10::DeviceIndex index) {
   std::call_once(g_defaults_once, [] {
     for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
       g_defaults.push_back(at::make_generator<NeuronGeneratorImpl>(i));
+      if (g_host_stream) {
+        auto* impl = static_cast<NeuronGeneratorImpl*>(g_defaults.back().unsafeGetGeneratorImpl());
+        impl->host = at::detail::getDefaultCPUGenerator();  // the same generator, not a copy
+      }
     }
   });
   check_device_index(index);

@@ -55,6 +55,7 @@ void with_python_warnings(const std::vector<std::string>& op_names) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace torchferry;
   m.doc() = "C++ core of torchferry's built-in neuron device (PrivateUse1).";
+  m.def("_use_host_stream", &use_host_stream);
   m.def("_init", [](int count, int64_t capacity, const std::string& capacity_source, bool caching,
                     bool backward_on_calling_thread) {
     init_devices(static_cast<c10::DeviceIndex>(count), capacity, capacity_source, caching);

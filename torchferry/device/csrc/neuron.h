@@ -97,6 +97,9 @@ void set_backward_thread(bool on_calling_thread);
 void record_stream(at::Tensor& self, c10::Stream stream);
 
 // ---- Generator.cpp -------------------------------------------------------
+// Before the first default generator: `host` makes every device's default generator the CPU's
+// default generator (one random stream); else each device has its own (the default).
+void use_host_stream(bool host);
 const at::Generator& default_generator(c10::DeviceIndex index);
 at::Generator new_generator(c10::DeviceIndex index);
 // The CPU generator a CPU kernel should draw from for this neuron generator.
