@@ -58,4 +58,6 @@ RULE = Rule(
     node_types=(ast.Constant, ast.JoinedStr),
     check=check,
     prefilter=r"cuda",
+    tied_to_cuda=True,
+    picks_device=True,
 )

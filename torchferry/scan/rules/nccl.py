@@ -32,4 +32,6 @@ RULE = Rule(
     node_types=(ast.Constant, ast.JoinedStr),
     check=check,
     prefilter=r"(?i)nccl",
+    tied_to_cuda=True,
+    picks_device=True,
 )
