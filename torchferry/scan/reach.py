@@ -78,13 +78,12 @@ class _Run:
     """The conditions evaluated on a machine without CUDA, with the free tests set as in `free`.
 
     CUDA facts (a comparison with "cuda", a question to torch.cuda, `.is_cuda`) are false, except the kinds in
-    `open_facts`, which are free tests too; `facts` counts those consulted.
+    `open_facts`, which are free tests too.
     """
 
     def __init__(self, reach: Reach, world: str, free: dict[object, bool], flags: set[str],
                  open_facts: frozenset[str] = frozenset()) -> None:
         self.reach, self.world, self.free, self.flags, self.open_facts = reach, world, free, flags, open_facts
-        self.facts = 0
         self.visiting: set[str] = set()
 
     def truth(self, expr: ast.AST) -> bool:
@@ -96,10 +95,7 @@ class _Run:
         raise _Open(key)
 
     def _fact(self, kind: str, expr: ast.AST, value: object) -> object:
-        if kind in self.open_facts:
-            return self.open(ast.dump(expr))
-        self.facts += 1
-        return value
+        return self.open(ast.dump(expr)) if kind in self.open_facts else value
 
     def value(self, expr: ast.AST) -> object:
         if isinstance(expr, ast.Constant):
@@ -144,16 +140,15 @@ class _Run:
         values = self.reach.assigned.get(key)
         if values is None or key in self.visiting or any(v is None for v in values):
             return self._unassigned(expr, key)  # bound otherwise too (a parameter, a loop), or assigned from itself
+        # An attribute may be set outside this source too (a field, a parsed argument): what this source assigns
+        # it counts only when each value asks about CUDA (`args.cuda = not args.no_cuda and torch.cuda.is_available()`).
+        if isinstance(expr, ast.Attribute) and not all(self.reach.asks_cuda(v) for v in values):
+            return self._unassigned(expr, key)
         self.visiting.add(key)
-        facts = self.facts
         try:
             found = [self.value(v) for v in values]
         finally:
             self.visiting.discard(key)
-        # An attribute may be set outside this source too (a field, a parsed argument): what this source assigns
-        # it counts only when it is a CUDA fact (`args.cuda = not args.no_cuda and torch.cuda.is_available()`).
-        if isinstance(expr, ast.Attribute) and self.facts == facts:
-            return self._unassigned(expr, key)
         if all(type(v) is type(found[0]) and v == found[0] for v in found[1:]):
             return found[0]
         return self.open(key)
@@ -257,6 +252,17 @@ class Reach:
         known, value, _ = declared[0]
         same = all(k == known and type(v) is type(value) and v == value for k, v, _ in declared)
         return known and same, value, options
+
+    def asks_cuda(self, expr: ast.AST) -> bool:
+        """Whether `expr` holds a CUDA fact: a question to torch.cuda, `.is_cuda`, a comparison with "cuda"."""
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Call) and self.qualname(node.func) in _CUDA_CALLS:
+                return True
+            if isinstance(node, ast.Attribute) and node.attr == "is_cuda":
+                return True
+            if isinstance(node, ast.Compare) and any(map(_cuda_word, (node.left, *node.comparators))):
+                return True
+        return False
 
     # -- the branches on the way to a node -------------------------------------------------------
 
