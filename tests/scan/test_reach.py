@@ -219,6 +219,8 @@ def test_a_device_chosen_only_with_cuda_over_a_cpu_fallback_stays_an_error(name)
     ("import torch\ndef f(self):\n    if self.dequantize:\n        return\n    self.model.cuda()\n"
      "def g(self):\n    self.dequantize = True\n", 5),
     ("import torch\nif torch.version.cuda:\n    model.cuda()\n", 3),  # how torch was built, not this machine
+    # a flag this source also sets (mp.spawn's process index) is not left at its default
+    ("import torch\ndef worker(gpu, args):\n    args.gpu = gpu\n    if args.gpu is not None:\n        model.cuda()\n", 5),
     ("import torch\nuse_cuda = torch.cuda.is_available()\ndef f(use_cuda):\n    if use_cuda:\n        model.cuda()\n",
      5),  # a parameter of the same name may be anything
 ])

@@ -138,12 +138,14 @@ class _Run:
             return self._fact(ASKED, expr, False)
         key = full_name(expr)
         values = self.reach.assigned.get(key)
-        if values is None or key in self.visiting or any(v is None for v in values):
-            return self._unassigned(expr, key)  # bound otherwise too (a parameter, a loop), or assigned from itself
-        # An attribute may be set outside this source too (a field, a parsed argument): what this source assigns
-        # it counts only when each value asks about CUDA (`args.cuda = not args.no_cuda and torch.cuda.is_available()`).
-        if isinstance(expr, ast.Attribute) and not all(self.reach.asks_cuda(v) for v in values):
+        if values is None:
             return self._unassigned(expr, key)
+        # Bound otherwise too (a parameter, a loop), or assigned from itself: free. An attribute may be set outside
+        # this source too (a field, a parsed argument): what this source assigns it counts only when each value asks
+        # about CUDA (`args.cuda = not args.no_cuda and torch.cuda.is_available()`).
+        if key in self.visiting or any(v is None for v in values) or \
+                (isinstance(expr, ast.Attribute) and not all(self.reach.asks_cuda(v) for v in values)):
+            return self.open(key)
         self.visiting.add(key)
         try:
             found = [self.value(v) for v in values]
@@ -154,7 +156,7 @@ class _Run:
         return self.open(key)
 
     def _unassigned(self, expr: ast.Name | ast.Attribute, key: str) -> object:
-        """A name whose value this source does not decide: a CUDA flag, or a free test."""
+        """A name this source never assigns: a CUDA flag (an attribute), or a free test."""
         # torch.version.cuda is no flag: it says how torch was built, not whether this machine has CUDA
         torch_name = (self.reach.qualname(expr) or "").startswith("torch.")
         if not (isinstance(expr, ast.Attribute) and _FLAG.fullmatch(expr.attr) and not torch_name):
