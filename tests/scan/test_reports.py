@@ -79,3 +79,14 @@ def test_sarif_reports_unparseable_files_as_notifications_and_omits_fixed_findin
     (notification,) = sarif["runs"][0]["invocations"][0]["toolExecutionNotifications"]
     assert notification["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "pkg/bad.py"
     assert [r["ruleId"] for r in sarif["runs"][0]["results"]] == ["TF012"]
+
+
+def test_json_and_sarif_carry_the_branch_only_cuda_takes(tmp_path, ferry):
+    (tmp_path / "train.py").write_text('import torch\nif device.type == "cuda":\n    model.cuda()\nnet.cuda()\n')
+    guard = {"line": 2, "test": 'device.type == "cuda"', "decided_by": "device", "flags": [], "options": [],
+             "fallback_line": None}
+    findings = ferry("scan", str(tmp_path / "train.py"), "--format", "json").json["findings"]
+    assert [(f["line"], f["rule_id"], f["severity"], f["guard"]) for f in findings] == [
+        (2, "TF002", "info", None), (3, "TF001", "info", guard), (4, "TF001", "error", None)]
+    results = ferry("scan", str(tmp_path / "train.py"), "--format", "sarif").json["runs"][0]["results"]
+    assert [r.get("properties") for r in results] == [None, {"guard": guard}, None]

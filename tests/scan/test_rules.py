@@ -170,3 +170,9 @@ def test_a_module_returned_by_a_function_of_the_source_is_a_module(rule_ids):
 def test_a_hand_written_collate_that_pads_to_the_longest_is_churn(collate, found, rule_ids):
     code = f"import torch\nfrom torch.utils.data import DataLoader\nm = torch.compile(model)\n{collate}"
     assert ("TF022" in rule_ids(code)) is found
+
+
+def test_the_rules_about_cuda_only_code_are_tf001_to_tf018_and_three_pick_the_device():
+    """docs/scan.md, "Code only CUDA runs": these rules' findings drop below their severity where only CUDA runs."""
+    assert [r.id for r in RULES if r.tied_to_cuda] == [f"TF{n:03d}" for n in range(1, 19)]
+    assert [r.id for r in RULES if r.picks_device] == ["TF001", "TF002", "TF006"]

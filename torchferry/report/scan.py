@@ -9,6 +9,9 @@ FORMAT_VERSION history of the JSON report (``meta.format = "torchferry.scan"``):
 - 2: files[].not_written (why --fix left a file unchanged), summary.not_written.
 - 3: the `meta` block shared with check, coverage and plan (meta.format, meta.format_version,
   meta.torchferry, meta.created, meta.command); `fixes_applied` moves to `summary`.
+- 4: files[].skipped (why a file was not scanned), summary.skipped.
+- 5: findings[].guard: the branch only CUDA takes that holds the finding (line, test, decided_by,
+  flags, options, fallback_line), or null; a guarded finding's severity is below its rule's.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from enum import Enum
 from typing import Any
 
 FORMAT = "torchferry.scan"
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 
 class Severity(str, Enum):
@@ -46,6 +49,7 @@ class Hit:
     message: str | None = None
     fix: Callable[[Any], Any] | None = None
     target: Any = None
+    severity: Severity | None = None  # when this hit is less severe than its rule (a compared "cuda"); None: the rule's
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,12 @@ class Rule:
     # the rule runs only where it returns True (None: always).
     # It must never miss either: `syntax.refers_to("torch.load")` for a rule that compares qualified names.
     gate: Callable[[Any], bool] | None = None
+    # The hazard is code that works on CUDA only (TF001-TF018): where no run without CUDA reaches it, it cannot fail
+    # on another accelerator, and is reported below the rule's severity with its guard (torchferry/scan/reach.py).
+    tied_to_cuda: bool = False
+    # The finding chooses where work runs (a device, a process-group backend): chosen only when the machine has CUDA
+    # while the other branch picks the CPU, it is a silent CPU fallback and keeps the rule's severity.
+    picks_device: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +88,28 @@ class Rule:
             "fix": self.fix,
             "safe_fix": self.safe_fix or None,
         }
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The branch point that keeps a finding's code off machines without CUDA (docs/scan.md, "Code only CUDA runs").
+
+    `decided_by` is "device" when the machine decides (no run without CUDA reaches the code) and "flag" when a
+    CUDA flag does (`args.cuda`, `use_gpu`): a run without the flag does not reach it, a run with it does.
+    `fallback_line` is set when the code picks the device (or backend) and the other branch picks the CPU: a
+    machine without CUDA then runs on the CPU without a word, so the finding keeps its rule's severity.
+    """
+
+    line: int  # the `if` / `elif` / `while` / conditional expression / early exit, in the finding's file or cell
+    test: str  # its test, as written
+    decided_by: str  # "device" | "flag"
+    flags: tuple[str, ...] = ()  # the flags assumed not given, as the code reads them ("args.cuda")
+    options: tuple[str, ...] = ()  # their command-line options, where the source declares them ("--cuda")
+    fallback_line: int | None = None  # where the other branch picks the CPU ("cpu", "gloo", `.cpu()`)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "test": self.test, "decided_by": self.decided_by, "flags": list(self.flags),
+                "options": list(self.options), "fallback_line": self.fallback_line}
 
 
 @dataclass(frozen=True)
@@ -94,6 +126,7 @@ class Finding:
     fixable: bool
     cell: int | None = None  # index of the notebook cell (all cells counted), None for .py files
     fixed: bool = False  # --fix rewrote it
+    guard: Guard | None = None  # the branch only CUDA takes that holds it; None: every run can reach it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -107,6 +140,7 @@ class Finding:
             "fix": self.fix,
             "fixable": self.fixable,
             "fixed": self.fixed,
+            "guard": self.guard.to_dict() if self.guard is not None else None,
         }
 
 

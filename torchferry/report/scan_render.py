@@ -5,7 +5,8 @@
 - JSON: versioned, with the `meta` block shared with the other commands.
 - SARIF, so code hosts (GitHub code scanning and others) annotate pull requests with findings.
   Notebook findings point at the notebook file; SARIF has no cells, so the cell index goes into the
-  message and `properties.cell`.
+  message and `properties.cell`. A finding in a branch only CUDA takes carries its guard in
+  `properties.guard`, as in JSON.
 """
 
 from __future__ import annotations
@@ -103,8 +104,13 @@ def _result(finding: Finding, index: dict[str, int]) -> dict[str, Any]:
             "region": {"startLine": finding.line, "startColumn": finding.column},
         }}],
     }
+    properties: dict[str, Any] = {}
     if finding.cell is not None:
-        result["properties"] = {"cell": finding.cell}
+        properties["cell"] = finding.cell
+    if finding.guard is not None:
+        properties["guard"] = finding.guard.to_dict()
+    if properties:
+        result["properties"] = properties
     return result
 
 

@@ -27,7 +27,8 @@ from libcst.codemod import CodemodContext
 from libcst.codemod.visitors import AddImportsVisitor
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from torchferry.report.scan import Hit, Rule
+from torchferry.report.scan import Guard, Hit, Rule, Severity
+from torchferry.scan.reach import Reach
 from torchferry.scan.regions import Regions
 from torchferry.scan.syntax import AttributeName, ImportedName, Literal, SourceTree
 from torchferry.scan.tensors import Tensors
@@ -74,15 +75,23 @@ class AstContext:
     def tensors(self) -> Tensors:
         return Tensors(self.tree, self.regions)
 
+    @cached_property
+    def reach(self) -> Reach:
+        return Reach(self.tree, self.qualname)
+
 
 @dataclass(frozen=True)
 class RuleHit:
-    """A hit with its rule and 1-based position."""
+    """A hit with its rule, 1-based position, and how it is reported: severity, message, and the guard that keeps
+    its code off machines without CUDA (None: every run can reach it)."""
 
     rule: Rule
     hit: Hit
     line: int
     column: int
+    severity: Severity
+    message: str
+    guard: Guard | None = None
 
 
 class _Fixer(cst.CSTTransformer):
@@ -167,8 +176,20 @@ def _analyse(tree: SourceTree, rules: Sequence[Rule]) -> list[RuleHit]:
         for rule in by_type.get(type(node), ()):
             for hit in rule.check(node, context):
                 line, column = tree.start(hit.node)
-                hits.append(RuleHit(rule, hit, line, column + 1))
+                hits.append(_judged(rule, hit, node, context, (line, column + 1)))
     return hits
+
+
+def _judged(rule: Rule, hit: Hit, checked: ast.AST, context: AstContext, where: tuple[int, int]) -> RuleHit:
+    """`hit` as reported: below its rule's severity, naming the branch, where only a machine with CUDA runs the
+    code a rule about CUDA-only code found (`checked`, the node the rule was called on; reach.py)."""
+    severity, message = hit.severity or rule.severity, hit.message or rule.summary
+    found = context.reach.guard(checked, severity, rule.picks_device and hit.severity is None) \
+        if rule.tied_to_cuda else None
+    if found is None:
+        return RuleHit(rule, hit, *where, severity, message)
+    guard, severity, why = found
+    return RuleHit(rule, hit, *where, severity, why if guard.fallback_line is not None else f"{message} {why}", guard)
 
 
 def _fixed(code: str, tree: SourceTree, fixing: list[RuleHit], add_import: bool) -> str:

@@ -1,8 +1,9 @@
-"""Where a string literal is consumed by torch as a device or a backend name, and nothing else.
+"""Where a string literal is consumed by torch as a device or a backend name, and where it is only compared.
 
-Replacing a literal there cannot change what user code sees: torch parses it at once. A
-literal anywhere else (`device = "cuda"`, `if kind == "cuda":`) may be compared later, so
-rules report it without rewriting it.
+Replacing a literal in a device or backend slot cannot change what user code sees: torch parses
+it at once. A literal anywhere else (`device = "cuda"`, `if kind == "cuda":`) may be compared
+later, so rules report it without rewriting it. A literal that is compared (`device.type ==
+"cuda"`) chooses nothing: off CUDA the comparison is false and the code takes its other path.
 """
 
 from __future__ import annotations
@@ -58,3 +59,15 @@ def is_backend_slot(node: ast.expr, ctx) -> bool:  # noqa: ANN001 - engine.AstCo
     if keyword:
         return keyword == "backend"
     return callee == "init_process_group" and keyword == ""
+
+
+def is_compared(node: ast.expr, ctx) -> bool:  # noqa: ANN001 - engine.AstContext
+    """True when `node` is an operand of a comparison (`x == "cuda"`, `"cuda" in str(x)`), one of the values
+    `x in ("cuda", "xpu")` looks among, or what `x.startswith(...)` / `x.endswith(...)` looks for."""
+    parent = ctx.parent(node)
+    if isinstance(parent, (ast.List, ast.Tuple, ast.Set)) and isinstance(ctx.parent(parent), ast.Compare):
+        return True
+    if isinstance(parent, ast.Compare):
+        return True
+    return (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Attribute)
+            and parent.func.attr in ("startswith", "endswith") and node in parent.args)

@@ -104,9 +104,9 @@ def not_source(path: Path) -> str | None:
 def _findings(hits: Iterable[RuleHit], path: str, cell: int | None, written: bool) -> Iterator[Finding]:
     for h in hits:
         fixable = h.hit.fix is not None
-        yield Finding(path=path, line=h.line, column=h.column, rule_id=h.rule.id, severity=h.rule.severity,
-                      message=h.hit.message or h.rule.summary, fix=h.rule.fix, fixable=fixable,
-                      cell=cell, fixed=fixable and written)
+        yield Finding(path=path, line=h.line, column=h.column, rule_id=h.rule.id, severity=h.severity,
+                      message=h.message, fix=h.rule.fix, fixable=fixable, cell=cell, fixed=fixable and written,
+                      guard=h.guard)
 
 
 def _diff(before: str, after: str, name: str) -> str:

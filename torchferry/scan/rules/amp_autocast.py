@@ -42,4 +42,5 @@ RULE = Rule(
     check=check,
     prefilter=r"cuda",
     gate=refers_to(NAME),
+    tied_to_cuda=True,
 )

@@ -25,4 +25,5 @@ RULE = Rule(
     check=check,
     prefilter=r"compile",
     gate=refers_to("torch.compile"),
+    tied_to_cuda=True,
 )

@@ -21,4 +21,5 @@ RULE = Rule(
     node_types=(ast.Name, ast.Attribute),
     check=check,
     prefilter=r"CUDAExtension",
+    tied_to_cuda=True,
 )

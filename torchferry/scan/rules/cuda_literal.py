@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import DEVICE_TYPE, expr
-from torchferry.scan.slots import is_device_slot
+from torchferry.scan.slots import is_compared, is_device_slot
 from torchferry.scan.syntax import Literal
 
 _CUDA = re.compile(r"cuda(:\d+)?")
@@ -41,6 +41,11 @@ def check(node: ast.Constant | ast.JoinedStr, ctx) -> Iterator[Hit]:
         value = piece.value.value
         if not (isinstance(value, str) and _CUDA.fullmatch(value)):
             continue
+        if is_compared(node, ctx):
+            yield Hit(piece, message=f'"{value}" is compared, not passed to torch as a device: the test is false on '
+                                     'every other accelerator, which takes the code\'s other path.',
+                      severity=Severity.INFO)
+            continue
         # Only a bare "cuda" in a device slot is rewritten: the replacement is the same str on CUDA.
         safe = value == "cuda" and len(pieces) == 1 and is_device_slot(node, ctx)
         yield Hit(piece, message=f'"{value}" names a CUDA device; it fails on any other accelerator.',
@@ -58,4 +63,6 @@ RULE = Rule(
     node_types=(ast.Constant, ast.JoinedStr),
     check=check,
     prefilter=r"cuda",
+    tied_to_cuda=True,
+    picks_device=True,
 )

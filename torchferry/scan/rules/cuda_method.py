@@ -35,4 +35,6 @@ RULE = Rule(
     node_types=(ast.Call,),
     check=check,
     prefilter=r"cuda",
+    tied_to_cuda=True,
+    picks_device=True,
 )

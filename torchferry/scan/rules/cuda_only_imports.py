@@ -43,4 +43,5 @@ RULE = Rule(
     check=check,
     prefilter=r"flash_attn|bitsandbytes|apex|xformers|pycuda|cupy",
     gate=refers_to(*PACKAGES),
+    tied_to_cuda=True,
 )

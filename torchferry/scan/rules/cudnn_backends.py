@@ -27,4 +27,5 @@ RULE = Rule(
     check=check,
     prefilter=r"cuda|cudnn",
     gate=refers_to("torch.backends.cudnn", "torch.backends.cuda"),
+    tied_to_cuda=True,
 )

@@ -17,7 +17,6 @@ from torchferry.scan.rewrite import expr
 from torchferry.scan.syntax import ImportedName, refers_to
 
 GUARDS = (ast.If, ast.While, ast.IfExp)
-CUDA_TIED = tuple(f"TF{n:03d}" for n in range(1, 19))  # the rules of code tied to CUDA (docs/scan.md)
 # Expressions that hold a value in a slot of their own, which ends the enclosing expression (libcst wraps those
 # values in an element, slice or f-string node): `[x]`, `{k: v}`, `t[i]`, `f"{x}"`.
 _CONTAINERS = (ast.List, ast.Tuple, ast.Set, ast.Dict, ast.Slice, ast.JoinedStr, ast.FormattedValue)
@@ -104,7 +103,7 @@ def _in_visit_order(roots: list[ast.AST], ctx) -> list[ast.AST | ImportedName]: 
 def _first_unfixed(guard: ast.If | ast.While | ast.IfExp, ctx) -> tuple[str, object] | None:  # noqa: ANN001
     from torchferry.scan.rules import RULES  # the table imports this module
 
-    rules = [r for r in RULES if r.id in CUDA_TIED and r.severity != Severity.INFO]  # info: no effect elsewhere
+    rules = [r for r in RULES if r.tied_to_cuda and r.severity != Severity.INFO]  # info: no effect elsewhere
     for block in (guard.body, guard.orelse):
         for node in _in_visit_order(block if isinstance(block, list) else [block], ctx):
             for rule in rules:
@@ -146,4 +145,5 @@ RULE = Rule(
     check=check,
     prefilter=r"cuda",
     gate=refers_to(*RENAMES),
+    tied_to_cuda=True,
 )

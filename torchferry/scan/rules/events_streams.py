@@ -39,4 +39,5 @@ RULE = Rule(
     check=check,
     prefilter=r"cuda",
     gate=refers_to(*EQUIVALENTS),
+    tied_to_cuda=True,
 )

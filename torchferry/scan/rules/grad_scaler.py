@@ -36,4 +36,5 @@ RULE = Rule(
     check=check,
     prefilter=r"cuda",
     gate=refers_to(*NAMES),
+    tied_to_cuda=True,
 )

@@ -22,4 +22,5 @@ RULE = Rule(
     node_types=(ast.Attribute,),
     check=check,
     prefilter=r"is_cuda",
+    tied_to_cuda=True,
 )

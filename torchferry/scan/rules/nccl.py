@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from torchferry.report.scan import Hit, Rule, Severity
 from torchferry.scan.rewrite import BACKEND, expr
 from torchferry.scan.rules.cuda_literal import literals
-from torchferry.scan.slots import is_backend_slot
+from torchferry.scan.slots import is_backend_slot, is_compared
 
 
 def check(node: ast.Constant | ast.JoinedStr, ctx) -> Iterator[Hit]:
@@ -14,6 +14,11 @@ def check(node: ast.Constant | ast.JoinedStr, ctx) -> Iterator[Hit]:
     for piece in pieces:
         value = piece.value.value if isinstance(piece.value, ast.Constant) else None
         if not (isinstance(value, str) and value.lower() == "nccl"):
+            continue
+        if is_compared(node, ctx):
+            yield Hit(piece, message=f'"{value}" is compared, not passed to torch as a backend: the test is false on '
+                                     'every other accelerator, which takes the code\'s other path.',
+                      severity=Severity.INFO)
             continue
         # "nccl" only initialises on CUDA, where the default backend for "cuda" is "nccl":
         # wherever the original worked, the rewrite passes the same string.
@@ -32,4 +37,6 @@ RULE = Rule(
     node_types=(ast.Constant, ast.JoinedStr),
     check=check,
     prefilter=r"(?i)nccl",
+    tied_to_cuda=True,
+    picks_device=True,
 )

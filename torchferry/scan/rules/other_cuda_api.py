@@ -32,4 +32,5 @@ RULE = Rule(
     check=check,
     prefilter=r"cuda",
     gate=refers_to("torch.cuda"),
+    tied_to_cuda=True,
 )

@@ -26,4 +26,5 @@ RULE = Rule(
     node_types=(ast.Call,),
     check=check,
     prefilter=r"pin_memory",
+    tied_to_cuda=True,
 )

@@ -46,4 +46,5 @@ RULE = Rule(
     check=check,
     prefilter=r"load",
     gate=refers_to("torch.load"),
+    tied_to_cuda=True,
 )

@@ -28,4 +28,5 @@ RULE = Rule(
     node_types=(ast.Name, ast.Attribute, ast.Call, ast.Subscript),
     check=check,
     prefilter=r"triton",
+    tied_to_cuda=True,
 )
