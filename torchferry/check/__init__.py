@@ -9,7 +9,7 @@ Module map, in reading order:
   harness's worker protocol; ``worker`` inside each, ``warm`` before them) and ``script`` (an
   unchanged script run on each side, its recorders in every process of the command);
 - one module per result, each owning its capture half and its judgement for both sources:
-  ``parity``, ``timing``, ``resume``, ``exit`` (with ``exit_loader``, run where torchferry is
+  ``parity`` (with ``convergence``, a script's), ``timing``, ``resume``, ``exit`` (with ``exit_loader``, run where torchferry is
   absent), ``cost``, ``rehearsal`` (with ``profiling``, the device's trace activities) ->
   ``verdict``.
 

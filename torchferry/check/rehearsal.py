@@ -93,6 +93,7 @@ class RehearsalRecord(Record):
     capacity_bytes: int | None
     numerics: str | None
     steps: list[StepCounts] = field(default_factory=list)
+    steps_per_iteration: int = 1  # optimizers that step in turn (a GAN's two): the churn rule compares whole iterations
     read: bool = False  # the totals below were read (the run reached its end, or its failure)
     fallback_ops: dict[str, int] = field(default_factory=dict)
     executed_calls: int = 0
@@ -208,6 +209,11 @@ class Recorder:
             span = self.window.counts().minus(before)
             self.skipped.append(span)
             self.all_skipped.append(span)
+
+    def restart_steps(self) -> None:
+        """Forget the steps closed so far: the next ``step`` is step 1 again, counting from the recorder's start."""
+        self.record.steps.clear()
+        self.last, self.skipped = self.opened, list(self.all_skipped)
 
     def boundary(self) -> None:
         """A step starts here: what ran since the last step's end is not the next step's."""
@@ -342,7 +348,7 @@ def judge(record: RehearsalRecord, numerics: NumericsRehearsal | None = None) ->
     r.numerics = numerics or NumericsRehearsal(mode=record.numerics or "")
     _fallbacks(r, record)
     _known_issues(r, record)
-    _eager(r, record.steps)
+    _eager(r, record.steps, record.steps_per_iteration)
     if record.compile is not None:
         _compiled(r, record.compile)
     _memory(r, record)
@@ -404,9 +410,15 @@ def _known_issues(r: RehearsalResult, record: RehearsalRecord) -> None:
                        f"{', '.join(soft)}")
 
 
-def _eager(r: RehearsalResult, steps: list[StepCounts]) -> None:
+def _eager(r: RehearsalResult, steps: list[StepCounts], per_iteration: int = 1) -> None:
     if not steps:
         return
+    if per_iteration > 1:  # optimizers that step in turn: one iteration is one step of each
+        steps = [StepCounts(signatures=sum(s.signatures for s in group), compilations=sum(s.compilations for s in group),
+                            cache_hits=sum(s.cache_hits for s in group),
+                            host_syncs={k: sum(s.host_syncs.get(k, 0) for s in group) for g in group for k in g.host_syncs},
+                            inputs=group[-1].inputs)
+                 for group in (steps[i:i + per_iteration] for i in range(0, len(steps), per_iteration))]
     r.host_syncs_per_step = [s.host_syncs for s in steps]
     r.signatures_step1 = steps[0].signatures
     r.new_signatures = [s.signatures for s in steps[1:]]
@@ -424,12 +436,30 @@ def _eager(r: RehearsalResult, steps: list[StepCounts]) -> None:
                             "a size. Use fixed-size masks (torch.where) instead")
     later = r.new_signatures
     growing = sum(1 for n in later if n)
+    if short := short_last_batch(steps, later):
+        r.notes.append(f"the last batch is smaller ({short}): its new shapes are {later[-1]} more eager compilations "
+                       f"on {r.emulates}, once. Pass drop_last=True to the DataLoader, or pad the last batch, to avoid "
+                       "them")
+        later, growing = later[:-1], growing - 1
     if later and (later[-1] or growing >= 2):
         changed = "; ".join(r.shape_changes[:SHOWN]) or (
             "no batch shape changed: the new shapes come from inside the model (data-dependent shapes)")
         r.conditions.append(f"shape churn: new eager op signatures in {growing} of {len(later)} steps after step 1 "
                             f"({', '.join(map(str, later))}), each a NEFF compilation on {r.emulates}; changing: "
                             f"{changed}. Pad inputs to a few fixed shapes (buckets)")
+
+
+def short_last_batch(steps: list[StepCounts], later: list[int]) -> str | None:
+    """``"input 0: [16, 64] -> [8, 64]"`` when only the last step brought new signatures and its batch has fewer rows
+    than every step before (a DataLoader's short last batch), else None."""
+    if len(steps) < 3 or not later or not later[-1] or any(later[:-1][1:]):
+        return None
+    last, before = steps[-1].inputs, [s.inputs for s in steps[:-1]]
+    for name, shape in last.items():
+        earlier = [b[name] for b in before if name in b]
+        if shape and earlier and all(e and e[1:] == shape[1:] and e[0] > shape[0] for e in earlier):
+            return f"{name}: {earlier[-1]} -> {shape}"
+    return None
 
 
 def shape_changes(inputs: list[dict[str, list[int]]]) -> list[str]:

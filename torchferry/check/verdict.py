@@ -19,24 +19,25 @@ from torchferry.report.check import (
     VerdictItem,
 )
 from torchferry.report.comparison import describe
+from torchferry.report.text import span
 
 
 def _parity(report: CheckReport) -> VerdictItem:
     p = report.parity
-    if p.status == "pass" and p.grad_norm_curve:
-        return VerdictItem("parity", GO, f"loss and gradient-norm curves and final parameters within the rule: "
-                                         f"{p.tolerance.get('rule')}")
+    if p.status == "pass" and report.script is not None:
+        judged = "loss and gradient-norm curves and final parameters" if p.grad_norm_curve else "the losses"
+        return VerdictItem("parity", GO, f"{judged} within the rule: {p.tolerance.get('rule')}")
     if p.status == "pass":
         return VerdictItem("parity", GO, f"outputs, gradients, loss curve and tokens within the fp64-relative rule (tol {p.tolerance.get('tol')})")
     if p.status == "eager_two_runs_differ":
         return VerdictItem("parity", CONDITIONS, "target within tolerance, but the reference is not deterministic; " + "; ".join(p.notes))
     if p.status == NOT_RUN:
         return VerdictItem("parity", NOT_RUN, "; ".join(p.notes) or "not measured")
-    where = ""
-    if p.first_divergent_module is not None:
+    if p.first_divergent_module is not None:  # where the two sides first differ decides: it leads
         m = p.first_divergent_module
-        where = f"; first divergent module {m.name} ({describe(m)})"
-    return VerdictItem("parity", NO_GO, f"{p.status}: {p.notes[0] if p.notes else ''}{where}")
+        return VerdictItem("parity", NO_GO, f"first divergent module {m.name} ({describe(m)}); {p.status}"
+                                            + (f": {p.notes[0]}" if p.notes else ""))
+    return VerdictItem("parity", NO_GO, f"{p.status}: {p.notes[0] if p.notes else ''}")
 
 
 def _timing(report: CheckReport) -> VerdictItem:
@@ -50,12 +51,12 @@ def _timing(report: CheckReport) -> VerdictItem:
     unstable = [f"{role} {d.device}" for role, d in (("ref", t.ref), ("target", t.target)) if d.stability.get("stable") is False]
     conditions = [f"unstable steady state on {', '.join(unstable)} (see the warnings)"] if unstable else []
     if t.speedup_time_to_n is not None and t.speedup_time_to_n < 1:
-        conditions.append(f"target takes {1 / t.speedup_time_to_n:.2f}x the reference's time to {report.timing.steps} steps")
+        conditions.append(f"target takes {1 / t.speedup_time_to_n:.2f}x the reference's time to {span(t)}")
     if t.target.fallback_ops:
         conditions.append(f"{sum(t.target.fallback_ops.values())} fallback op calls ({len(t.target.fallback_ops)} ops)")
     if conditions:
         return VerdictItem("time", CONDITIONS, "; ".join(conditions))
-    return VerdictItem("time", GO, f"time to {report.timing.steps} steps {t.target.time_to_n_s:.2f} s vs {t.ref.time_to_n_s:.2f} s")
+    return VerdictItem("time", GO, f"time to {span(t)} {t.target.time_to_n_s:.2f} s vs {t.ref.time_to_n_s:.2f} s")
 
 
 def _resume(report: CheckReport) -> VerdictItem:
@@ -111,6 +112,19 @@ def _rehearsal(report: CheckReport) -> VerdictItem:
     return VerdictItem("rehearsal", NOT_RUN, "; ".join(r.notes) or "not rehearsed")
 
 
+def _scan(report: CheckReport) -> VerdictItem | None:
+    """A script's lines `ferry scan` names as CUDA-only (only for a script): conditions when one would fail or fall back
+    to the CPU on another accelerator; a branch only CUDA takes is no condition (the run showed the script runs)."""
+    if report.script is None:
+        return None
+    errors = [f for f in report.script.scan_findings if f.get("severity") == "error"]
+    if errors:
+        return VerdictItem("scan", CONDITIONS, f"{len(errors)} line(s) name CUDA where another accelerator fails or "
+                                               "falls back to the CPU (the next actions name them)")
+    guarded = len(report.script.scan_findings)
+    return VerdictItem("scan", GO, f"no line names CUDA outside a branch only CUDA takes ({guarded} such line(s))")
+
+
 def next_actions(report: CheckReport) -> list[NextAction]:
     """Every condition and failure of the verdict with its fix, as one list: what to do before the move.
 
@@ -137,6 +151,10 @@ def next_actions(report: CheckReport) -> list[NextAction]:
         actions.append(NextAction("rehearsal", f"put every input of {pl.op} on one device at {pl.file}:{pl.line} "
                                                f"(`{pl.code}` mixes {', '.join(pl.devices)})"))
     actions += [NextAction("rehearsal", c) for c in r.conditions]
+    said = f.message if f else ""
+    actions += [NextAction("scan", f"{s['path']}:{s['line']}: {s['rule_id']} {s['message']} Fix: {s['fix']}")
+                for s in (report.script.scan_findings if report.script else []) if s.get("severity") == "error"
+                and f"{s['path']}:{s['line']}" not in said]
     t = by_result.get("time")
     if t and t.verdict == CONDITIONS:
         actions += [NextAction("time", c + (": rerun on a quiet machine, or raise --steady-budget" if "unstable" in c else ""))
@@ -164,6 +182,7 @@ def next_actions(report: CheckReport) -> list[NextAction]:
 def decide(report: CheckReport) -> None:
     """Fill ``report.verdicts`` and ``report.verdict``: no-go if any result is no-go, conditions if any is not go."""
     items = [_parity(report), _timing(report), _resume(report), _exit(report), _cost(report), _rehearsal(report)]
+    items += [item for item in [_scan(report)] if item is not None]
     if report.failure and not report.failure.finding:
         items.append(VerdictItem("run", STOPPED, f"stopped: {report.failure.kind}: {report.failure.message}"))
         report.verdicts, report.verdict = items, STOPPED
@@ -180,3 +199,5 @@ def decide(report: CheckReport) -> None:
     else:
         report.verdict = GO if decided else NOT_RUN
     report.next_actions = next_actions(report)
+    deciding = next((i for i in items if i.verdict == report.verdict), None) if report.verdict == NO_GO else None
+    report.decision = f"{deciding.result}: {deciding.reason}" if deciding else ""

@@ -43,6 +43,11 @@ class Tolerance(Record):
     dtype: str = "float32"
 
     @property
+    def given(self) -> bool:
+        """Whether the user chose it (--tol), rather than the default for the mode and precision."""
+        return self.source == "--tol"
+
+    @property
     def low_precision(self) -> bool:
         return self.dtype != "float32"
 

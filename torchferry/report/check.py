@@ -135,6 +135,7 @@ class DeviceTiming:
 class TimingResult:
     status: TimingStatus = TimingStatus.NOT_RUN
     steps: int | None = None  # the steps the "time to N steps" headline covers (N)
+    step_unit: str = "steps"  # what a step is: optimizer steps, or a script's backward calls when it has no optimizer
     ref: DeviceTiming | None = None
     target: DeviceTiming | None = None
     speedup_time_to_n: float | None = None  # ref / target: > 1 means the target is faster
@@ -328,6 +329,7 @@ class CheckReport:
     cost: CostResult = field(default_factory=CostResult)
     rehearsal: RehearsalResult = field(default_factory=RehearsalResult)
     verdict: Verdict = Verdict.NOT_RUN
+    decision: str = ""  # a no-go's deciding result and figure, in one line (the verdict line carries it)
     verdicts: list[VerdictItem] = field(default_factory=list)
     next_actions: list[NextAction] = field(default_factory=list)  # every condition and failure with its fix
     failure: Failure | None = None  # set when the run stopped early

@@ -36,6 +36,10 @@ class Comparison:
     max_abs_diff: float | None = None
     numel: int = 0
     zero: bool = False  # both sides exactly zero (cosine is undefined, not 0)
+    allowed: float | None = None  # the distance the rule allows here (a script's noise rule), beside the one found
+    relative_diff: float | None = None  # a distance relative to the reference's magnitude (a module's summary)
+    at: str | None = None  # where it was judged: a step, a phase and a module's class and line
+    note: str | None = None  # what the figures mean in words
 
 
 def describe(c: Comparison) -> str:
@@ -49,6 +53,14 @@ def describe(c: Comparison) -> str:
         parts.append(f"cosine {c.cosine:.6f}")
     if c.max_abs_diff is not None:
         parts.append(f"max |diff| {c.max_abs_diff:.3g}")
+    if c.relative_diff is not None and math.isfinite(c.relative_diff):
+        parts.append(f"relative difference {c.relative_diff:.3g}")
+    if c.allowed is not None:
+        parts.append(f"allowed {c.allowed:.3g}")
+    if c.note:
+        parts.append(c.note)
+    if c.at:
+        parts.append(f"at {c.at}")
     return "; ".join(parts) or str(c.status)
 
 

@@ -98,17 +98,17 @@ def _timing(r: CheckReport) -> str:
     t = r.timing
     if not (t.ref or t.target):
         return section("timing", "Full time", "<p>Not measured.</p>", notes(t.notes))
-    from torchferry.report.text import _timing_rows, rank_table, side, speedup_line, traces
+    from torchferry.report.text import _timing_rows, rank_table, side, span, speedup_line, traces
 
-    rows = [list(row) for row in _timing_rows(t.ref, t.target, t.steps)]
+    rows = [list(row) for row in _timing_rows(t.ref, t.target, span(t))]
     sides = [(role, d) for role, d in (("ref", t.ref), ("target", t.target)) if d is not None]
     warm = svg.line_chart("warmup", "Warm-up curve (per-step time, synchronised)",
                           {f"{role} {d.device}": [s * 1e3 for s in d.steps] for role, d in sides}, "step", "ms")
-    time_bars = svg.bar_chart("time-to-n", f"Time to {t.steps} steps from process start" if t.steps else "Time to the last step from process start",
+    time_bars = svg.bar_chart("time-to-n", f"Time to {span(t)} from process start",
                               [(f"{role} {d.device}", d.time_to_n_s) for role, d in sides], "s")
     ranks = ""
     if t.ranks:
-        ranks = f'<h3 id="ranks">Target per rank ({len(t.ranks)} DDP processes)</h3>' + table(*rank_table(t.ranks, t.steps))
+        ranks = f'<h3 id="ranks">Target per rank ({len(t.ranks)} DDP processes)</h3>' + table(*rank_table(t.ranks, span(t)))
     header = ["", side("ref", t.ref), side("target", t.target)]
     warnings = "".join(f'<p class="no-go timing-warning">Warning: {escape(w)}</p>' for w in t.warnings)
     speedup = f"<p>{escape(line)}</p>" if (line := speedup_line(t)) else ""
@@ -228,5 +228,7 @@ def render(report: CheckReport) -> str:
                 table(["option", "value"], [[k, str(v)] for k, v in _options(cfg)])),
     ])
     title = report.subject
-    verdict = f'<p class="verdict {escape(report.verdict)}" id="verdict"><strong>Verdict: {escape(report.verdict)}</strong></p>'
+    decision = f": {escape(report.decision)}" if report.decision else ""
+    verdict = (f'<p class="verdict {escape(report.verdict)}" id="verdict"><strong>Verdict: {escape(report.verdict)}'
+               f'</strong>{decision}</p>')
     return page("check", title, verdict + "\n" + body, style=STYLE)

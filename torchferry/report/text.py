@@ -28,19 +28,24 @@ def steady(t: DeviceTiming) -> str:
     return f"{seconds(t.steady.get('median_s'))} / {seconds(t.steady.get('p90_s'))}" if t.steady else "-"
 
 
-def rank_table(ranks: list[DeviceTiming], steps: int | None) -> tuple[list[str], list[list[str]]]:
+def span(t: TimingResult) -> str:
+    """What "time to N" covers: ``8 steps``, ``7 backward calls``, or the last step of a run cut short."""
+    return f"{t.steps} {t.step_unit}" if t.steps else "the last step"
+
+
+def rank_table(ranks: list[DeviceTiming], covered: str) -> tuple[list[str], list[list[str]]]:
     """Header and rows of the per-rank timings (``--nproc`` > 1)."""
-    header = ["rank", "device", f"time to {steps} steps", "first call", "steady median / p90"]
+    header = ["rank", "device", f"time to {covered}", "first call", "steady median / p90"]
     return header, [[str(t.rank), t.device, seconds(t.time_to_n_s), seconds(t.first_call_s), steady(t)] for t in ranks]
 
 
-def _timing_rows(ref: DeviceTiming | None, target: DeviceTiming | None, steps: int | None) -> list[tuple[str, str, str]]:
+def _timing_rows(ref: DeviceTiming | None, target: DeviceTiming | None, covered: str) -> list[tuple[str, str, str]]:
     """Rows of the timing table; a side not measured (the run stopped before it) shows ``-``."""
     def pair(get) -> tuple[str, str]:
         return (get(ref) if ref else "-"), (get(target) if target else "-")
 
     rows = [
-        (f"time to {steps} steps (headline)" if steps else "time to the last step", *pair(lambda t: seconds(t.time_to_n_s))),
+        (f"time to {covered} (headline)", *pair(lambda t: seconds(t.time_to_n_s))),
         ("process start -> first result", *pair(lambda t: seconds(t.cold_start_s))),
         ("import torch", *pair(lambda t: seconds(t.import_s))),
         ("build + load model", *pair(lambda t: seconds(t.load_s))),
@@ -198,7 +203,7 @@ def _verdict(report: CheckReport) -> list[str]:
         lines = [f"stopped: {report.failure.kind} during {report.failure.phase or 'the run'}; everything measured "
                  "before is below and in the report"]
     else:
-        lines = [f"verdict: {report.verdict.upper()}"]
+        lines = [f"verdict: {report.verdict.upper()}" + (f": {report.decision}" if report.decision else "")]
     lines += [f"  {item.result:<9} {item.verdict:<19} {item.reason}" for item in report.verdicts]
     if report.next_actions:
         lines.append("next actions:")
@@ -238,9 +243,9 @@ def _timing(report: CheckReport) -> list[str]:
         return []
     lines = ["", f"time (explicitly synchronised){' - partial' if t.status == 'partial' else ''}:",
              f"  {'':<32}{side('ref', t.ref):>30}{side('target', t.target):>42}"]
-    lines += [f"  {label:<32}{a:>30}{b:>42}" for label, a, b in _timing_rows(t.ref, t.target, t.steps)]
+    lines += [f"  {label:<32}{a:>30}{b:>42}" for label, a, b in _timing_rows(t.ref, t.target, span(t))]
     if t.ranks:
-        header, rows = rank_table(t.ranks, t.steps)
+        header, rows = rank_table(t.ranks, span(t))
         lines += [f"  per rank ({len(t.ranks)} DDP processes):", "    " + "".join(f"{h:<22}" for h in header).rstrip()]
         lines += ["    " + "".join(f"{c:<22}" for c in row).rstrip() for row in rows]
     if line := speedup_line(t):
@@ -282,6 +287,7 @@ def _rehearsal(report: CheckReport) -> list[str]:
     lines += [f"  known issue ({k.kind}): {k.op} x{k.calls}: {k.reason} ({k.scope}; {k.source})" for k in rh.known_issues]
     if rh.numerics.note:
         lines.append(f"  numerics: {rh.numerics.note}")
+    lines += [f"  note: {note}" for note in rh.notes]
     return lines + [f"  condition: {condition}" for condition in rh.conditions]
 
 

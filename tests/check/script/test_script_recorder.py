@@ -95,11 +95,44 @@ def test_seeding_at_start_and_the_scripts_own_seed(tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_seed_offset_changes_the_scripts_own_seed(tmp_path):
-    body = "torch.manual_seed(0)\n" + TRAIN.format(steps=1)
+def test_the_noise_run_moves_every_parameter_by_one_ulp_and_keeps_every_seed(tmp_path):
+    body = """
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+x, y = torch.randn(64, 64), torch.randn(64, 1)
+for step in range(8):
+    opt.zero_grad()
+    ((model(x) - y) ** 2).mean().backward()
+    opt.step()
+"""
     _, [a] = run_script(tmp_path / "a", body)
-    _, [b] = run_script(tmp_path / "b", body, env={rec.SEED_OFFSET_ENV: "1"})
-    assert a["losses"] != b["losses"]  # another initialisation: the reference's second run differs
+    _, [b] = run_script(tmp_path / "b", body, env={rec.NOISE_ENV: "1"})
+    _, [c] = run_script(tmp_path / "c", body)
+    assert a["losses"] == c["losses"]  # the same seed: the same run
+    assert a["losses"] != b["losses"]  # one ulp moved: the reference's own rounding noise
+    assert all(abs(x - y) <= 1e-5 * abs(x) for x, y in zip(a["losses"], b["losses"]))  # and only that
+    assert b["noise"] is True and b["script_seeded"] is True
+
+
+@pytest.mark.timeout(300)
+def test_the_first_forward_and_backward_are_traced_module_by_module(tmp_path):
+    body = """
+model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+model(torch.randn(2, 4)).sum().backward()
+opt.step()
+model(torch.randn(2, 4)).sum().backward()
+torch.save(model, "whole.pt")  # hooks of the recorder's are kept on no module: a whole model still pickles
+"""
+    code, [r] = run_script(tmp_path, body)
+    assert code == 0
+    m = r["modules"]
+    assert [s["name"] for s in m["forward"]] == ["0", "1", "2", "<model>"]  # execution order, inner first
+    assert [s["name"] for s in m["grads"]] == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert m["forward"][0]["module_class"] == "Linear" and m["forward"][0]["where"].endswith(".py:" + m["forward"][0]["where"].rsplit(":", 1)[1])
+    assert len(m["forward"][0]["values"]) == 18 and m["forward"][0]["numel"] == 6
+    assert r["parameters"][0]["names"] == ["0.weight", "0.bias", "2.weight", "2.bias"]
 
 
 @pytest.mark.timeout(300)

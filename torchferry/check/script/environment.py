@@ -25,13 +25,16 @@ HIDDEN_ACCELERATORS = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "R
                        "ZE_AFFINITY_MASK": ""}
 # provider package -> the variables that load it at `import torch` (its torch.backends entry point)
 AUTOLOAD = {BUILTIN_PROVIDER: {"TORCHFERRY_DEVICE": "neuron"}}
+# provider package -> the variables that make its device draw from the CPU's random stream (one stream)
+ONE_STREAM = {BUILTIN_PROVIDER: {"TORCHFERRY_RNG": "host"}}
 CPU_FLAGS = {"ACCELERATE_USE_CPU": "true"}
 
 
-def script_environment(device: str, base: Mapping[str, str], builtin: bool) -> dict[str, str]:
+def script_environment(device: str, base: Mapping[str, str], builtin: bool, one_stream: bool = False) -> dict[str, str]:
     """The environment in which a script's usual device detection finds ``device``.
 
-    ``builtin``: whether ``device`` is to be the built-in emulation (not a real backend installed here).
+    ``builtin``: whether ``device`` is to be the built-in emulation (not a real backend installed here);
+    ``one_stream``: the built-in device draws its random numbers from the CPU's stream (what a check compares).
     """
     env = {k: v for k, v in base.items() if k not in AUTOLOAD_VARIABLES and k not in CPU_FLAGS}
     device_type = device.split(":")[0]
@@ -40,8 +43,9 @@ def script_environment(device: str, base: Mapping[str, str], builtin: bool) -> d
     providers = BACKEND_PROVIDERS.get(device_type, ())
     loaders = [AUTOLOAD[p] for p in providers if p in AUTOLOAD]
     if builtin and loaders:
-        return {**env, **HIDDEN_ACCELERATORS, **loaders[0]}
+        stream = next((ONE_STREAM[p] for p in providers if p in ONE_STREAM), {}) if one_stream else {}
+        return {**env, **HIDDEN_ACCELERATORS, **loaders[0], **stream}
     return env
 
 
-AUTOLOAD_VARIABLES = frozenset(k for variables in AUTOLOAD.values() for k in variables)
+AUTOLOAD_VARIABLES = frozenset(k for table in (AUTOLOAD, ONE_STREAM) for variables in table.values() for k in variables)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from torchferry.check.convergence import FinalParameters, ModuleTrace
 from torchferry.check.exit import CheckpointWrite
-from torchferry.check.parity import FinalParameters
 from torchferry.check.rehearsal import Placement, RehearsalRecord
 from torchferry.harness.devices import Memory
 from torchferry.records import Record
@@ -42,11 +42,12 @@ class ScriptRecord(Record):
     argv: list[str]
     started_s: float
     seed: int | None
-    seed_offset: int
+    noise: bool  # the reference's noise run: every parameter moved by one ulp before training
     script_seeded: bool = False
     steps: int = 0  # optimizer steps
     backwards: int = 0  # backward() calls on a scalar
     step_ends_s: list[float] = field(default_factory=list)
+    backward_ends_s: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)  # one per backward() on a scalar
     loss_steps: list[int] = field(default_factory=list)  # the optimizer steps done before each loss
     grad_norms: list[float | None] = field(default_factory=list)  # one per optimizer step
@@ -59,6 +60,7 @@ class ScriptRecord(Record):
     rehearsal: RehearsalRecord | None = None
     ended_s: float | None = None
     first_backward_shapes: list[list] | None = None
+    modules: ModuleTrace | None = None  # the first forward's module outputs and the first backward's gradients
 
     @property
     def trained(self) -> bool:

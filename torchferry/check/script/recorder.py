@@ -13,6 +13,9 @@ own children only), the process records, without any change to the script, into 
   before clipping, and no work of ours), else computed from this rank's local gradients;
 - the final parameters of every optimizer that stepped (a GAN's generator and discriminator apart),
   each tensor's digest and name;
+- each module's output at the first forward and each parameter's gradient after the first backward
+  (check/convergence.py's ``ModuleTracer``: a digest and a few numbers each), so that a parity failure
+  names the first module where the two sides differ;
 - every checkpoint written (``torch.save`` to a path or an open file, safetensors, and so
   ``save_pretrained``), by path;
 - the step end times and the peak memory of the device the losses live on;
@@ -22,8 +25,9 @@ own children only), the process records, without any change to the script, into 
 
 ``STEPS_ENV`` stops the script cleanly (``SystemExit(0)``) after that many steps. ``SEED_ENV``
 seeds Python's, NumPy's and torch's RNGs at start; a later ``torch.manual_seed`` from the script
-is noted (the report then says the script seeds itself). ``SEED_OFFSET_ENV`` is added to every torch
-seed, the script's own included. The record is written atomically at exit (``os._exit`` included),
+is noted (the report then says the script seeds itself). ``NOISE_ENV`` makes this run the
+reference's noise run: every parameter an optimizer is given moves by one unit in the last place
+(check/convergence.py ``perturb``), every seed kept. The record is written atomically at exit (``os._exit`` included),
 at the ``--steps`` stop, on SIGTERM, on ``FLUSH_SIGNAL`` (the parent asks for it before it stops a
 script that may ignore SIGTERM), after an uncaught exception (whose traceback and user line it
 keeps), and at a step end at most every ``FLUSH_S`` seconds, so that a killed script loses little.
@@ -49,7 +53,7 @@ from torchferry.harness.protocol import T0_ENV
 RECORD_ENV = "TORCHFERRY_RECORD"  # folder of the records; unset: the recorders stay off
 STEPS_ENV = "TORCHFERRY_RECORD_STEPS"  # stop after this many optimizer steps
 SEED_ENV = "TORCHFERRY_RECORD_SEED"  # seed the RNGs at start
-SEED_OFFSET_ENV = "TORCHFERRY_RECORD_SEED_OFFSET"  # added to every torch seed
+NOISE_ENV = "TORCHFERRY_RECORD_NOISE"  # 1: the reference's noise run (parameters moved by one ulp)
 PARAMETER_TENSORS_LIMIT = 50_000_000  # final parameters up to this many elements are kept whole (else hashed only)
 FLUSH_SIGNAL = signal.SIGUSR1  # the parent's "write your record now"
 FLUSH_S = 5.0  # at a step end, the record is rewritten when the last write is older than this
@@ -69,7 +73,7 @@ def autoload() -> None:
     steps = os.environ.get(STEPS_ENV, "").strip()
     seed = os.environ.get(SEED_ENV, "").strip()
     _recorder = ScriptRecorder(Path(folder), int(steps) if steps else None, int(seed) if seed else None,
-                               int(os.environ.get(SEED_OFFSET_ENV) or 0))
+                               os.environ.get(NOISE_ENV, "") == "1")
     _recorder.install()
 
 
@@ -129,8 +133,8 @@ def _int_env(name: str) -> int | None:
 class ScriptRecorder:
     """The recorders of one process and the record they fill."""
 
-    def __init__(self, folder: Path, stop_after: int | None, seed: int | None, seed_offset: int = 0) -> None:
-        self.folder, self.stop_after, self.seed, self.seed_offset = folder, stop_after, seed, seed_offset
+    def __init__(self, folder: Path, stop_after: int | None, seed: int | None, noise: bool = False) -> None:
+        self.folder, self.stop_after, self.seed, self.noise = folder, stop_after, seed, noise
         self.t0 = float(os.environ.get(T0_ENV) or time.time())
         self.path = folder / f"record-{os.getpid()}.json"
         self.clipped_norm: float | None = None  # the total norm the script's clip_grad_norm_ returned since the last step
@@ -142,8 +146,12 @@ class ScriptRecorder:
 
         self.record = ScriptRecord(pid=os.getpid(), rank=_int_env("RANK"), local_rank=_int_env("LOCAL_RANK"),
                                    world_size=_int_env("WORLD_SIZE"), argv=list(sys.argv),
-                                   started_s=time.time() - self.t0, seed=seed, seed_offset=seed_offset)
+                                   started_s=time.time() - self.t0, seed=seed, noise=noise)
         self.rehearsal: Any = None  # check/rehearsal.py's Recorder, on a device that emulates another
+        self.tracer: Any = None  # check/convergence.py's ModuleTracer, until the first backward
+        self.optimizers = 0  # optimizers the script made: without one, a step is a backward call
+        self.step_inputs: dict[str, list[int]] = {}  # the shapes each model was last called with
+        self.traced: Any = None  # the same, after it (it names the parameters)
 
     # installation -------------------------------------------------------------------------------
     def install(self) -> None:
@@ -156,9 +164,13 @@ class ScriptRecorder:
         original_backward = torch.autograd.backward
 
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+            scalar = isinstance(tensors, torch.Tensor) and tensors.numel() == 1
+            if scalar:
                 self._loss(tensors)
-            return original_backward(tensors, *args, **kwargs)
+            result = original_backward(tensors, *args, **kwargs)
+            if scalar:
+                self._backward_done()
+            return result
 
         torch.autograd.backward = backward
         original_clip = torch.nn.utils.clip_grad_norm_
@@ -184,6 +196,20 @@ class ScriptRecorder:
         torch.save = save
         sys.meta_path.insert(0, _AfterImport({"safetensors.torch": self._patch_safetensors}))
         self.rehearsal = self._open_rehearsal()
+        from torchferry.check.convergence import ModuleTracer, perturb
+
+        self.tracer = ModuleTracer(self._excluded)
+        original_init = torch.optim.Optimizer.__init__
+
+        def init(optimizer: Any, params: Any, *args: Any, **kwargs: Any) -> None:
+            original_init(optimizer, params, *args, **kwargs)
+            self.optimizers += 1
+            if self.noise:  # the noise run: every parameter moved by one ulp, once
+                perturb([p for group in optimizer.param_groups for p in group["params"] if id(p) not in self.moved])
+                self.moved.update(id(p) for group in optimizer.param_groups for p in group["params"])
+
+        self.moved: set[int] = set()
+        torch.optim.Optimizer.__init__ = init
         previous_hook = sys.excepthook
 
         def excepthook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
@@ -225,7 +251,7 @@ class ScriptRecorder:
         numpy = sys.modules.get("numpy")
         if numpy is not None:
             numpy.random.seed(self.seed)
-        torch.manual_seed(self.seed + self.seed_offset)
+        torch.manual_seed(self.seed)
 
     def _wrap_seed(self, torch: Any) -> None:
         """Note a seed the script sets itself (HF's set_seed, accelerate's, and plain calls end here)."""
@@ -233,7 +259,7 @@ class ScriptRecorder:
 
         def manual_seed(seed: Any) -> Any:
             self.record.script_seeded = True
-            return original(int(seed) + self.seed_offset)
+            return original(seed)
 
         torch.manual_seed = torch.random.manual_seed = manual_seed
 
@@ -266,6 +292,44 @@ class ScriptRecorder:
         r.loss_steps.append(r.steps)
         r.backwards += 1
 
+    def _backward_done(self) -> None:
+        """After a backward on a scalar: the first completes the module trace; without an optimizer a backward call is
+        the script's step (its time, its rehearsal counts, --steps)."""
+        r = self.record
+        if self.tracer is not None:
+            with contextlib.suppress(Exception):
+                r.modules = self.tracer.finish()
+                self._watch_inputs(self.tracer)
+            self.traced, self.tracer = self.tracer, None
+        r.backward_ends_s.append(time.time() - self.t0)
+        if self.optimizers or r.steps:
+            return
+        if self.rehearsal is not None:
+            self.rehearsal.step(dict(self.step_inputs))
+        if self.stop_after is not None and r.backwards >= self.stop_after:
+            self.finish(f"--steps {self.stop_after} (backward calls: the script makes no optimizer)")
+            raise SystemExit(0)
+
+    def _watch_inputs(self, tracer: Any) -> None:
+        """From the first backward on, the shapes of what each model is called with, per step (the rehearsal names
+        a batch shape that changes; the first step's come from the trace)."""
+        from torchferry.check.convergence import input_shapes
+
+        names = tracer.names()
+        self.step_inputs = {f"{names[id(root)]} input {k}": v for root in tracer.roots()
+                            for k, v in tracer.inputs.get(id(root), {}).items()}
+
+        roots = {id(root) for root in tracer.roots()}
+
+        def pre_hook(module: Any, inputs: Any) -> None:
+            if id(module) in roots:
+                self.step_inputs.update({f"{names[id(module)]} input {k}": v for k, v in input_shapes(inputs).items()})
+
+        # a global hook, kept on no module of the user's: a model pickled whole (torch.save(model)) stays as it was
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
+        register_module_forward_pre_hook(pre_hook)
+
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         import torch
 
@@ -292,7 +356,10 @@ class ScriptRecorder:
         if id(optimizer) not in self.stepped:
             self.stepped[id(optimizer)] = [p for group in optimizer.param_groups for p in group["params"]]
         if self.rehearsal is not None:
-            self.rehearsal.step()
+            if r.steps == 1:  # steps counted per backward call so far (no optimizer had stepped): step 1 starts anew
+                self.rehearsal.restart_steps()
+            self.rehearsal.step(dict(self.step_inputs))
+            self.rehearsal.record.steps_per_iteration = len(self.stepped)
         if self.stop_after is not None and r.steps >= self.stop_after:
             self.finish(f"--steps {self.stop_after}")
             raise SystemExit(0)
@@ -347,10 +414,12 @@ class ScriptRecorder:
         r = self.record
         r.stopped = stopped
         r.ended_s = time.time() - self.t0
-        from torchferry.check.parity import FinalParameters
+        from torchferry.check.convergence import FinalParameters
 
         with contextlib.suppress(Exception):
-            r.parameters = [FinalParameters.of(params) for params in self.stepped.values()]
+            names = self.parameter_names()
+            r.parameters = [FinalParameters.of(params, [names.get(id(p), "") for p in params] if names else None)
+                            for params in self.stepped.values()]
         if self.device is not None:
             from torchferry.harness import devices
 
@@ -361,6 +430,10 @@ class ScriptRecorder:
                 self.rehearsal.finish()
         self.write()
         self._write_tensors()
+
+    def parameter_names(self) -> dict[int, str]:
+        """id(parameter) -> its path in the model the first forward ran (none when no forward was traced)."""
+        return self.traced.parameter_names() if self.traced is not None else {}
 
     def write(self) -> None:
         """The record as it stands, atomically (a signal handler may call this between any two lines of the script)."""

@@ -20,18 +20,19 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from torchferry.check import cost, exit as exit_mod, parity, rehearsal, timing
+from torchferry.check import convergence, cost, exit as exit_mod, rehearsal, timing
 from torchferry.check.config import CheckConfig
 from torchferry.check.script import environment
 from torchferry.check.script.record import ScriptRecord
-from torchferry.check.script.recorder import FLUSH_SIGNAL, RECORD_ENV, SEED_ENV, SEED_OFFSET_ENV, STEPS_ENV
+from torchferry.check.script.recorder import FLUSH_SIGNAL, NOISE_ENV, RECORD_ENV, SEED_ENV, STEPS_ENV
 from torchferry.errors import DeviceOutOfMemoryError, NonFiniteError, StepTimeoutError, UsageError, WorkloadError
 from torchferry.harness.prices import load_prices
 from torchferry.harness.protocol import T0_ENV
-from torchferry.report.check import CheckReport, ParityStatus, ScriptFacts, TimingStatus
+from torchferry.report.check import CheckReport, ParityStatus, RehearsalResult, ScriptFacts, TimingStatus
 from torchferry.report.meta import Failure
 from torchferry.status import ExitStatus
 
@@ -44,7 +45,7 @@ FLUSH_WAIT_S = 1.0  # after FLUSH_SIGNAL, how long the children get to write the
 class ChildRun:
     """One run of the command on one device: its exit, its times and the records of its processes."""
 
-    role: str  # ref | ref-repeat | target
+    role: str  # ref | noise | target
     device: str
     folder: Path
     log: Path
@@ -62,13 +63,13 @@ class ChildRun:
         path = self.folder / f"record-{record.pid}.pt"
         return str(path) if path.is_file() else None
 
-    def curves(self) -> parity.Curves | None:
+    def curves(self) -> convergence.Curves | None:
         record = self.main_record()
         if record is None:
             return None
-        return parity.Curves(losses=record.losses, grad_norms=record.grad_norms, steps=record.steps,
-                             parameters=record.parameters, tensors=self.tensors(record),
-                             shapes=record.first_backward_shapes)
+        return convergence.Curves(losses=record.losses, grad_norms=record.grad_norms, steps=record.steps,
+                                  parameters=record.parameters, tensors=self.tensors(record),
+                                  shapes=record.first_backward_shapes, modules=record.modules)
 
     def load(self) -> None:
         self.records = [ScriptRecord.from_dict(json.loads(path.read_text()))
@@ -81,8 +82,9 @@ class ChildRun:
 
 
 def run_child(run: ChildRun, argv: list[str], env: dict[str, str], cwd: Path, timeout: float,
-              note: Callable[[str], None]) -> ChildRun:
-    """Run the command once, to its end or until ``timeout``; the children write their records, then are stopped."""
+              note: Callable[[str], None], live: set[subprocess.Popen]) -> ChildRun:
+    """Run the command once, to its end or until ``timeout``; the children write their records, then are stopped.
+    The process is in ``live`` while it runs, so that a run that ends early stops it (``stop``)."""
     run.folder.mkdir(parents=True, exist_ok=True)
     for old in run.folder.glob("record-*"):
         old.unlink()
@@ -92,6 +94,7 @@ def run_child(run: ChildRun, argv: list[str], env: dict[str, str], cwd: Path, ti
         # stdin is a pipe never written: a script that reads it waits, as it would in a batch job, until --timeout
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                                 start_new_session=True)
+        live.add(proc)
         try:
             run.returncode = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -100,14 +103,13 @@ def run_child(run: ChildRun, argv: list[str], env: dict[str, str], cwd: Path, ti
             run.returncode = stop(proc)
         except BaseException:  # Ctrl-C (or anything else that stops ferry): stop the command too, keep its records
             stop(proc)
-            run.wall_s = time.monotonic() - started
-            run.load()
             raise
         finally:
+            live.discard(proc)
+            run.wall_s = time.monotonic() - started
+            run.load()
             if proc.stdin:
                 proc.stdin.close()
-    run.wall_s = time.monotonic() - started
-    run.load()
     return run
 
 
@@ -145,12 +147,16 @@ class ScriptPipeline:
         self.cwd = Path.cwd()
         self.phase = "setup"
         self.runs: dict[str, ChildRun] = {}
-        self.exact = self.source.emulates is not None and cfg.ref == "cpu"  # the same kernels on both sides
+        self.live: set[subprocess.Popen] = set()
+        # the same kernels (the built-in device's are the CPU's) and the same random stream on both sides
+        self.exact = self.source.emulates is not None and cfg.ref == "cpu" and not cfg.device_rng
         report.script = ScriptFacts()
 
     # -- the lifecycle's calls ---------------------------------------------------------------
     def stop(self) -> None:
-        """Children are stopped where they run (run_child); keep what they recorded in the report."""
+        """Stop every child still running and keep what the children recorded in the report."""
+        for proc in list(self.live):
+            stop(proc)
         if self.runs:
             self.record_timing()
 
@@ -160,20 +166,22 @@ class ScriptPipeline:
     # -- the children ---------------------------------------------------------------------
     def child_env(self, device: str, role: str) -> dict[str, str]:
         builtin = device.split(":")[0] == self.cfg.target.split(":")[0] and self.source.emulates is not None
-        env = environment.script_environment(device, os.environ, builtin)
+        env = environment.script_environment(device, os.environ, builtin, one_stream=not self.cfg.device_rng)
         env[SEED_ENV] = str(self.cfg.seed)
-        env[SEED_OFFSET_ENV] = "1" if role == "ref-repeat" else "0"
+        if role == "noise":
+            env[NOISE_ENV] = "1"
         if self.source.steps_limit:
             env[STEPS_ENV] = str(self.source.steps_limit)
         return env
 
-    def run_one(self, role: str, device: str) -> ChildRun:
-        self.phase = role
+    def run_one(self, role: str, device: str, phase: bool = True) -> ChildRun:
+        if phase:
+            self.phase = role
         argv = self.command.argv_for(device)
-        self.note(f"{role} {device}: {' '.join(self.command.given)}")
+        self.note(f"{role} {device}: {' '.join(argv) if self.command.placeholder else self.command.shown()}")
         run = ChildRun(role=role, device=device, folder=self.workdir / role, log=self.workdir / f"{role}.log")
         self.runs[role] = run
-        run_child(run, argv, self.child_env(device, role), self.cwd, self.cfg.timeout, self.note)
+        run_child(run, argv, self.child_env(device, role), self.cwd, self.cfg.timeout, self.note, self.live)
         record = run.main_record()
         self.note(f"{role} {device}: exit status {run.returncode} after {run.wall_s:.1f} s; "
                   f"{record.steps if record else 0} optimizer steps, {len(record.losses) if record else 0} losses "
@@ -182,18 +190,17 @@ class ScriptPipeline:
 
     def run(self) -> None:
         cfg = self.cfg
-        self.phase = "scan"
-        self.scan_findings()
         ref = self.run_one("ref", cfg.ref)
         self.record_timing()
         if ref.timed_out:
             raise timeout_error(ref, cfg.timeout)
-        if (named := self.names_cuda(ref)) is not None:
-            self.finding(WorkloadError.slug, named)
-            return
+        if ref.returncode != 0 and not ref.stopped_by_steps:
+            self.scan_findings()  # a failure at a line that names CUDA is the portability failure scan names
+            if (named := self.names_cuda(ref)) is not None:
+                self.finding(WorkloadError.slug, named)
+                return
         ref_record = self.reference_ok(ref)
         self.script_facts(ref_record)
-        again = None if self.exact else self.run_again()
         target = self.run_one("target", cfg.target)
         self.record_timing()
         target_record = target.main_record()
@@ -203,27 +210,31 @@ class ScriptPipeline:
             raise timeout_error(target, cfg.timeout)
         if self.target_failed(target, target_record):
             return
-        self.phase = "exit"  # now, while the target's checkpoints are on disk (a later reference run writes its own)
-        self.report.exit = exit_mod.check_checkpoints(
-            target_record.checkpoints, [p.digests for p in target_record.parameters], target_record.steps,
-            target_record.stopped, target.device, cfg, environment.script_environment(cfg.ref, {}, False))
-        self.note(f"exit: {self.report.exit.status}")
-        random_ops = target_record.rehearsal.random_ops if target_record.rehearsal else []
-        other_shapes = parity.shape_difference(ref_record.first_backward_shapes, target_record.first_backward_shapes)
-        why_not_exact = (f"the target drew random numbers on the device ({', '.join(random_ops[:3])}): its random "
-                         "stream is not the CPU's" if random_ops else
-                         f"the script computed on other shapes on the target ({other_shapes}): a library chose them "
-                         "for the target's device, so the same kernels sum in another order" if other_shapes else None)
-        switched = bool(self.exact and why_not_exact)  # a real target is judged by the band from the start
-        if switched:
-            self.note(f"{why_not_exact}; parity is judged as convergence within the reference's seed-to-seed spread")
+        other_shapes = convergence.shape_difference(ref_record.first_backward_shapes,
+                                                    target_record.first_backward_shapes)
+        if self.exact and other_shapes:
             self.exact = False
-            again = self.run_again()
+            self.note(f"the script computed on other shapes on the target ({other_shapes}): a library chose them for "
+                      "the target's device, so the same kernels sum in another order; parity is judged within the "
+                      "reference's own rounding noise")
+        # what needs no timing runs side by side: the exit reload, the reference's noise run, the scan
+        self.phase = "exit, noise run and scan"
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            exit_result = pool.submit(self.check_exit, target, target_record)
+            noise = pool.submit(self.run_noise) if not self.exact else None
+            scanned = pool.submit(self.scan_findings) if not self.report.script.scan_findings else None
+            self.report.exit = exit_result.result()
+            noise_run = noise.result() if noise is not None else None
+            if scanned is not None:
+                scanned.result()
+        self.note(f"exit: {self.report.exit.status}")
         self.phase = "parity"
-        self.report.parity = parity.judge_script(ref.curves(), again.curves() if again else None, target.curves(),
-                                                 self.exact, cfg.tolerance)
-        if switched:
-            self.report.parity.notes.append(f"not the exact rule: {why_not_exact}")
+        self.report.parity = convergence.judge(ref.curves(), noise_run.curves() if noise_run else None,
+                                               target.curves(), self.exact, cfg.tolerance,
+                                               cfg.tolerance.tol if cfg.tolerance.given else None)
+        if other_shapes:
+            self.report.parity.notes.append(f"not the exact rule: the script computed on other shapes on the target "
+                                            f"({other_shapes})")
         if not ref_record.script_seeded:
             self.report.parity.notes.append(f"the script does not seed its RNGs: torchferry seeded them at start "
                                             f"(seed {cfg.seed}, Python, NumPy and torch)")
@@ -240,8 +251,14 @@ class ScriptPipeline:
                                         "exit result reloads the checkpoints it wrote")
         self.phase = "done"
 
+    def check_exit(self, target: ChildRun, record: ScriptRecord) -> exit_mod.ExitResult:
+        """Reload what the target's script wrote, on the reference device without torchferry."""
+        return exit_mod.check_checkpoints(
+            record.checkpoints, [p.digests for p in record.parameters], record.steps, record.stopped, target.device,
+            self.cfg, environment.script_environment(self.cfg.ref, {}, False))
+
     def scan_findings(self) -> None:
-        """`ferry scan`'s findings of code that names CUDA, into the report's facts and next actions: a branch only
+        """`ferry scan`'s findings of code that names CUDA, into the report's facts (and next actions): a branch only
         CUDA takes runs unchanged elsewhere, so the script runs; the runtime tells where it really trained."""
         if not self.command.script or self.cfg.target.split(":")[0] == "cuda":
             return
@@ -252,8 +269,6 @@ class ScriptPipeline:
         if out.is_file():
             self.report.script.scan_findings = [f for f in json.loads(out.read_text())["findings"]
                                                 if f["rule_id"] in HARD_CODED]
-        if self.report.script.scan_findings:
-            self.note(f"ferry scan: {len(self.report.script.scan_findings)} line(s) name CUDA; the script runs as it is")
 
     def names_cuda(self, run: ChildRun) -> str | None:
         """When a run failed at a line `ferry scan` names as code that only CUDA runs (an error of its, not a guarded
@@ -271,30 +286,37 @@ class ScriptPipeline:
                 + f" ({error.type}: {error.message.splitlines()[0] if error.message else ''}). `ferry scan --fix "
                   f"{at[0]['path']}` rewrites the safe ones; then run the check again.")
 
-    def run_again(self) -> ChildRun:
-        """The reference's second run, every torch seed offset by one: the spread of the band."""
-        again = self.run_one("ref-repeat", self.cfg.ref)
-        if again.timed_out:
-            raise timeout_error(again, self.cfg.timeout)
-        self.reference_ok(again)
-        return again
+    def run_noise(self) -> ChildRun:
+        """The reference's noise run: every parameter moved by one unit in the last place, every seed kept; how far it
+        moves from the reference is the reference's own rounding noise (check/convergence.py)."""
+        noise = self.run_one("noise", self.cfg.ref, phase=False)
+        if noise.timed_out:
+            raise timeout_error(noise, self.cfg.timeout)
+        self.reference_ok(noise)
+        return noise
 
     def record_timing(self) -> None:
         """The timing result from the runs so far (called after each, so a stop keeps what ran)."""
+        def ends(record: ScriptRecord | None) -> list[float]:
+            return [] if record is None else record.step_ends_s if record.steps else record.backward_ends_s
+
         def side(run: ChildRun | None) -> timing.DeviceTiming | None:
             record = run.main_record() if run else None
             if run is None:
                 return None
             r = record.rehearsal if record else None
-            return timing.script_timing(run.device, run.wall_s, record.step_ends_s if record else [],
+            return timing.script_timing(run.device, run.wall_s, ends(record),
                                         record.peak_memory if record else None,
                                         (r.executed_calls, r.fallback_ops) if r is not None and r.read else None,
                                         r.emulates if r is not None else None)
 
         ref, target = self.runs.get("ref"), self.runs.get("target")
-        steps = (ref.main_record() if ref else None)
+        record = ref.main_record() if ref else None
         self.report.timing = timing.summarise(side(ref), side(target), warmed=False,
-                                              steps=steps.steps if steps else None)
+                                              steps=len(ends(record)) or None)
+        if record is not None and not record.steps and record.backwards:
+            self.report.timing.step_unit = "backward calls"
+            self.report.timing.notes.append("the script steps no optimizer: its steps are its backward calls")
         if target is None or self.report.timing.target is None or self.report.timing.target.time_to_n_s is None:
             self.report.timing.status = TimingStatus.PARTIAL
 
@@ -339,9 +361,12 @@ class ScriptPipeline:
         if run.returncode == 0 or run.stopped_by_steps:
             used = ((record.device if record else None) or "cpu").split(":")[0]
             if record and used != run.device.split(":")[0]:
-                self.finding(WorkloadError.slug, f"the target run trained on {used!r}, not on {run.device!r}: the script "
-                                                 "does not pick the accelerator it is given (ferry scan shows where it "
-                                                 "names a device)")
+                self.scan_findings()
+                self.report.rehearsal = RehearsalResult(notes=[f"not rehearsed: the script never used {run.device!r}, "
+                                                               f"it chose {used!r}"])
+                self.finding(WorkloadError.slug, f"the script chose {used}: the target run trained on {used!r}, not on "
+                                                 f"{run.device!r}, so nothing of the target was checked. "
+                                                 + self.device_hint())
                 return True
             return False
         if (named := self.names_cuda(run)) is not None:
@@ -361,6 +386,30 @@ class ScriptPipeline:
         self.report.parity.notes.append(message)
         self.finding(kind, message, error.traceback if error else None)
         return True
+
+    def device_hint(self) -> str:
+        """Where the script decides its device, for the user to look: the options it takes for a device, and the
+        lines `ferry scan` finds falling back to the CPU."""
+        import re
+
+        hints = []
+        text = Path(self.command.script).read_text(errors="replace") if self.command.script else ""
+        flags = sorted(set(re.findall(r"""add_argument\(\s*["'](--[\w-]*(?:device|cpu|cuda|gpu|accel)[\w-]*)""", text)))
+        if flags and not self.command.placeholder:
+            tokens, flag = list(self.command.given), flags[0]
+            if flag in tokens[:-1]:
+                tokens[tokens.index(flag) + 1] = "{device}"
+            else:
+                tokens = [t for t in tokens if not t.startswith(flag + "=")] + [flag, "{device}"]
+            hints.append(f"The script takes {', '.join(flags)}: give each side its device with `{{device}}` in the "
+                         f"command, e.g. `ferry check -- {' '.join(tokens)}`")
+        fallbacks = [f for f in self.report.script.scan_findings if (f.get("guard") or {}).get("fallback_line")]
+        if fallbacks:
+            hints.append("it falls back to the CPU at " + ", ".join(f"{Path(f['path']).name}:{f['guard']['fallback_line']}"
+                                                                  for f in fallbacks[:3])
+                         + "; pick the device with torch.accelerator.current_accelerator()")
+        return ("; ".join(hints) or "Let the script pick its device with torch.accelerator.current_accelerator() "
+                "(ferry scan shows where it names one)") + "."
 
     def finding(self, kind: str, message: str, trace: str | None = None) -> None:
         self.report.failure = Failure(kind=kind, message=message, exit_status=int(ExitStatus.NEGATIVE_RESULT),

@@ -1,0 +1,105 @@
+"""`ferry check -- COMMAND` on scripts as users write them (tests/check/script/users/), end to end, cpu -> the built-in
+neuron: the verdict a person would give, and the figures that decide it.
+
+Each script is tiny and written the way the PyTorch examples and user code are written, not to fit the tool: a GAN
+(two optimizers, noise drawn on the device), a VAE (sampling in forward), a word-level Transformer language model (the
+model saved whole through an open file, its device taken as a flag), a script whose CUDA mentions are guarded, a
+DataLoader with a short last batch, and a planted accelerator-only bug with its clean twin.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from ferryrun import ferry
+
+USERS = Path(__file__).with_name("users")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # a few runs of a script each, on a loaded 2-core machine
+
+
+def check(tmp: Path, *command: str) -> tuple[int, str, str, dict]:
+    code, out, err = ferry("check", "--target", "neuron", "-o", str(tmp / "rep"), "--", "python", *command)
+    path = tmp / "rep" / "report.json"
+    return code, out, err, json.loads(path.read_text()) if path.is_file() else {}
+
+
+def test_a_planted_accelerator_only_bug_is_no_go_naming_its_module(tmp_path):
+    code, out, err, report = check(tmp_path, str(USERS / "rmsnorm_branch.py"))
+    assert code == 3, out + err
+    module = report["parity"]["first_divergent_module"]
+    assert module["name"].startswith("blocks.") and ".norm" in module["name"], module
+    assert f"RMSNorm at {USERS / 'rmsnorm_branch.py'}:" in module["at"]
+    verdict_line = next(line for line in out.splitlines() if line.startswith("verdict:"))
+    assert verdict_line.startswith("verdict: NO-GO: parity: first divergent module blocks.")  # the deciding figure
+
+
+def test_its_clean_twin_is_exact(tmp_path):
+    code, out, err, report = check(tmp_path, str(USERS / "rmsnorm_branch.py"), "--no-plant")
+    assert code == 0, out + err
+    p = report["parity"]
+    assert p["status"] == "pass" and p["loss_curve"]["rule"] == "exact"
+    assert p["loss_curve"]["ref"] == p["loss_curve"]["target"]
+
+
+def test_a_gan_draws_the_references_noise_and_both_checkpoints_hold_their_model(tmp_path):
+    (tmp_path / "out").mkdir()
+    code, out, err, report = check(tmp_path, str(USERS / "gan.py"), "--out", str(tmp_path / "out"))
+    assert code == 0, out + err
+    p = report["parity"]
+    assert p["status"] == "pass" and p["loss_curve"]["rule"] == "exact"  # one random stream: the same noise
+    assert report["script"]["optimizer_steps"] == 6 and report["script"]["backward_calls"] == 9
+    formats = {Path(f["path"]).name: f for f in report["exit"]["formats"]}
+    assert set(formats) == {"netG.pth", "netD.pth"}
+    assert all(f["parity"]["passed"] for f in formats.values())  # each holds its own model's final parameters
+    assert not any("shape churn" in c for c in report["rehearsal"]["conditions"])  # G and D in turn: one iteration
+
+
+def test_a_vae_that_samples_in_forward_is_exact(tmp_path):
+    code, out, err, report = check(tmp_path, str(USERS / "vae.py"), "--out", str(tmp_path / "vae.pt"))
+    assert code == 0, out + err
+    assert report["parity"]["status"] == "pass" and report["parity"]["loss_curve"]["rule"] == "exact"
+    assert [Path(f["path"]).name for f in report["exit"]["formats"]] == ["vae.pt"]
+
+
+def test_a_language_model_saved_whole_through_a_file_and_a_device_flag(tmp_path):
+    code, out, err, report = check(tmp_path, str(USERS / "word_lm.py"), "--save", str(tmp_path / "lm.pt"),
+                                   "--device", "{device}")
+    assert code == 0, out + err
+    assert report["parity"]["status"] == "pass"
+    assert report["timing"]["step_unit"] == "backward calls"  # a plain SGD update: no optimizer steps
+    [saved] = report["exit"]["formats"]
+    assert Path(saved["path"]).name == "lm.pt" and "weights_only=False" in saved["fix"]  # a pickled model, seen
+    assert "--device cpu" in (tmp_path / "rep" / "work" / "ferry.log").read_text()  # each side its own device
+    assert "--device neuron" in (tmp_path / "rep" / "work" / "ferry.log").read_text()
+
+
+def test_a_script_that_never_uses_the_target_says_it_chose_cpu_and_where(tmp_path):
+    code, out, err, report = check(tmp_path, str(USERS / "word_lm.py"), "--save", str(tmp_path / "lm.pt"),
+                                   "--device", "cpu")
+    assert code == 3, out + err
+    assert report["failure"]["message"].startswith("the script chose cpu")
+    assert "--device {device}" in report["failure"]["message"]
+    assert report["rehearsal"]["status"] == "not-run"
+
+
+def test_guarded_cuda_branches_run_and_are_reported_not_stopped(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the script saves into its working folder
+    code, out, err, report = check(tmp_path, str(USERS / "guarded_cuda.py"))
+    assert code == 0, out + err
+    assert report["parity"]["status"] == "pass"
+    findings = {f["line"]: f for f in report["script"]["scan_findings"]}
+    assert findings[25]["severity"] == "info" and findings[25]["rule_id"] == "TF001"  # .cuda() in a CUDA-only branch
+    assert findings[11]["severity"] == "error" and findings[11]["rule_id"] == "TF006"  # an nccl default: real hazard
+    [scan] = [item for item in report["verdicts"] if item["result"] == "scan"]
+    assert scan["verdict"] == "go-with-conditions"
+    assert any(a["result"] == "scan" and "guarded_cuda.py:11: TF006" in a["action"] for a in report["next_actions"])
+
+
+def test_a_short_last_batch_is_named_as_such_not_as_churn(tmp_path):
+    code, out, err, report = check(tmp_path, str(USERS / "short_last_batch.py"))
+    assert code == 0, out + err
+    r = report["rehearsal"]
+    assert not any("shape churn" in c for c in r["conditions"])
+    assert any(n.startswith("the last batch is smaller") and "drop_last=True" in n for n in r["notes"])

@@ -1,0 +1,446 @@
+"""The parity result of an unchanged script: its runs compared step by step, within its reference's own rounding noise.
+
+A script has no fp64 golden run and no batches of torchferry's own (the workload rule,
+check/parity.py, needs both), so what its recorders (check/script/recorder.py) see of each run is
+compared instead: every loss and gradient norm, the final parameters of every optimizer that
+stepped (tensor by tensor), and each module's output and each parameter's gradient at the first
+forward and backward (``ModuleTrace``: a digest and a small summary per module, bounded memory).
+docs/check/parity.md, "Unchanged scripts", states the rule and its anchors:
+
+- **exact** where both sides run the same kernels on the same shapes and draw the same random
+  numbers (the built-in device against the CPU, one random stream): every figure equal, every
+  digest equal;
+- **noise** otherwise: the reference runs a second time with every parameter moved by one unit in
+  the last place (``perturb``) before training starts, every seed kept: that run's distance from
+  the first is the reference's own rounding noise, and its growth over the steps. The target
+  passes a figure when its distance to the reference is at most ``NOISE_MULTIPLE`` times that
+  noise (its running maximum up to the step, so that a crossing of the two curves allows nothing
+  less), and never less than PyTorch's float32 tolerance (``FLOOR_RTOL``, ``FLOOR_ATOL``) or the
+  ``--tol`` the user gave.
+
+A parity failure names the first divergent module in execution order (the reference's), with its
+class's file and line: where the two runs first differ beyond the rule.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchferry.harness.parity import Tolerance
+from torchferry.records import Record
+from torchferry.report.check import ParityResult, ParityStatus
+from torchferry.report.comparison import Comparison, ComparisonStatus
+
+NOISE_MULTIPLE = 10.0  # a figure passes within this many times the reference's own rounding noise
+FLOOR_RTOL, FLOOR_ATOL = 1.3e-6, 1e-5  # torch.testing.assert_close's float32 defaults: never less than these
+SUMMARY_CHUNKS = 16  # a module output's summary: its mean |x|, max |x| and the means of this many contiguous chunks
+MAX_MODULES = 4096  # module outputs kept at the first forward (a model with more is traced in part, and says so)
+
+
+# -- records ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class FinalParameters(Record):
+    """The final parameters of one optimizer that stepped in a script: each tensor's digest (and name, where the
+    recorder found the module that owns it)."""
+
+    count: int
+    numel: int
+    digests: list[str]
+    names: list[str] | None = None
+
+    @classmethod
+    def of(cls, params: list, names: list[str] | None = None) -> FinalParameters:
+        from torchferry.harness.portable import digest
+
+        return cls(count=len(params), numel=sum(int(p.numel()) for p in params), digests=[digest(p) for p in params],
+                   names=names)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Summary(Record):
+    """One tensor in a few numbers: its digest (equal digests: equal values), size, and ``values`` (mean |x|, max |x|,
+    then the means of ``SUMMARY_CHUNKS`` contiguous chunks), what the noise rule compares."""
+
+    name: str
+    digest: str
+    numel: int
+    values: list[float]
+    module_class: str | None = None  # the module's class
+    where: str | None = None  # the class's file and line
+
+    @classmethod
+    def of(cls, name: str, tensor: Any, **about: Any) -> Summary:
+        import torch
+
+        from torchferry.harness.portable import digest
+
+        x = tensor.detach().to("cpu", torch.float64).reshape(-1)
+        if not x.numel():
+            return cls(name=name, digest=digest(tensor), numel=0, values=[], **about)
+        chunks = [float(c.mean()) if c.numel() else 0.0 for c in torch.tensor_split(x, SUMMARY_CHUNKS)]
+        absolute = x.abs()
+        return cls(name=name, digest=digest(tensor), numel=int(x.numel()),
+                   values=[float(absolute.mean()), float(absolute.max()), *chunks], **about)
+
+    def distance(self, other: Summary) -> float:
+        """How far ``other`` is from this one, relative to this one's mean magnitude (inf: another size)."""
+        if self.numel != other.numel or len(self.values) != len(other.values):
+            return math.inf
+        if not self.values:
+            return 0.0
+        scale = self.values[0] or 1.0
+        return max(abs(a - b) for a, b in zip(self.values, other.values)) / scale
+
+
+@dataclass(kw_only=True)
+class ModuleTrace(Record):
+    """Each module's first floating output at the first forward, in execution order, and each parameter's gradient
+    after the first backward (a parameter without a gradient has an empty summary)."""
+
+    forward: list[Summary] = field(default_factory=list)
+    grads: list[Summary] = field(default_factory=list)
+    partial: bool = False  # more modules ran than MAX_MODULES
+
+
+@dataclass(frozen=True, kw_only=True)
+class Curves(Record):
+    """What parity reads of one script run: its losses, gradient norms, optimizer steps, final parameters and trace."""
+
+    losses: list[float]
+    grad_norms: list[float | None]
+    steps: int
+    parameters: list[FinalParameters]
+    tensors: str | None = None  # the final parameters' tensors (one list per optimizer), when they were kept
+    shapes: list[list] | None = None  # the tensors the first backward's graph saved: [node, attribute, shape]
+    modules: ModuleTrace | None = None
+
+
+# -- capture (the recorders, in the user's process) ----------------------------------------------------
+class ModuleTracer:
+    """Summarises each module's first floating output from the first forward on, until ``finish`` (the first
+    backward), through PyTorch's global forward hook; ``excluded`` wraps the summaries' own device work."""
+
+    def __init__(self, excluded: Callable[[], Any]) -> None:
+        from torch.nn.modules.module import register_module_forward_hook
+
+        self.excluded = excluded
+        self.outputs: dict[int, tuple[Any, Summary]] = {}  # id(module) -> (module, its output), in execution order
+        self.inputs: dict[int, dict[str, list[int]]] = {}  # id(module) -> the shapes of its tensor inputs
+        self.partial = False
+        self.handle = register_module_forward_hook(self._hook)
+
+    def _hook(self, module: Any, inputs: Any, output: Any) -> None:
+        if id(module) in self.outputs:
+            return
+        if len(self.outputs) >= MAX_MODULES:
+            self.partial = True
+            return
+        from torchferry.harness.case import floating
+        from torchferry.harness.portable import flatten
+
+        tensor = next((t for t in flatten(output).values() if floating(t)), None) if output is not None else None
+        if tensor is not None:
+            with self.excluded():
+                self.outputs[id(module)] = (module, Summary.of("", tensor))
+            self.inputs[id(module)] = input_shapes(inputs)
+
+    def roots(self) -> list[Any]:
+        """The traced modules no other traced module holds: the models (and losses) the script called."""
+        modules = [m for m, _ in self.outputs.values()]
+        held = {id(inner) for m in modules for inner in m.modules() if inner is not m}
+        return [m for m in modules if id(m) not in held]
+
+    def names(self) -> dict[int, str]:
+        """Each traced module's path: from its model's root (a module no other traced module holds), the root named
+        by its class when several ran (a GAN's generator and discriminator)."""
+        roots = self.roots()
+        found: dict[int, str] = {}
+        for root in roots:
+            prefix = type(root).__name__ if len(roots) > 1 else ""
+            for name, module in root.named_modules():
+                path = ".".join(filter(None, [prefix, name])) or "<model>"
+                found.setdefault(id(module), path)
+        return found
+
+    def parameter_names(self) -> dict[int, str]:
+        """id(parameter) -> its path, for every parameter of a traced model."""
+        names, found = self.names(), {}
+        for module, _ in self.outputs.values():
+            for pname, p in module.named_parameters(recurse=False):
+                found.setdefault(id(p), f"{names[id(module)]}.{pname}" if names[id(module)] != "<model>" else pname)
+        return found
+
+    def finish(self) -> ModuleTrace:
+        """Stop tracing; the outputs by name and the parameters' gradients (call after the first backward)."""
+        self.handle.remove()
+        names = self.names()
+        trace = ModuleTrace(partial=self.partial)
+        with self.excluded():
+            for module, summary in self.outputs.values():
+                about = {"module_class": type(module).__qualname__, "where": class_location(type(module))}
+                name = names.get(id(module), type(module).__name__)
+                trace.forward.append(Summary(name=name, digest=summary.digest, numel=summary.numel,
+                                             values=summary.values, **about))
+                for pname, p in module.named_parameters(recurse=False):
+                    full = f"{name}.{pname}" if name != "<model>" else pname
+                    trace.grads.append(Summary.of(full, p.grad, **about) if p.grad is not None
+                                       else Summary(name=full, digest="", numel=0, values=[], **about))
+        return trace
+
+
+def input_shapes(inputs: Any) -> dict[str, list[int]]:
+    """The shapes of a call's tensor arguments, by position: what a new batch shape changes."""
+    return {str(i): list(x.shape) for i, x in enumerate(inputs if isinstance(inputs, tuple) else (inputs,))
+            if hasattr(x, "shape") and hasattr(x, "dtype")}
+
+
+def class_location(cls: type) -> str | None:
+    """``file:line`` of a class's definition, where Python can tell."""
+    import inspect
+
+    try:
+        return f"{inspect.getsourcefile(cls)}:{inspect.getsourcelines(cls)[1]}"
+    except (OSError, TypeError):
+        return None
+
+
+def perturb(params: list) -> None:
+    """Move every parameter by one unit in the last place (towards +inf): the noise run's one change."""
+    import torch
+
+    with torch.no_grad():
+        for p in params:
+            if p.is_floating_point():
+                p.copy_(torch.nextafter(p, torch.full_like(p, math.inf)))
+
+
+# -- judge (the parent) --------------------------------------------------------------------------------
+def floor(values: list[float | None] | float, tol: float | None) -> Any:
+    """The least a figure of magnitude ``values`` is allowed to move: PyTorch's float32 tolerance, or ``--tol``."""
+    def one(v: float | None) -> float:
+        magnitude = abs(v or 0.0)
+        return max(FLOOR_ATOL + FLOOR_RTOL * magnitude, (tol or 0.0) * max(1.0, magnitude))
+    return [one(v) for v in values] if isinstance(values, list) else one(values)
+
+
+def envelope(ref: list, noise: list | None) -> list[float]:
+    """The running maximum of the noise run's distance from the reference, step by step (0 without a noise run)."""
+    found, high = [], 0.0
+    for i, r in enumerate(ref):
+        n = noise[i] if noise is not None and i < len(noise) else None
+        if r is not None and n is not None and math.isfinite(r) and math.isfinite(n):
+            high = max(high, abs(n - r))
+        found.append(high)
+    return found
+
+
+def curve(name: str, ref: list, target: list, noise: list | None, exact: bool, tol: float | None) -> dict:
+    """One recorded curve judged (exact, or within the noise rule): the figures, the first step outside and why."""
+    n = min(len(ref), len(target))
+    allowed = None if exact else [max(NOISE_MULTIPLE * e, f) for e, f in zip(envelope(ref[:n], noise), floor(ref[:n], tol))]
+    first = None
+    for i, (r, t) in enumerate(zip(ref[:n], target[:n])):
+        if r is None or t is None:
+            continue
+        same = r == t or (math.isnan(r) and math.isnan(t))
+        if (exact and not same) or (not exact and not abs(t - r) <= allowed[i]):
+            first = i
+            break
+    finite_ref = all(v is not None and math.isfinite(v) for v in ref[:n])
+    finite_target = all(v is not None and math.isfinite(v) for v in target[:n])
+    diffs = [abs(t - r) for r, t in zip(ref[:n], target[:n]) if r is not None and t is not None
+             and math.isfinite(r) and math.isfinite(t)]
+    status = ComparisonStatus.NON_FINITE if finite_ref and not finite_target else (
+        ComparisonStatus.FAIL_SHAPE if len(ref) != len(target) else
+        ComparisonStatus.FAIL_ACCURACY if first is not None else ComparisonStatus.PASS_ALLCLOSE)
+    passed = status == ComparisonStatus.PASS_ALLCLOSE
+    at = first if first is not None else (max(range(len(diffs)), key=lambda i: diffs[i] / allowed[i]) if diffs and allowed
+                                          else None)
+    comparison = Comparison(name, passed, status, tol=0.0 if exact else None, allclose=passed,
+                            max_abs_diff=max(diffs) if diffs else 0.0, numel=n,
+                            allowed=allowed[at] if allowed and at is not None else None,
+                            at=(f"backward call {first + 1}" if name == "loss curve" else f"step {first + 1}")
+                            if first is not None else None)
+    return {"ref": ref, "target": target, "noise": noise, "allowed": allowed, "rule": "exact" if exact else "noise",
+            "first_difference": first, "comparison": comparison}
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """Where two runs first differ beyond the rule: a module's output at the first forward, or a parameter's gradient
+    after the first backward."""
+
+    summary: Summary
+    phase: str  # forward | backward
+    distance: float
+    allowed: float
+    why: str | None  # in words, where the figures alone do not say it
+
+    def comparison(self) -> Comparison:
+        s = self.summary
+        return Comparison(s.name, False, ComparisonStatus.FAIL_ACCURACY, numel=s.numel, allowed=self.allowed,
+                          relative_diff=self.distance,
+                          at=f"the first {self.phase}; {s.module_class} at {s.where}" if s.where else f"the first {self.phase}",
+                          note=self.why)
+
+
+def _pairs(ref: list[Summary], target: list[Summary]) -> Iterator[tuple[Summary, Summary | None]]:
+    by_name = {s.name: s for s in target}
+    for r in ref:
+        yield r, by_name.get(r.name)
+
+
+def first_divergent(ref: ModuleTrace, target: ModuleTrace, noise: ModuleTrace | None, exact: bool,
+                    tol: float | None) -> Divergence | None:
+    """The first module, in the reference's execution order (outputs, then gradients in backward order), whose
+    target figure differs beyond the rule; None when none does. It names where a failing run diverges, and decides
+    nothing itself: even the same kernels on the same numbers may round one reduction's last bit otherwise (the
+    order a gradient is accumulated in), so a module differs only beyond ``FLOOR_RTOL`` (and, under the noise rule,
+    beyond ``NOISE_MULTIPLE`` times its own noise)."""
+    noise_by_name = {s.name: s for s in [*noise.forward, *noise.grads]} if noise is not None else {}
+    phases = (("forward", ref.forward, target.forward), ("backward", ref.grads[::-1], target.grads))
+    for phase, ref_list, target_list in phases:
+        for r, t in _pairs(ref_list, target_list):
+            if t is None:
+                return Divergence(r, phase, math.inf, 0.0, "it ran on the reference only (the target took another path)")
+            if (r.numel == 0) != (t.numel == 0) and phase == "backward":
+                side = "the target" if t.numel == 0 else "the reference"
+                return Divergence(r, phase, math.inf, 0.0, f"it has no gradient on {side}")
+            n = noise_by_name.get(r.name)
+            allowed = max(NOISE_MULTIPLE * (r.distance(n) if n is not None and not exact else 0.0), FLOOR_RTOL, tol or 0.0)
+            if (d := r.distance(t)) > allowed:
+                return Divergence(r, phase, d, allowed, None)
+    return None
+
+
+def parameters(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tol: float | None) -> list[Comparison]:
+    """The final parameters, tensor by tensor: each equal (exact), else each within the noise rule. The summary first
+    (how many tensors are within the rule, the worst named), then the worst tensors outside it."""
+    a, b = ref.parameters, target.parameters
+    if not a or not b:
+        return []
+    numel, count = sum(p.numel for p in b), sum(p.count for p in b)
+    if [p.count for p in a] != [p.count for p in b]:
+        return [Comparison("final parameters", False, ComparisonStatus.FAIL_SHAPE, numel=numel,
+                           note=f"{[p.count for p in a]} tensors per optimizer on the reference, {[p.count for p in b]} "
+                                "on the target")]
+
+    def name(group: int, index: int) -> str:
+        names = a[group].names
+        return (names[index] if names and index < len(names) and names[index]
+                else f"optimizer {group + 1}, tensor {index + 1}")
+
+    if not (ref.tensors and target.tensors):  # too large to keep whole: the digests alone, equal or not
+        differing = [(g, i) for g, (x, y) in enumerate(zip(a, b)) for i, (dx, dy) in enumerate(zip(x.digests, y.digests))
+                     if dx != dy]
+        note = f"{count - len(differing)} of {count} tensors equal (digests: too large to keep whole)"
+        return [Comparison("final parameters", not differing, ComparisonStatus.PASS_ALLCLOSE if not differing else
+                           ComparisonStatus.FAIL_ACCURACY, numel=numel, note=note
+                           + (f"; first: {name(*differing[0])}" if differing else ""))]
+    import torch
+
+    rs, ts = torch.load(ref.tensors, weights_only=True), torch.load(target.tensors, weights_only=True)
+    ns = torch.load(noise.tensors, weights_only=True) if noise is not None and noise.tensors else None
+    judged: list[tuple[float, Comparison]] = []
+    for g, (rg, tg) in enumerate(zip(rs, ts)):
+        for i, (r, t) in enumerate(zip(rg, tg)):
+            label = f"final parameter {name(g, i)}"
+            if r.shape != t.shape:
+                judged.append((math.inf, Comparison(label, False, ComparisonStatus.FAIL_SHAPE, numel=int(t.numel()))))
+                continue
+            r64, t64 = r.double(), t.double()
+            if not bool(torch.isfinite(t64).all()):
+                judged.append((math.inf, Comparison(label, False, ComparisonStatus.NON_FINITE, numel=int(t.numel()))))
+                continue
+            d = float((t64 - r64).abs().max()) if r64.numel() else 0.0
+            scale = float(r64.abs().max()) if r64.numel() else 0.0
+            if exact:
+                allowed = 0.0
+            else:
+                n = float((ns[g][i].double() - r64).abs().max()) if ns is not None and r64.numel() else 0.0
+                allowed = max(NOISE_MULTIPLE * n, floor(scale, tol))
+            passed = d <= allowed
+            judged.append(((d / allowed if allowed else d / (scale or 1.0) * 1e12) if d else 0.0,
+                           Comparison(label, passed, ComparisonStatus.PASS if passed else ComparisonStatus.FAIL_ACCURACY,
+                                      max_abs_diff=d, allowed=allowed, numel=int(t.numel()))))
+    judged.sort(key=lambda item: -item[0])
+    failing = [c for _, c in judged if not c.passed]
+    worst = judged[0][1] if judged else None
+    note = (f"{len(judged) - len(failing)} of {len(judged)} tensors {'equal' if exact else 'within the rule'}"
+            + (f"; worst: {worst.name.removeprefix('final parameter ')}" if worst and worst.max_abs_diff else ""))
+    summary = Comparison("final parameters", not failing, ComparisonStatus.PASS_ALLCLOSE if not failing else
+                         ComparisonStatus.FAIL_ACCURACY, numel=numel, max_abs_diff=worst.max_abs_diff if worst else None,
+                         allowed=None if exact else worst.allowed if worst else None, note=note)
+    return [summary, *failing[:3]]
+
+
+def judge(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tolerance: Tolerance,
+          tol: float | None) -> ParityResult:
+    """The parity result of a script's runs (the reference, its noise run, the target); ``tol``: --tol, if given."""
+    rule = ("exact: the same kernels on the same numbers, every figure equal" if exact else
+            f"noise: within {NOISE_MULTIPLE:g} x the reference's own rounding noise (a second reference run, every "
+            f"parameter moved by one unit in the last place), never less than rtol {FLOOR_RTOL:g} and atol "
+            f"{FLOOR_ATOL:g}" + (f" or --tol {tol:g}" if tol else ""))
+    result = ParityResult(tolerance={**tolerance.described(), "rule": rule, "noise_multiple": NOISE_MULTIPLE})
+    losses = curve("loss curve", ref.losses, target.losses, noise.losses if noise else None, exact, tol)
+    result.loss_curve = losses
+    failed = [] if losses["comparison"].passed else [losses["comparison"]]
+    notes = []
+    if ref.steps:
+        norms = curve("gradient norm curve", ref.grad_norms, target.grad_norms, noise.grad_norms if noise else None,
+                      exact, tol)
+        result.gradients = [norms["comparison"]]
+        result.grad_norm_curve = norms
+        failed += [] if norms["comparison"].passed else [norms["comparison"]]
+        result.outputs = parameters(ref, noise, target, exact, tol)
+        failed += [c for c in result.outputs[:1] if not c.passed]
+    else:
+        notes.append("the script made no optimizer step: parity is judged on the losses it recorded only")
+    if ref.steps != target.steps:
+        notes.append(f"the reference made {ref.steps} optimizer steps, the target {target.steps}")
+        failed.append(Comparison("optimizer steps", False, ComparisonStatus.FAIL_SHAPE))
+    if failed and ref.modules is not None and target.modules is not None:
+        divergence = first_divergent(ref.modules, target.modules, noise.modules if noise else None, exact, tol)
+        if divergence is not None:
+            result.first_divergent_module = divergence.comparison()
+    if any(c.status == ComparisonStatus.NON_FINITE for c in failed):
+        result.status = ParityStatus.NON_FINITE
+        step = next((i for i, v in enumerate(target.losses) if v is None or not math.isfinite(v)), None)
+        notes.insert(0, f"the target's loss is non-finite from backward call {step + 1 if step is not None else '?'} "
+                        f"(loss {target.losses[step] if step is not None else '?'}) where the reference's is finite")
+    elif failed:
+        result.status = ParityStatus.FAIL_ACCURACY
+        named = ", ".join(c.name + (f" (from {c.at})" if c.at else "") for c in failed)
+        notes.insert(0, f"{len(failed)} check(s) outside the {'exact' if exact else 'noise'} rule: {named}")
+    else:
+        result.status = ParityStatus.PASS
+    result.notes = notes
+    return result
+
+
+def shape_difference(ref: list[list] | None, target: list[list] | None) -> str | None:
+    """How the tensors of the first backward differ in shape between two runs that computed the same thing (None when
+    they do not, or when a run did not record them): the same autograd graph, node for node, saving tensors of other
+    shapes, as when a library pads a batch for the target (TRL: a multiple of 128 on ``neuron``), where equal kernels
+    no longer mean equal results. A graph with other nodes is another computation, not other shapes: that is
+    parity's to judge, exactly."""
+    from collections import Counter
+
+    if not ref or not target:
+        return None
+    if Counter((node, attr) for node, attr, _ in ref) != Counter((node, attr) for node, attr, _ in target):
+        return None
+    only_ref = Counter((node, attr, tuple(shape)) for node, attr, shape in ref)
+    only_target = Counter((node, attr, tuple(shape)) for node, attr, shape in target)
+    only_ref, only_target = only_ref - only_target, only_target - only_ref
+    if not only_ref:
+        return None
+    pairs = []
+    for node, attr, shape in sorted(only_ref):
+        other = next((t for t in sorted(only_target) if t[:2] == (node, attr)), None)
+        pairs.append(f"{node}.{attr} {list(shape)} on the reference, {list(other[2])} on the target")
+    more = f" and {len(pairs) - 2} more" if len(pairs) > 2 else ""
+    return "; ".join(pairs[:2]) + more
