@@ -241,9 +241,11 @@ def checkpoints(writes: list[CheckpointWrite]) -> list[dict]:
 
 
 def check_checkpoints(writes: list[CheckpointWrite], final: list[list[str]], steps: int, stopped: str | None,
-                      target_device: str, cfg: CheckConfig, env: dict[str, str]) -> ExitResult:
+                      target_device: str, cfg: CheckConfig, env: dict[str, str],
+                      copies: dict[str, str] | None = None) -> ExitResult:
     """Reload every checkpoint the target's script wrote, in a fresh reference-device process without torchferry, and
-    find in each the final parameters of the models the script trained (``final``: each optimizer's digests)."""
+    find in each the final parameters of the models the script trained (``final``: each optimizer's digests).
+    ``copies``: where each was copied to right after the target's run (a later run may write the same paths)."""
     saved = checkpoints(writes)
     result = ExitResult(loader_device=cfg.ref)
     if not saved:
@@ -251,7 +253,8 @@ def check_checkpoints(writes: list[CheckpointWrite], final: list[list[str]], ste
                             "ended" + (f" ({stopped})" if stopped else ""))
         return result
     try:
-        summary = run_loader({"kind": "checkpoints", "device": cfg.ref, "checkpoints": saved}, cfg.workdir,
+        loaded_from = [{**item, "path": (copies or {}).get(item["path"], item["path"])} for item in saved]
+        summary = run_loader({"kind": "checkpoints", "device": cfg.ref, "checkpoints": loaded_from}, cfg.workdir,
                              cfg.timeout, env)
     except RuntimeError as exc:
         result.status = ResultStatus.FAIL

@@ -313,6 +313,7 @@ class ScriptFacts:
     losses: int = 0
     stopped: str | None = None
     scan_findings: list[dict] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)  # what became of the files the script writes in its folder
 
 
 @dataclass

@@ -191,6 +191,7 @@ def _header(report: CheckReport) -> list[str]:
     if facts is not None and (facts.optimizer_steps or facts.backward_calls):
         lines.append(f"  recorded on the reference: {facts.optimizer_steps} optimizer steps, {facts.backward_calls} "
                      f"backward calls, {facts.losses} losses" + (f"; stopped: {facts.stopped}" if facts.stopped else ""))
+    lines += [f"  files: {line}" for line in (facts.files if facts is not None else [])]
     if cfg.get("target_reason"):
         lines.append(f"  target: {cfg['target_reason']}")
     if execution := cfg.get("source", {}).get("execution"):

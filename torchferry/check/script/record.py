@@ -28,6 +28,7 @@ class ScriptError(Record):
     line: int | None
     code: str | None
     step: int
+    at_s: float = 0.0  # when it was raised, from the spawn: the first rank that raised is the cause
     placement: Placement | None = None
 
 
@@ -52,6 +53,7 @@ class ScriptRecord(Record):
     loss_steps: list[int] = field(default_factory=list)  # the optimizer steps done before each loss
     grad_norms: list[float | None] = field(default_factory=list)  # one per optimizer step
     checkpoints: list[CheckpointWrite] = field(default_factory=list)
+    kept_files: list[str] = field(default_factory=list)  # files of the user's the script overwrote, copied first
     parameters: list[FinalParameters] = field(default_factory=list)  # one per optimizer that stepped
     device: str | None = None  # where the losses lived
     peak_memory: Memory | None = None
@@ -61,6 +63,7 @@ class ScriptRecord(Record):
     ended_s: float | None = None
     first_backward_shapes: list[list] | None = None
     modules: ModuleTrace | None = None  # the first forward's module outputs and the first backward's gradients
+    flops_per_step: float | None = None  # the second step's FLOPs, in a run asked to count them (PyTorch's counter)
 
     @property
     def trained(self) -> bool:

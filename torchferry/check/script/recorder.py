@@ -54,6 +54,9 @@ RECORD_ENV = "TORCHFERRY_RECORD"  # folder of the records; unset: the recorders 
 STEPS_ENV = "TORCHFERRY_RECORD_STEPS"  # stop after this many optimizer steps
 SEED_ENV = "TORCHFERRY_RECORD_SEED"  # seed the RNGs at start
 NOISE_ENV = "TORCHFERRY_RECORD_NOISE"  # 1: the reference's noise run (parameters moved by one ulp)
+FLOPS_ENV = "TORCHFERRY_RECORD_FLOPS"  # 1: count the second step's FLOPs (a run whose times decide nothing)
+KEEP_ENV = "TORCHFERRY_RECORD_KEEP"  # folder where a file of the user's is copied before the script overwrites it
+STARTED_ENV = "TORCHFERRY_CHECK_STARTED"  # when the check started (time.time()): older files are the user's
 PARAMETER_TENSORS_LIMIT = 50_000_000  # final parameters up to this many elements are kept whole (else hashed only)
 FLUSH_SIGNAL = signal.SIGUSR1  # the parent's "write your record now"
 FLUSH_S = 5.0  # at a step end, the record is rewritten when the last write is older than this
@@ -73,7 +76,7 @@ def autoload() -> None:
     steps = os.environ.get(STEPS_ENV, "").strip()
     seed = os.environ.get(SEED_ENV, "").strip()
     _recorder = ScriptRecorder(Path(folder), int(steps) if steps else None, int(seed) if seed else None,
-                               os.environ.get(NOISE_ENV, "") == "1")
+                               os.environ.get(NOISE_ENV, "") == "1", os.environ.get(FLOPS_ENV, "") == "1")
     _recorder.install()
 
 
@@ -133,8 +136,11 @@ def _int_env(name: str) -> int | None:
 class ScriptRecorder:
     """The recorders of one process and the record they fill."""
 
-    def __init__(self, folder: Path, stop_after: int | None, seed: int | None, noise: bool = False) -> None:
+    def __init__(self, folder: Path, stop_after: int | None, seed: int | None, noise: bool = False,
+                 count_flops: bool = False) -> None:
         self.folder, self.stop_after, self.seed, self.noise = folder, stop_after, seed, noise
+        self.flop_counter: Any = None  # PyTorch's FlopCounterMode, over the second step of a run asked to count
+        self.count_flops = count_flops
         self.t0 = float(os.environ.get(T0_ENV) or time.time())
         self.path = folder / f"record-{os.getpid()}.json"
         self.clipped_norm: float | None = None  # the total norm the script's clip_grad_norm_ returned since the last step
@@ -189,6 +195,7 @@ class ScriptRecorder:
         original_save = torch.save
 
         def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
+            self._keep_users_file(f)
             result = original_save(obj, f, *args, **kwargs)
             self._checkpoint(f, "torch.save")
             return result
@@ -270,8 +277,9 @@ class ScriptRecorder:
                 continue
 
             def wrapped(*args: Any, _original: Callable = original, **kwargs: Any) -> Any:
-                result = _original(*args, **kwargs)
                 path = kwargs.get("filename", args[1] if len(args) > 1 else None)
+                self._keep_users_file(path)
+                result = _original(*args, **kwargs)
                 self._checkpoint(path, "safetensors")
                 return result
 
@@ -304,6 +312,7 @@ class ScriptRecorder:
         r.backward_ends_s.append(time.time() - self.t0)
         if self.optimizers or r.steps:
             return
+        self._count_flops(r.backwards)
         if self.rehearsal is not None:
             self.rehearsal.step(dict(self.step_inputs))
         if self.stop_after is not None and r.backwards >= self.stop_after:
@@ -355,6 +364,7 @@ class ScriptRecorder:
         r.step_ends_s.append(now)
         if id(optimizer) not in self.stepped:
             self.stepped[id(optimizer)] = [p for group in optimizer.param_groups for p in group["params"]]
+        self._count_flops(r.steps)
         if self.rehearsal is not None:
             if r.steps == 1:  # steps counted per backward call so far (no optimizer had stepped): step 1 starts anew
                 self.rehearsal.restart_steps()
@@ -366,6 +376,21 @@ class ScriptRecorder:
         if time.monotonic() - self.last_write > FLUSH_S:
             self.write()
 
+    def _count_flops(self, steps: int) -> None:
+        """Count one whole step's FLOPs with PyTorch's flop counter: the second (the first builds what it needs once),
+        from the end of the first step to the end of the second."""
+        if not self.count_flops:
+            return
+        if steps == 1:
+            from torch.utils.flop_counter import FlopCounterMode
+
+            self.flop_counter = FlopCounterMode(display=False)
+            self.flop_counter.__enter__()
+        elif steps == 2 and self.flop_counter is not None:
+            self.flop_counter.__exit__(None, None, None)
+            self.record.flops_per_step = float(self.flop_counter.get_total_flops())
+            self.flop_counter = None
+
     @contextlib.contextmanager
     def _excluded(self) -> Iterator[None]:
         """Run the recorder's own device work outside the rehearsal's counts."""
@@ -374,6 +399,23 @@ class ScriptRecorder:
             return
         with self.rehearsal.excluded():
             yield
+
+    def _keep_users_file(self, f: Any) -> None:
+        """Before the script overwrites a file that was there before the check started (the user's own), copy it to
+        ``KEEP_ENV``'s folder: a check loses nothing of the user's. An open file was truncated already: not kept."""
+        folder, started = os.environ.get(KEEP_ENV, ""), float(os.environ.get(STARTED_ENV) or 0)
+        if not folder or not isinstance(f, (str, os.PathLike)):
+            return
+        path = Path(os.fspath(f)).resolve()
+        with contextlib.suppress(OSError):
+            if path.is_file() and path.stat().st_mtime < started:
+                import shutil
+
+                kept = Path(folder) / str(path).lstrip("/")
+                if not kept.exists():
+                    kept.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, kept)
+                    self.record.kept_files.append(str(path))
 
     def _checkpoint(self, f: Any, how: str) -> None:
         """A checkpoint written to a path, or to an open file (its name); an in-memory buffer is no checkpoint."""
@@ -397,7 +439,8 @@ class ScriptRecorder:
             kind=kind_of(exc), type=type(exc).__name__, message=str(exc) or type(exc).__name__,
             traceback="".join(traceback.format_exception(type(exc), exc, tb)),
             file=frame.filename if frame else None, line=frame.lineno if frame else None,
-            code=frame.line if frame else None, step=self.record.steps, placement=placement)
+            code=frame.line if frame else None, step=self.record.steps, at_s=time.time() - self.t0,
+            placement=placement)
         self.finish("error")
 
     def _terminated(self, signum: int, frame: Any) -> None:

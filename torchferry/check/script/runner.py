@@ -12,6 +12,7 @@ the same modules that judge a built workload: parity, timing, exit, rehearsal an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -28,7 +29,16 @@ from torchferry.check import convergence, cost, exit as exit_mod, rehearsal, tim
 from torchferry.check.config import CheckConfig
 from torchferry.check.script import environment
 from torchferry.check.script.record import ScriptRecord
-from torchferry.check.script.recorder import FLUSH_SIGNAL, NOISE_ENV, RECORD_ENV, SEED_ENV, STEPS_ENV
+from torchferry.check.script.recorder import (
+    FLOPS_ENV,
+    FLUSH_SIGNAL,
+    KEEP_ENV,
+    NOISE_ENV,
+    RECORD_ENV,
+    SEED_ENV,
+    STARTED_ENV,
+    STEPS_ENV,
+)
 from torchferry.errors import DeviceOutOfMemoryError, NonFiniteError, StepTimeoutError, UsageError, WorkloadError
 from torchferry.harness.prices import load_prices
 from torchferry.harness.protocol import T0_ENV
@@ -59,6 +69,21 @@ class ChildRun:
         ranked = sorted(self.records, key=lambda r: (r.rank or 0, -len(r.losses)))
         return ranked[0] if ranked else None
 
+    def failed_record(self) -> ScriptRecord | None:
+        """The record of the process that raised first (under torchrun, the other ranks' errors are collateral: a
+        dead peer breaks their collectives); rank 0's when none raised."""
+        raised = sorted((r for r in self.records if r.error is not None), key=lambda r: (r.rank is None, r.error.at_s))
+        return raised[0] if raised else self.main_record()  # a rank before the launcher, whose error is its ranks'
+
+    def collateral(self, cause: ScriptRecord | None) -> str:
+        """The other ranks' failures, named as consequences of ``cause``'s."""
+        others = [r for r in self.records if r is not cause and r.error is not None and r.rank is not None]
+        if cause is None or cause.rank is None or not others:
+            return ""
+        return (f" Rank {cause.rank} raised first; then " + "; ".join(
+            f"rank {r.rank}: {r.error.type} ({r.error.message.splitlines()[0][:120] if r.error.message else ''})"
+            for r in sorted(others, key=lambda r: r.error.at_s)) + " (collateral: a dead peer breaks the collectives).")
+
     def tensors(self, record: ScriptRecord) -> str | None:
         path = self.folder / f"record-{record.pid}.pt"
         return str(path) if path.is_file() else None
@@ -81,19 +106,37 @@ class ChildRun:
         return record is not None and (record.stopped or "").startswith("--steps")
 
 
+def piped_stdin() -> bytes | None:
+    """What was piped or redirected into ferry (``echo data | ferry check -- ...``), read once so that every run of the
+    command gets it; None when stdin is a terminal, /dev/null or closed (the script then reads from a pipe nobody
+    writes, as in a batch job, and a script that waits for input is stopped at --timeout)."""
+    import stat
+
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    with contextlib.suppress(OSError):
+        return os.read(0, 1 << 30) if stat.S_ISREG(mode) else b"".join(iter(lambda: os.read(0, 1 << 16), b""))
+    return None
+
+
 def run_child(run: ChildRun, argv: list[str], env: dict[str, str], cwd: Path, timeout: float,
-              note: Callable[[str], None], live: set[subprocess.Popen]) -> ChildRun:
+              note: Callable[[str], None], live: set[subprocess.Popen], stdin: Path | None = None) -> ChildRun:
     """Run the command once, to its end or until ``timeout``; the children write their records, then are stopped.
-    The process is in ``live`` while it runs, so that a run that ends early stops it (``stop``)."""
+    The process is in ``live`` while it runs, so that a run that ends early stops it (``stop``). ``stdin``: a file
+    the command reads as its standard input (what was piped into ferry)."""
     run.folder.mkdir(parents=True, exist_ok=True)
     for old in run.folder.glob("record-*"):
         old.unlink()
     env = {**env, RECORD_ENV: str(run.folder), T0_ENV: repr(time.time())}
     started = time.monotonic()
-    with open(run.log, "w") as log:
-        # stdin is a pipe never written: a script that reads it waits, as it would in a batch job, until --timeout
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
-                                start_new_session=True)
+    with open(run.log, "w") as log, open(stdin, "rb") if stdin is not None else contextlib.nullcontext() as given:
+        # without piped input, stdin is a pipe never written: a script that reads it waits, as it would in a batch job
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=given if given is not None else subprocess.PIPE, start_new_session=True)
         live.add(proc)
         try:
             run.returncode = proc.wait(timeout=timeout)
@@ -108,7 +151,7 @@ def run_child(run: ChildRun, argv: list[str], env: dict[str, str], cwd: Path, ti
             live.discard(proc)
             run.wall_s = time.monotonic() - started
             run.load()
-            if proc.stdin:
+            if given is None and proc.stdin:
                 proc.stdin.close()
     return run
 
@@ -148,8 +191,17 @@ class ScriptPipeline:
         self.phase = "setup"
         self.runs: dict[str, ChildRun] = {}
         self.live: set[subprocess.Popen] = set()
+        self.started = time.time()  # a file older than this in the script's folder is the user's
+        self.target_files: dict[str, str] = {}  # each checkpoint the target wrote -> its copy under work/
+        data = piped_stdin()
+        self.stdin = self.workdir / "stdin" if data is not None else None
+        if self.stdin is not None:
+            self.stdin.write_bytes(data)
         # the same kernels (the built-in device's are the CPU's) and the same random stream on both sides
         self.exact = self.source.emulates is not None and cfg.ref == "cpu" and not cfg.device_rng
+        # FLOPs are counted in a run whose times decide nothing: the noise run where one is due, else an emulating
+        # target (its kernels are the reference's), else (a real target, exact) the reference itself
+        self.counts_flops = "noise" if not self.exact else "target" if self.source.emulates else "ref"
         report.script = ScriptFacts()
 
     # -- the lifecycle's calls ---------------------------------------------------------------
@@ -161,15 +213,18 @@ class ScriptPipeline:
             self.record_timing()
 
     def scratch(self) -> list[Path]:
-        return [p for run in self.runs.values() for p in run.folder.glob("record-*.pt")]
+        return [*(p for run in self.runs.values() for p in run.folder.glob("record-*.pt")), self.workdir / "target-files"]
 
     # -- the children ---------------------------------------------------------------------
     def child_env(self, device: str, role: str) -> dict[str, str]:
         builtin = device.split(":")[0] == self.cfg.target.split(":")[0] and self.source.emulates is not None
         env = environment.script_environment(device, os.environ, builtin, one_stream=not self.cfg.device_rng)
         env[SEED_ENV] = str(self.cfg.seed)
+        env[KEEP_ENV], env[STARTED_ENV] = str(self.workdir / "overwritten"), repr(self.started)
         if role == "noise":
             env[NOISE_ENV] = "1"
+        if role == self.counts_flops:
+            env[FLOPS_ENV] = "1"
         if self.source.steps_limit:
             env[STEPS_ENV] = str(self.source.steps_limit)
         return env
@@ -181,7 +236,8 @@ class ScriptPipeline:
         self.note(f"{role} {device}: {' '.join(argv) if self.command.placeholder else self.command.shown()}")
         run = ChildRun(role=role, device=device, folder=self.workdir / role, log=self.workdir / f"{role}.log")
         self.runs[role] = run
-        run_child(run, argv, self.child_env(device, role), self.cwd, self.cfg.timeout, self.note, self.live)
+        run_child(run, argv, self.child_env(device, role), self.cwd, self.cfg.timeout, self.note, self.live,
+                  self.stdin)
         record = run.main_record()
         self.note(f"{role} {device}: exit status {run.returncode} after {run.wall_s:.1f} s; "
                   f"{record.steps if record else 0} optimizer steps, {len(record.losses) if record else 0} losses "
@@ -217,6 +273,7 @@ class ScriptPipeline:
             self.note(f"the script computed on other shapes on the target ({other_shapes}): a library chose them for "
                       "the target's device, so the same kernels sum in another order; parity is judged within the "
                       "reference's own rounding noise")
+        self.target_files = self.keep_target_files(target_record)
         # what needs no timing runs side by side: the exit reload, the reference's noise run, the scan
         self.phase = "exit, noise run and scan"
         with ThreadPoolExecutor(max_workers=3) as pool:
@@ -228,6 +285,8 @@ class ScriptPipeline:
             if scanned is not None:
                 scanned.result()
         self.note(f"exit: {self.report.exit.status}")
+        self.files_left(target)
+        self.record_timing()  # with the FLOPs the noise run counted
         self.phase = "parity"
         self.report.parity = convergence.judge(ref.curves(), noise_run.curves() if noise_run else None,
                                                target.curves(), self.exact, cfg.tolerance,
@@ -235,6 +294,11 @@ class ScriptPipeline:
         if other_shapes:
             self.report.parity.notes.append(f"not the exact rule: the script computed on other shapes on the target "
                                             f"({other_shapes})")
+        random_ops = target_record.rehearsal.random_ops if target_record.rehearsal else []
+        if cfg.device_rng and random_ops:
+            self.report.parity.notes.append(f"--device-rng: the target drew its own random numbers "
+                                            f"({', '.join(random_ops[:3])}), not the reference's: a difference they "
+                                            "make is the stream's, not the device's")
         if not ref_record.script_seeded:
             self.report.parity.notes.append(f"the script does not seed its RNGs: torchferry seeded them at start "
                                             f"(seed {cfg.seed}, Python, NumPy and torch)")
@@ -255,7 +319,40 @@ class ScriptPipeline:
         """Reload what the target's script wrote, on the reference device without torchferry."""
         return exit_mod.check_checkpoints(
             record.checkpoints, [p.digests for p in record.parameters], record.steps, record.stopped, target.device,
-            self.cfg, environment.script_environment(self.cfg.ref, {}, False))
+            self.cfg, environment.script_environment(self.cfg.ref, {}, False), self.target_files)
+
+    def keep_target_files(self, record: ScriptRecord) -> dict[str, str]:
+        """Copy each checkpoint the target wrote to work/target-files/: the exit reloads the copies, and they are put
+        back after the last run, which may write the same paths."""
+        import shutil
+
+        kept = {}
+        for item in exit_mod.checkpoints(record.checkpoints):
+            source = Path(item["path"])
+            copy = self.workdir / "target-files" / str(source).lstrip("/")
+            shutil.rmtree(copy, ignore_errors=True) if copy.is_dir() else copy.unlink(missing_ok=True)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(source, copy) if source.is_dir() else shutil.copy2(source, copy)
+            kept[str(source)] = str(copy)
+        return kept
+
+    def files_left(self, target: ChildRun) -> None:
+        """Put the target's checkpoints back where the script wrote them (a later run wrote there too), and say in the
+        report whose files the folder holds, and which files of the user's the script overwrote (copied first)."""
+        import shutil
+
+        facts = self.report.script
+        if "noise" in self.runs:
+            for source, copy in self.target_files.items():
+                shutil.rmtree(source, ignore_errors=True) if Path(source).is_dir() else Path(source).unlink(missing_ok=True)
+                shutil.copytree(copy, source) if Path(copy).is_dir() else shutil.copy2(copy, source)
+        if self.target_files:
+            facts.files.append(f"the checkpoints left where the script writes them are the target's ({target.device}): "
+                               + ", ".join(sorted(self.target_files)))
+        overwritten = sorted({p for run in self.runs.values() for r in run.records for p in r.kept_files})
+        if overwritten:
+            facts.files.append(f"the script overwrote {len(overwritten)} file(s) that were there before the check: "
+                               f"{', '.join(overwritten)}; the originals are in {self.workdir / 'overwritten'}")
 
     def scan_findings(self) -> None:
         """`ferry scan`'s findings of code that names CUDA, into the report's facts (and next actions): a branch only
@@ -273,7 +370,7 @@ class ScriptPipeline:
     def names_cuda(self, run: ChildRun) -> str | None:
         """When a run failed at a line `ferry scan` names as code that only CUDA runs (an error of its, not a guarded
         branch), the portability failure in words, with the scan's fix; else None."""
-        record = run.main_record()
+        record = run.failed_record()
         error = record.error if record else None
         if run.returncode == 0 or error is None or not error.file:
             return None
@@ -314,6 +411,12 @@ class ScriptPipeline:
         record = ref.main_record() if ref else None
         self.report.timing = timing.summarise(side(ref), side(target), warmed=False,
                                               steps=len(ends(record)) or None)
+        counted = self.runs.get(self.counts_flops)
+        flops = (counted.main_record() or None) if counted else None
+        if flops is not None and flops.flops_per_step and self.report.timing.ref is not None:
+            self.report.timing.ref.flops_per_step = flops.flops_per_step
+            if self.report.timing.target is not None:
+                self.report.timing.target.flops_per_step = flops.flops_per_step
         if record is not None and not record.steps and record.backwards:
             self.report.timing.step_unit = "backward calls"
             self.report.timing.notes.append("the script steps no optimizer: its steps are its backward calls")
@@ -324,15 +427,17 @@ class ScriptPipeline:
         """The reference's main record; a failing reference is the user's error, with their traceback."""
         record = run.main_record()
         if run.returncode != 0 and not run.stopped_by_steps:
-            error = record.error if record else None
-            where = f" at {error.file}:{error.line}" if error and error.file else ""
+            failed = run.failed_record()
+            error = failed.error if failed else None
+            rank = f" (rank {failed.rank})" if failed is not None and failed.rank is not None else ""
+            where = f"{rank} at {error.file}:{error.line}" if error and error.file else rank
             trace = error.traceback if error else _tail(run.log)
             if error and error.kind == DeviceOutOfMemoryError.slug:
                 raise DeviceOutOfMemoryError(f"the script ran out of memory on the reference {run.device!r}{where}: "
                                              f"{error.message}")
             raise WorkloadError(f"the script failed on the reference {run.device!r}{where} (exit status "
-                                f"{run.returncode}): this is the script's own error, not the target's. Its output: "
-                                f"{run.log}", trace)
+                                f"{run.returncode}): this is the script's own error, not the target's.{run.collateral(failed)}"
+                                f" Its output: {run.log}", trace)
         if record is None or not record.losses:
             raise UsageError(f"the script does no training: no backward() on a scalar loss was recorded on the reference "
                              f"{run.device!r} ({self.command.shown()}). For inference, check a model with "
@@ -374,14 +479,16 @@ class ScriptPipeline:
             self.report.parity.notes.append(named)
             self.finding(WorkloadError.slug, named)
             return True
-        error = record.error if record else None
-        where = f" at {error.file}:{error.line}: {error.code}" if error and error.file else ""
+        failed = run.failed_record()
+        error = failed.error if failed else None
+        rank = f" on rank {failed.rank}" if failed is not None and failed.rank is not None and run.records[1:] else ""
+        where = f"{rank} at {error.file}:{error.line}: {error.code}" if error and error.file else rank
         kind = error.kind if error else WorkloadError.slug  # a crash without a Python exception is the workload's too
         label = ("portability failure: device placement" if error and error.placement else
                  "out of memory" if kind == DeviceOutOfMemoryError.slug else
                  "missing kernel" if error and error.type == "NotImplementedError" else
                  f"failed ({error.type if error else 'exit'})")
-        message = f"{label}{where}: {error.message if error else _tail(run.log)}"
+        message = f"{label}{where}: {error.message if error else _tail(run.log)}{run.collateral(failed)}"
         self.report.parity.status = ParityStatus.FAIL_TO_RUN
         self.report.parity.notes.append(message)
         self.finding(kind, message, error.traceback if error else None)
