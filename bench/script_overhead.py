@@ -1,14 +1,16 @@
-"""Overhead of `ferry check -- COMMAND`'s recorders on the tiny example's step time: recorders on vs off.
+"""What `ferry check -- COMMAND`'s recorders cost the script they measure: step time and host peak memory, on vs off.
 
-Runs examples/train_loop.py unchanged in fresh processes, alternating recorders off and on (ABBA
-rounds, the same seed and steps), on the CPU and on the built-in neuron device (where the
-recorders also read the rehearsal's counters every step). Each process times its own optimizer
-steps with a post-step hook of this benchmark's (present in both conditions, so it cancels out);
-the recorders are switched on exactly as `ferry check` does, by TORCHFERRY_RECORD in the child's
-environment. The figure is the ratio of the medians of the steady steps (after the first quarter)
-over all rounds. Target: at most 3% (PASS/FAIL printed).
+Runs each script unchanged in fresh processes, alternating recorders off and on (ABBA rounds, the
+same seed and steps), on the CPU and on the built-in neuron device (where the recorders also read
+the rehearsal's counters every step). Each process times its own steps with a hook of this
+benchmark's (present in both conditions, so it cancels out): an optimizer post-step hook, or, for
+a script without an optimizer, the end of each backward call. The recorders are switched on
+exactly as `ferry check` does, by TORCHFERRY_RECORD in the child's environment. The figures: the
+ratio of the medians of the steady steps (after the first quarter) over all rounds, and the ratio
+of the median host peak RSS (``ru_maxrss``) of the processes. Targets: at most +3% time and +10%
+memory (PASS/FAIL printed; NOISY when a machine this busy cannot tell).
 
-    python bench/script_overhead.py [--steps 40] [--rounds 2] [--devices cpu,neuron]
+    python bench/script_overhead.py [--steps 40] [--rounds 2] [--devices cpu,neuron] [--scripts loop,lm]
 
 Needs the recorder entry point installed (`pip install --no-build-isolation -e .`).
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import runpy
 import statistics
 import subprocess
@@ -27,32 +30,57 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "train_loop.py"
-TARGET = 0.03
+SCRIPTS = {  # name -> (the script, its arguments for N steps and an output folder)
+    "loop": (ROOT / "examples" / "train_loop.py", lambda n, out: ["--steps", str(n), "--out", out,
+                                                                  "--save-every", str(10 * n)]),
+    "lm": (ROOT / "tests" / "check" / "script" / "users" / "word_lm.py", lambda n, out: ["--save", f"{out}/lm.pt"]),
+}
+TIME_TARGET, MEMORY_TARGET = 0.03, 0.10
+NOISY = 0.15  # the spread (IQR / median) of the steady steps above which a miss says nothing
 
 
-def child(out: str, steps: int, workdir: str) -> None:
-    """Run the example unchanged, timing each optimizer step with a post-step hook of its own."""
+def child(out: str, script: str, steps: int, workdir: str) -> None:
+    """Run a script unchanged, timing each step with a hook of its own; report the steps and the peak RSS."""
+    import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     ends: list[float] = []
     register_optimizer_step_post_hook(lambda *_: ends.append(time.perf_counter()))
-    sys.argv = [str(EXAMPLE), "--steps", str(steps), "--out", workdir, "--save-every", str(10 * steps)]
-    runpy.run_path(str(EXAMPLE), run_name="__main__")
-    Path(out).write_text(json.dumps([b - a for a, b in zip(ends, ends[1:])]))
+    backward_ends: list[float] = []
+    original = torch.autograd.backward
+
+    def backward(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - a pass-through with a clock
+        result = original(*args, **kwargs)
+        backward_ends.append(time.perf_counter())
+        return result
+
+    torch.autograd.backward = backward
+    path, arguments = SCRIPTS[script]
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    sys.argv = [str(path), *arguments(steps, workdir)]
+    runpy.run_path(str(path), run_name="__main__")
+    marks = ends or backward_ends
+    Path(out).write_text(json.dumps({"steps": [b - a for a, b in zip(marks, marks[1:])],
+                                     "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 
 
-def run(device: str, recorders: bool, steps: int, tmp: Path) -> list[float]:
+def run(script: str, device: str, recorders: bool, steps: int, tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHFERRY_RECORD", "TORCHFERRY_DEVICE")}
     if device != "cpu":
         env["TORCHFERRY_DEVICE"] = device
     if recorders:
         env["TORCHFERRY_RECORD"] = str(tmp / "records")
-    out = tmp / "times.json"
-    subprocess.run([sys.executable, __file__, "--child", str(out), "--steps", str(steps), "--workdir", str(tmp / "w")],
-                   env=env, check=True, stdout=subprocess.DEVNULL)
-    durations = json.loads(out.read_text())
-    return durations[len(durations) // 4:]
+    out = tmp / "measured.json"
+    subprocess.run([sys.executable, __file__, "--child", str(out), "--script", script, "--steps", str(steps),
+                    "--workdir", str(tmp / "w")], env=env, check=True, stdout=subprocess.DEVNULL)
+    measured = json.loads(out.read_text())
+    measured["steps"] = measured["steps"][len(measured["steps"]) // 4:]
+    return measured
+
+
+def spread(values: list[float]) -> float:
+    q = statistics.quantiles(values, n=4)
+    return (q[2] - q[0]) / statistics.median(values)
 
 
 def main() -> None:
@@ -60,25 +88,37 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--devices", default="cpu,neuron")
+    parser.add_argument("--scripts", default=",".join(SCRIPTS))
     parser.add_argument("--child")
+    parser.add_argument("--script")
     parser.add_argument("--workdir")
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.steps, args.workdir)
+        child(args.child, args.script, args.steps, args.workdir)
         return
     failed = False
-    print(f"{'device':<8}{'off median':>14}{'on median':>14}{'overhead':>10}  verdict (target <= {TARGET:.0%})")
-    for device in args.devices.split(","):
-        times: dict[bool, list[float]] = {False: [], True: []}
-        with tempfile.TemporaryDirectory() as tmp:
-            for r in range(args.rounds):
-                for recorders in ((False, True) if r % 2 == 0 else (True, False)):
-                    times[recorders] += run(device, recorders, args.steps, Path(tmp))
-        off, on = statistics.median(times[False]), statistics.median(times[True])
-        overhead = on / off - 1
-        failed |= overhead > TARGET
-        print(f"{device:<8}{off * 1e3:>12.2f}ms{on * 1e3:>12.2f}ms{overhead:>10.1%}  "
-              f"{'PASS' if overhead <= TARGET else 'FAIL'} ({len(times[False])} + {len(times[True])} steady steps)")
+    print(f"{'script':<7}{'device':<8}{'step off':>11}{'step on':>11}{'time':>8}{'peak off':>11}{'peak on':>11}"
+          f"{'memory':>8}  verdict (time <= +{TIME_TARGET:.0%}, memory <= +{MEMORY_TARGET:.0%})")
+    for script in args.scripts.split(","):
+        for device in args.devices.split(","):
+            times: dict[bool, list[float]] = {False: [], True: []}
+            peaks: dict[bool, list[int]] = {False: [], True: []}
+            with tempfile.TemporaryDirectory() as tmp:
+                for r in range(args.rounds):
+                    for recorders in ((False, True) if r % 2 == 0 else (True, False)):
+                        measured = run(script, device, recorders, args.steps, Path(tmp))
+                        times[recorders] += measured["steps"]
+                        peaks[recorders].append(measured["peak_kib"])
+            off, on = statistics.median(times[False]), statistics.median(times[True])
+            peak_off, peak_on = statistics.median(peaks[False]), statistics.median(peaks[True])
+            time_over, memory_over = on / off - 1, peak_on / peak_off - 1
+            noisy = max(spread(times[False]), spread(times[True])) > NOISY
+            ok = time_over <= TIME_TARGET and memory_over <= MEMORY_TARGET
+            verdict = "PASS" if ok else "NOISY" if noisy and memory_over <= MEMORY_TARGET else "FAIL"
+            failed |= verdict == "FAIL"
+            print(f"{script:<7}{device:<8}{off * 1e3:>9.2f}ms{on * 1e3:>9.2f}ms{time_over:>+8.1%}"
+                  f"{peak_off / 1024:>9.0f}MB{peak_on / 1024:>9.0f}MB{memory_over:>+8.1%}  {verdict} "
+                  f"({len(times[False])} + {len(times[True])} steady steps)")
     sys.exit(1 if failed else 0)
 
 

@@ -19,7 +19,8 @@ from torch.utils.data import DataLoader, TensorDataset
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--out", default="runs/accelerate")
+    parser.add_argument("--out", default=os.path.join(os.environ.get("TORCHFERRY_CHECK_OUTPUT", "runs"), "accelerate"),
+                        help="where to write checkpoints (default: runs/accelerate; under `ferry check`, each run's own folder)")
     args = parser.parse_args()
 
     accelerator = Accelerator(gradient_accumulation_steps=2)

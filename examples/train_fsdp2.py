@@ -19,7 +19,8 @@ from torch.distributed.fsdp import fully_shard
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--out", default="runs/fsdp2")
+    parser.add_argument("--out", default=os.path.join(os.environ.get("TORCHFERRY_CHECK_OUTPUT", "runs"), "fsdp2"),
+                        help="where to write checkpoints (default: runs/fsdp2; under `ferry check`, each run's own folder)")
     args = parser.parse_args()
 
     local_rank = int(os.environ.get("LOCAL_RANK", 0))

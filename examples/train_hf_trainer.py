@@ -7,6 +7,7 @@ detection), so `ferry check -- python examples/train_hf_trainer.py` runs it unch
 """
 
 import argparse
+import os
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
@@ -28,7 +29,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--max-steps", type=int, default=8)
     parser.add_argument("--save-steps", type=int, default=4)
-    parser.add_argument("--out", default="runs/trainer")
+    parser.add_argument("--out", default=os.path.join(os.environ.get("TORCHFERRY_CHECK_OUTPUT", "runs"), "trainer"),
+                        help="where to write checkpoints (default: runs/trainer; under `ferry check`, each run's own folder)")
     args = parser.parse_args()
 
     config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

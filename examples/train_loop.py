@@ -40,7 +40,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--seq-len", type=int, default=32)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--out", default="runs/train_loop")
+    parser.add_argument("--out", default=os.path.join(os.environ.get("TORCHFERRY_CHECK_OUTPUT", "runs"), "train_loop"),
+                        help="where to write checkpoints (default: runs/train_loop; under `ferry check`, each run's own folder)")
     parser.add_argument("--save-every", type=int, default=10)
     args = parser.parse_args()
 

@@ -6,6 +6,7 @@ The model is a tiny Llama built from a config and the tokenizer a character-leve
 """
 
 import argparse
+import os
 
 from datasets import Dataset
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -25,7 +26,8 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--max-steps", type=int, default=6)
-    parser.add_argument("--out", default="runs/sft")
+    parser.add_argument("--out", default=os.path.join(os.environ.get("TORCHFERRY_CHECK_OUTPUT", "runs"), "sft"),
+                        help="where to write checkpoints (default: runs/sft; under `ferry check`, each run's own folder)")
     args = parser.parse_args()
 
     tokenizer = char_tokenizer()

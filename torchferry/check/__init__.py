@@ -10,7 +10,8 @@ Module map, in reading order:
   unchanged script run on each side, its recorders in every process of the command);
 - one module per result, each owning its capture half and its judgement for both sources:
   ``parity`` (with ``convergence``, a script's), ``timing``, ``resume``, ``exit`` (with ``exit_loader``, run where torchferry is
-  absent), ``cost``, ``rehearsal`` (with ``profiling``, the device's trace activities) ->
+  absent), ``cost``, ``rehearsal`` (with ``profiling``, the device's trace activities), and ``streams``
+  (one random stream on both sides of any accelerator) ->
   ``verdict``.
 
 The result model is torchferry.report.check, rendered by torchferry.report.

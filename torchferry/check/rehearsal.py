@@ -444,8 +444,10 @@ def _eager(r: RehearsalResult, steps: list[StepCounts], per_iteration: int = 1) 
     if later and (later[-1] or growing >= 2):
         changed = "; ".join(r.shape_changes[:SHOWN]) or (
             "no batch shape changed: the new shapes come from inside the model (data-dependent shapes)")
+        from torchferry.report.text import series
+
         r.conditions.append(f"shape churn: new eager op signatures in {growing} of {len(later)} steps after step 1 "
-                            f"({', '.join(map(str, later))}), each a NEFF compilation on {r.emulates}; changing: "
+                            f"({series(later, first_step=2)}), each a NEFF compilation on {r.emulates}; changing: "
                             f"{changed}. Pad inputs to a few fixed shapes (buckets)")
 
 

@@ -34,7 +34,7 @@ from torchferry.errors import (
     from_kind,
     low_on_space,
 )
-from torchferry.harness import launch
+from torchferry.harness import devices, launch
 from torchferry.harness.case import Capture
 from torchferry.harness.modes import Mode
 from torchferry.harness.prices import load_prices
@@ -123,10 +123,11 @@ def state(event: dict) -> str:
 
 
 # docs/check/parity.md, "Random numbers": what a generator that differs from the reference's means for parity
-RNG_DIFFERS = ("the target's generator draws other numbers than the reference's for the same seed (as a real "
-               "Trainium's does): a model with dropout or other random ops cannot match the reference step by step, "
-               "and a training mismatch may be the draws, not the device. Judge such a model with --mode forward "
-               "(eval mode, no draws) or with its dropout set to 0")
+RNG_DIFFERS = ("the target's generator drew other numbers than the reference's for the same seed (--device-rng: "
+               "its own stream, as a real Trainium's): a model with dropout or other random ops cannot match the "
+               "reference step by step there, and a training mismatch may be the draws, not the device. Judge such a "
+               "model without --device-rng (one stream), with --mode forward (eval mode, no draws), or with its dropout "
+               "set to 0")
 
 
 class Runner:
@@ -164,7 +165,10 @@ class Runner:
             if src.nnodes > 1:
                 self.note(f"target: waiting for {src.nnodes - 1} more node(s); on node K (1..{src.nnodes - 1}) "
                           f"run: {launch.other_node_command(src.nproc, src.nnodes, src.rdzv_endpoint, WORKER, job)}")
-        proc = WorkerProcess("reference" if role == "ref" else role, argv, self.workdir / f"{role}.log", env=worker_env(),
+        # one random stream: the built-in device draws from the CPU's generator (a real one draws on the host: worker.py)
+        stream = {k: v for table in devices.ONE_STREAM.values() for k, v in table.items()} if not self.cfg.device_rng else {}
+        proc = WorkerProcess("reference" if role == "ref" else role, argv, self.workdir / f"{role}.log",
+                             env=worker_env(stream),
                              cwd=self.workdir, ranks=range(src.nproc if launcher else 1), launcher=launcher,
                              on_progress=lambda _label, rank, message: self.progress(role, rank, message))
         self.live.append(proc)

@@ -97,6 +97,10 @@ class Session:
         self.channel.progress(f"imported torch {torch.__version__} ({self.figures.import_s:.1f} s)")
         device = devices.resolve(self.job.device)
         self.figures.emulates = devices.emulates(device)
+        if device.type != "cpu" and not self.figures.emulates and not self.cfg.device_rng:
+            from torchferry.check.streams import draw_on_host
+
+            draw_on_host()  # a real accelerator: its random draws come from the host's stream, as the reference's
         if self.world > 1:
             device, backend = launch.join_group(device, self.cfg.timeout)
             self.channel.progress(f"rank {self.rank} of {self.world} on {device}, backend {backend!r}")

@@ -24,6 +24,9 @@ from torchferry.records import Record
 # first, then torchferry's built-in device (whose `enable()` registers PrivateUse1).
 BUILTIN_PROVIDER = "torchferry.device"  # torchferry's own device package
 BACKEND_PROVIDERS: dict[str, tuple[str, ...]] = {"neuron": ("torch_neuronx", BUILTIN_PROVIDER)}
+# provider package -> the environment that makes its device draw from the CPU's random stream (one stream: what a
+# check compares); a device without an entry draws on the host through check/streams.py instead
+ONE_STREAM: dict[str, dict[str, str]] = {BUILTIN_PROVIDER: {"TORCHFERRY_RNG": "host"}}
 
 
 def builtin_device_present() -> bool:

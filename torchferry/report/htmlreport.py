@@ -173,6 +173,10 @@ def _rehearsal(r: CheckReport) -> str:
         plot = '<div class="plots">' + svg.bar_chart(
             "eager-signatures", "New eager op signatures per step (one NEFF compilation each, cold)",
             [(f"step {i}", float(n)) for i, n in enumerate(new, 1)], "signatures") + "</div>"
+    syncs = [sum(step.values()) for step in rh.host_syncs_per_step]
+    if any(syncs):
+        plot += '<div class="plots">' + svg.line_chart("host-syncs", "Host syncs per step (the host waits for the device)",
+                                                       {"host syncs": [float(n) for n in syncs]}, "step", "syncs") + "</div>"
     fallbacks = table(["op", "calls", "share of calls", "share of device-op time here", "reason and source"],
                       [[f.op, str(f.calls), f"{f.share_of_calls:.2%}",
                         "-" if f.share_of_time is None else f"{f.share_of_time:.2%}", f.reason] for f in rh.fallbacks])

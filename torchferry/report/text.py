@@ -133,6 +133,23 @@ def projection_summary(p: dict) -> list[str]:
     ]
 
 
+SERIES_SHOWN = 8  # a per-step series longer than this is summarised, not listed
+
+
+def series(values: list[float | int], first_step: int = 1) -> str:
+    """A per-step series in a few words: all of it when short; else its first and last values, its maximum and the
+    steps where it changes (what a reader looks for in 60 numbers)."""
+    if not values:
+        return "-"
+    if len(values) <= SERIES_SHOWN:
+        return ", ".join(f"{v:g}" for v in values)
+    top = max(range(len(values)), key=lambda i: values[i])
+    changes = [i + first_step for i in range(1, len(values)) if values[i] != values[i - 1]]
+    shown = ", ".join(map(str, changes[:5])) + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
+    return (f"{len(values)} steps: first {values[0]:g}, last {values[-1]:g}, max {values[top]:g} (step "
+            f"{top + first_step}); changes at {'steps ' + shown if changes else 'no step'}")
+
+
 def syncs_per_step(r: RehearsalResult) -> str:
     """Host syncs of each step, with their causes over the run."""
     if not r.host_syncs_per_step:
@@ -141,7 +158,7 @@ def syncs_per_step(r: RehearsalResult) -> str:
     for step in r.host_syncs_per_step:
         for cause, n in step.items():
             causes[cause] = causes.get(cause, 0) + n
-    per_step = ", ".join(str(sum(step.values())) for step in r.host_syncs_per_step)
+    per_step = series([sum(step.values()) for step in r.host_syncs_per_step])
     return per_step + (f" ({', '.join(f'{c} x{n}' for c, n in sorted(causes.items()))})" if causes else "")
 
 
@@ -153,7 +170,7 @@ def rehearsal_rows(r: RehearsalResult) -> list[tuple[str, str]]:
         ("predicted host fallbacks", f"{len(r.fallbacks)} ops, {r.fallback_calls} of {r.op_calls} calls{shares}"),
         ("host syncs per step", syncs_per_step(r)),
         ("eager signatures, step 1", "-" if r.signatures_step1 is None else str(r.signatures_step1)),
-        ("new signatures, steps 2..N", ", ".join(map(str, r.new_signatures)) or "-"),
+        ("new signatures, steps 2..N", series(r.new_signatures, first_step=2)),
         ("cold compilations / cache hits", f"{r.compilations} / {r.cache_hits}"),
         ("batch shapes that changed", "; ".join(r.shape_changes) or "none"),
     ]
@@ -205,7 +222,9 @@ def _verdict(report: CheckReport) -> list[str]:
                  "before is below and in the report"]
     else:
         lines = [f"verdict: {report.verdict.upper()}" + (f": {report.decision}" if report.decision else "")]
-    lines += [f"  {item.result:<9} {item.verdict:<19} {item.reason}" for item in report.verdicts]
+    lines += [f"  {item.result:<9} {item.verdict:<19} "
+              + ("(the verdict line above)" if report.decision == f"{item.result}: {item.reason}" else item.reason)
+              for item in report.verdicts]
     if report.next_actions:
         lines.append("next actions:")
         lines += [f"  {number}. {a.result}: {a.action}" for number, a in enumerate(report.next_actions, 1)]

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from torchferry.harness.devices import BACKEND_PROVIDERS, BUILTIN_PROVIDER
+from torchferry.harness.devices import BACKEND_PROVIDERS, BUILTIN_PROVIDER, ONE_STREAM
 
 # the variables that hide each accelerator family from a process ("" = none visible)
 HIDDEN_ACCELERATORS = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": "",
                        "ZE_AFFINITY_MASK": ""}
 # provider package -> the variables that load it at `import torch` (its torch.backends entry point)
 AUTOLOAD = {BUILTIN_PROVIDER: {"TORCHFERRY_DEVICE": "neuron"}}
-# provider package -> the variables that make its device draw from the CPU's random stream (one stream)
-ONE_STREAM = {BUILTIN_PROVIDER: {"TORCHFERRY_RNG": "host"}}
 CPU_FLAGS = {"ACCELERATE_USE_CPU": "true"}
 
 

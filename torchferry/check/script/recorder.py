@@ -55,6 +55,7 @@ STEPS_ENV = "TORCHFERRY_RECORD_STEPS"  # stop after this many optimizer steps
 SEED_ENV = "TORCHFERRY_RECORD_SEED"  # seed the RNGs at start
 NOISE_ENV = "TORCHFERRY_RECORD_NOISE"  # 1: the reference's noise run (parameters moved by one ulp)
 FLOPS_ENV = "TORCHFERRY_RECORD_FLOPS"  # 1: count the second step's FLOPs (a run whose times decide nothing)
+HOST_DRAWS_ENV = "TORCHFERRY_RECORD_HOST_DRAWS"  # 1: draw random numbers on the host (check/streams.py)
 KEEP_ENV = "TORCHFERRY_RECORD_KEEP"  # folder where a file of the user's is copied before the script overwrites it
 STARTED_ENV = "TORCHFERRY_CHECK_STARTED"  # when the check started (time.time()): older files are the user's
 PARAMETER_TENSORS_LIMIT = 50_000_000  # final parameters up to this many elements are kept whole (else hashed only)
@@ -164,6 +165,10 @@ class ScriptRecorder:
         import torch
 
         self.folder.mkdir(parents=True, exist_ok=True)
+        if os.environ.get(HOST_DRAWS_ENV) == "1":  # an accelerator with a generator of its own: one stream
+            from torchferry.check.streams import draw_on_host
+
+            draw_on_host()
         if self.seed is not None:
             self._seed(torch)
         self._wrap_seed(torch)

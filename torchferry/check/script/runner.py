@@ -32,6 +32,7 @@ from torchferry.check.script.record import ScriptRecord
 from torchferry.check.script.recorder import (
     FLOPS_ENV,
     FLUSH_SIGNAL,
+    HOST_DRAWS_ENV,
     KEEP_ENV,
     NOISE_ENV,
     RECORD_ENV,
@@ -46,7 +47,8 @@ from torchferry.report.check import CheckReport, ParityStatus, RehearsalResult, 
 from torchferry.report.meta import Failure
 from torchferry.status import ExitStatus
 
-HARD_CODED = ("TF001", "TF002", "TF006")  # ferry scan's rules for code that names CUDA and fails elsewhere
+HARD_CODED = ("TF001", "TF002", "TF006")
+OUTPUT_ENV = "TORCHFERRY_CHECK_OUTPUT"  # each run's own folder, for a script that chooses to write its outputs there  # ferry scan's rules for code that names CUDA and fails elsewhere
 GRACE_S = 10.0  # SIGTERM -> SIGKILL
 FLUSH_WAIT_S = 1.0  # after FLUSH_SIGNAL, how long the children get to write their records
 
@@ -221,6 +223,9 @@ class ScriptPipeline:
         env = environment.script_environment(device, os.environ, builtin, one_stream=not self.cfg.device_rng)
         env[SEED_ENV] = str(self.cfg.seed)
         env[KEEP_ENV], env[STARTED_ENV] = str(self.workdir / "overwritten"), repr(self.started)
+        env[OUTPUT_ENV] = str(self.workdir / role / "files")  # a script that writes there keeps each run's files apart
+        if not builtin and device.split(":")[0] != "cpu" and not self.cfg.device_rng:
+            env[HOST_DRAWS_ENV] = "1"  # a real accelerator: its random draws come from the host's stream
         if role == "noise":
             env[NOISE_ENV] = "1"
         if role == self.counts_flops:
