@@ -41,13 +41,13 @@ def test_the_reports_list_and_link_the_traces(profiled):
     html = (out / "report.html").read_text()
     for role in ("ref", "target"):
         path = Path(report["timing"][role]["profile_trace"])
-        assert f"profile trace ({role} " in stdout and str(path) in stdout
+        assert f"trace ({role} " in stdout and str(path) in stdout
         assert f'href="{path.name}"' in html
 
 
 def test_a_warm_up_process_ran_before_the_timed_workers(profiled):
     out, _, report = profiled
-    assert (out / "work" / "warm.log").is_file() and report["config"]["warm_up"] is True
+    assert (out / "work" / "warm.log").is_file() and report["config"]["source"]["warm_up"] is True
     warm = next(i for i, line in enumerate(report["progress"]) if line.startswith("warm-up: imports and workload build"))
     assert warm < next(i for i, line in enumerate(report["progress"]) if line.startswith("reference cpu: starting"))
     assert any("a throwaway process imported and built everything once before" in n for n in report["timing"]["notes"])

@@ -50,7 +50,7 @@ def test_device_tagged_storages_are_flagged_with_the_fix(mlp_target):
     finally:
         tagging["on"] = False
     saved = {"torch.save state dict": {"path": str(path)}}
-    result = exit_mod.check(out, saved, arch, outputs, cfg)
+    result = exit_mod.check(out, exit_mod.SavedFormats(saved=saved, architecture=arch), outputs, cfg)
     fmt = result.formats[0]
     assert fmt.location_tags == ["fakedev:0"]
     assert fmt.loads_plain is False and fmt.needs_map_location is True
@@ -67,7 +67,7 @@ def test_plain_cpu_checkpoint_and_safetensors_reload_with_parity(mlp_target):
     save_model(model, str(exit_dir / "model.safetensors"))
     saved = {"torch.save state dict": {"path": str(exit_dir / "state_dict.pt")},
              "safetensors": {"path": str(exit_dir / "model.safetensors")}}
-    result = exit_mod.check(out, saved, arch, outputs, cfg)
+    result = exit_mod.check(out, exit_mod.SavedFormats(saved=saved, architecture=arch), outputs, cfg)
     assert result.status == "pass"
     assert all(f.loads_plain and f.parity.passed and f.location_tags in ([], ["cpu"]) for f in result.formats)
 
@@ -75,8 +75,9 @@ def test_plain_cpu_checkpoint_and_safetensors_reload_with_parity(mlp_target):
 def test_changed_weights_lose_exit_parity(mlp_target):
     out, exit_dir, model, arch, outputs, cfg = mlp_target
     torch.save(model.state_dict(), exit_dir / "state_dict.pt")
-    result = exit_mod.check(out, {"torch.save state dict": {"path": str(exit_dir / "state_dict.pt")}}, arch,
-                            {"output": outputs["output"] + 1.0}, cfg)
+    saved = exit_mod.SavedFormats(saved={"torch.save state dict": {"path": str(exit_dir / "state_dict.pt")}},
+                                  architecture=arch)
+    result = exit_mod.check(out, saved, {"output": outputs["output"] + 1.0}, cfg)
     assert result.status == "fail" and not result.formats[0].parity.passed
 
 

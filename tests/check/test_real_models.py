@@ -72,7 +72,7 @@ def test_dropout_that_misbehaves_only_on_the_target_is_no_go(tmp_path, monkeypat
 @pytest.mark.timeout(300)
 def test_forward_mode_runs_eval_mode_under_inference_mode_and_reaches_the_eval_fast_path(tmp_path):
     code, out, report = check(tmp_path / "r", TRANSFORMER, "--mode", "forward", "--steps", "2")
-    assert report["config"]["execution"] == "model.eval() under torch.inference_mode()"
+    assert report["config"]["source"]["execution"] == "model.eval() under torch.inference_mode()"
     assert "runs: model.eval() under torch.inference_mode()" in out
     assert report["parity"]["status"] == "pass" and verdict_of(report, "parity") == "go", out
     # nn.TransformerEncoderLayer's fused path runs only in eval mode without autograd: the target ran it

@@ -72,15 +72,20 @@ def rehearse(device, tmp_path, name: str, attr: str = "build", steps: int = STEP
     record = Recorder(tmp_path / rehearsal.RECORD, device)
     for index in range(steps):
         batch = w.batch(device, index)
-        with record.step(batch):
+        with record.watch(batch):
             step(w, run, opt, batch)
 
     def fresh_step() -> None:
         fresh = copy.deepcopy(w.model).to(device)
         step(w, fresh, torch.optim.AdamW(fresh.parameters()), w.batch(device, 0))
 
-    record.finish(window.read(), fresh_step)
-    return rehearsal.judge(rehearsal.load(tmp_path))
+    record.finish(fresh_step, window.read())
+    return rehearsal.judge(rehearsal.load(tmp_path / rehearsal.RECORD))
+
+
+def judged(record: dict) -> RehearsalResult:
+    """A record written as the recorder writes it, judged."""
+    return rehearsal.judge(rehearsal.RehearsalRecord.from_dict(record))
 
 
 def conditions(r: RehearsalResult, head: str) -> list[str]:
@@ -161,8 +166,8 @@ def test_a_placement_error_names_the_op_and_the_users_line(device):
     with pytest.raises(RuntimeError) as info:
         w.forward(model, w.batch(device, 0))
     p = placement_of(info.value)
-    assert p["op"] == "aten::add.Tensor" and set(p["devices"]) == {"neuron:0", "cpu"}
-    assert p["file"].endswith("fixtures/placement.py") and p["code"] == "return self.fc(x) + self.offset"
+    assert p.op == "aten::add.Tensor" and set(p.devices) == {"neuron:0", "cpu"}
+    assert p.file.endswith("fixtures/placement.py") and p.code == "return self.fc(x) + self.offset"
     clean = workload("placement", "build_clean")
     clean.forward(copy.deepcopy(clean.model).to(device), clean.batch(device, 0))  # the buffer moved with the model
     assert placement_of(ValueError("the user's forward is broken")) is None
@@ -174,8 +179,8 @@ def test_a_placement_error_under_compile_names_the_users_line_from_the_traced_fr
     with pytest.raises(RuntimeError) as info:  # Dynamo raises while tracing: the user's frame is not in the traceback
         w.forward(compiled, w.batch(device, 0))
     p = placement_of(info.value)
-    assert p["file"].endswith("fixtures/placement.py") and p["code"] == "return self.fc(x) + self.offset"
-    assert set(p["devices"]) == {"neuron:0", "cpu"}
+    assert p.file.endswith("fixtures/placement.py") and p.code == "return self.fc(x) + self.offset"
+    assert set(p.devices) == {"neuron:0", "cpu"}
 
 
 @pytest.mark.parametrize("name", ["skipped_param", "extra_state", "lora"])
@@ -207,8 +212,8 @@ def test_a_diffusers_unet_predicts_its_host_fallbacks(device, tmp_path):
 
 def test_peak_memory_near_one_devices_capacity_is_a_condition():
     record = {"emulates": "trn2", "numerics": "target", "steps": [], "capacity_bytes": 100, "peak_bytes": 95}
-    assert rehearsal.judge(record).conditions[0].startswith("peak device memory")
-    assert rehearsal.judge({**record, "peak_bytes": 50}).conditions == []
+    assert judged(record).conditions[0].startswith("peak device memory")
+    assert judged({**record, "peak_bytes": 50}).conditions == []
 
 
 def test_a_known_issue_that_fails_on_the_target_is_a_condition_and_an_accuracy_one_is_listed_only():
@@ -217,15 +222,15 @@ def test_a_known_issue_that_fails_on_the_target_is_a_condition_and_an_accuracy_o
     fails = {"op": "aten::remainder", "kind": "fails", "calls": 3, "reason": "neuronx-cc compilation error",
              "scope": "skip in every op test class", "source": "tests/vertical/skip_xfail_ops.py (NEURON_SKIP_OPS)"}
     accuracy = {**fails, "op": "aten::mm", "kind": "accuracy", "reason": "dtype mismatch bfloat16 vs float32"}
-    record = {"emulates": "trn2", "numerics": "target", "steps": [], "executed_calls": 10, "fallback_ops": {},
-              "known_issues": [fails, accuracy]}
-    judged = rehearsal.judge(record)
-    assert judged.status == "conditions" and [k.op for k in judged.known_issues] == ["aten::remainder", "aten::mm"]
-    [condition] = judged.conditions
+    record = {"emulates": "trn2", "numerics": "target", "capacity_bytes": None, "steps": [], "read": True,
+              "executed_calls": 10, "fallback_ops": {}, "known_issues": [fails, accuracy]}
+    result = judged(record)
+    assert result.status == "conditions" and [k.op for k in result.known_issues] == ["aten::remainder", "aten::mm"]
+    [condition] = result.conditions
     assert condition.startswith("known issues: 1 op(s) that TorchNeuron's own CI skips as failing or slow")
     assert "aten::remainder x3 (neuronx-cc compilation error)" in condition
-    assert any("aten::mm" in note for note in judged.notes)
-    only_accuracy = rehearsal.judge({**record, "known_issues": [accuracy]})
+    assert any("aten::mm" in note for note in result.notes)
+    only_accuracy = judged({**record, "known_issues": [accuracy]})
     assert only_accuracy.status == "clean" and only_accuracy.conditions == [] and only_accuracy.known_issues
 
 
@@ -239,7 +244,7 @@ def test_a_target_that_emulates_nothing_is_not_rehearsed(tmp_path):
 
     from torchferry.report.check import ParityResult
 
-    r = rehearsal.result(tmp_path, make_config(tmp_path), ParityResult())
+    r = rehearsal.result(rehearsal.load(tmp_path / rehearsal.RECORD), make_config(tmp_path), ParityResult())
     assert r.status == "not-run" and "does not emulate" in r.notes[0]
 
 
@@ -249,7 +254,8 @@ def test_compiled_frames_and_placement_render_in_the_terminal_and_html():
     from torchferry.report.check import CheckReport, NumericsRehearsal
     from torchferry.report.meta import Meta
 
-    record = {"emulates": "trn2", "numerics": "target", "capacity_bytes": 2**30, "executed_calls": 10, "peak_bytes": 1,
+    record = {"emulates": "trn2", "numerics": "target", "capacity_bytes": 2**30, "read": True, "executed_calls": 10,
+              "peak_bytes": 1,
               "fallback_ops": {}, "steps": [{"signatures": 4, "compilations": 4, "cache_hits": 0, "host_syncs": {},
                                              "inputs": {"ids": [3, 5]}}],
               "known_issues": [{"op": "aten::remainder", "kind": "fails", "calls": 2, "reason": "neuronx-cc compilation error",
@@ -262,12 +268,12 @@ def test_compiled_frames_and_placement_render_in_the_terminal_and_html():
                             "line": 3, "code": "x + y", "message": "Expected all tensors to be on the same device"}}
     numerics = NumericsRehearsal(mode="target", rerun=True, host_parity="pass", explains=True,
                                  first_diverging_module="embed", note="parity passes under host numerics")
-    judged = rehearsal.judge(record, numerics)
-    assert judged.status == "fail" and judged.compile.frames[0].graphs == 2
-    assert judged.compile.frames[0].changing_inputs == ["graph input 0: neuron:int64[3, 5] -> neuron:int64[3, 9]"]
+    result = rehearsal.judge(rehearsal.RehearsalRecord.from_dict(record), numerics)
+    assert result.status == "fail" and result.compile.frames[0].graphs == 2
+    assert result.compile.frames[0].changing_inputs == ["graph input 0: neuron:int64[3, 5] -> neuron:int64[3, 9]"]
     report = CheckReport(meta=Meta(format="torchferry.check", format_version=4, created="", command="", wall_s=0.0),
-                         environment={}, config={"workload": "w", "mode": "train", "dtype": "float32", "steps": 1,
-                                                 "size": "tiny", "ref": "cpu", "target": "neuron"}, rehearsal=judged)
+                         environment={}, config={"ref": "cpu", "target": "neuron", "source": {"kind": "workload"}},
+                         subject="w (train, float32, 1 steps, size tiny) cpu -> neuron", rehearsal=result)
     out = text.render(report)
     assert "frame 0: 2 graphs, 1 recompiles" in out and "aten::add.Tensor mixes neuron:0, cpu at m.py:3: x + y" in out
     assert "host-numerics rerun: pass; first module narrowing changes: embed" in out

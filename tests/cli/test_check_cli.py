@@ -41,7 +41,7 @@ def test_progress_is_shown_on_stderr_unless_quiet(shared_check):
 @pytest.mark.slow  # ~30 s on 2 cores: generation with the fp64 golden run
 def test_generation_mode_compares_greedy_tokens_exactly(check):
     result = check("--target", "cpu", "--mode", "generation", "--new-tokens", "4", *FAST)  # the old name is an alias
-    assert result.report["config"]["mode"] == "generate"
+    assert result.report["config"]["source"]["mode"] == "generate"
     assert result.exit_status == ExitStatus.SUCCESS, result.stdout + result.stderr
     tokens = result.report["parity"]["tokens"]
     assert tokens["match"] is True and len(tokens["target"][0]) == 32 + 4

@@ -17,7 +17,7 @@ def test_ddp_over_two_neuron_ranks_keeps_parity_and_reports_each_rank(check):
     result = check("-w", "mlp", "--nproc", "2", "--target", "neuron", *FAST)
     assert result.exit_status == ExitStatus.SUCCESS, result.stdout + result.stderr
     report = result.report
-    assert report["meta"]["format_version"] == FORMAT_VERSION and report["config"]["nproc"] == 2
+    assert report["meta"]["format_version"] == FORMAT_VERSION and report["config"]["source"]["nproc"] == 2
     parity = report["parity"]
     assert parity["status"] == "pass"
     assert parity["loss_curve"]["comparison"]["passed"] and len(parity["loss_curve"]["target"]) == 2

@@ -90,14 +90,14 @@ def test_a_relative_workload_path_is_resolved_against_the_callers_folder(tmp_pat
     monkeypatch.chdir(tmp_path)
     result = run_check(["--target", "cpu", "-w", "wl/x.py:build", "--mode", "forward", *FAST], tmp_path / "report")
     assert result.exit_status == ExitStatus.SUCCESS, result.stdout + result.stderr
-    assert result.report["config"]["workload_source"]["path"] == str(tmp_path / "wl" / "x.py")
+    assert result.report["config"]["source"]["resolved"]["path"] == str(tmp_path / "wl" / "x.py")
     assert result.report["parity"]["status"] == "pass"
 
 
 def test_argparse_errors_go_through_the_injected_environment(tmp_path, capsys):
-    result = run_check(["--mode", "sideways"], tmp_path / "report")
+    result = run_check(["--steps", "many"], tmp_path / "report")
     assert result.exit_status == ExitStatus.USAGE
-    assert "invalid choice: 'sideways'" in result.stderr and capsys.readouterr().err == ""
+    assert "invalid int value: 'many'" in result.stderr and capsys.readouterr().err == ""
 
 
 def test_an_error_message_carries_the_command_prefix_once(tmp_path):
@@ -111,4 +111,4 @@ def test_the_report_meta_block_has_the_shared_shape(shared_check):
     meta = result.report["meta"]
     assert set(meta) == {"format", "format_version", "torchferry", "created", "command", "wall_s"}
     assert meta["format"] == "torchferry.check" and meta["command"].startswith("ferry check ")
-    assert json.loads((result.report_dir / "report.json").read_text())["config"]["mode"] == "forward"
+    assert json.loads((result.report_dir / "report.json").read_text())["config"]["source"]["mode"] == "forward"

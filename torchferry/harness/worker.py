@@ -113,14 +113,23 @@ def user_traceback(exc: BaseException) -> str:
 def user_frame(tb: Any) -> traceback.FrameSummary | None:
     """The innermost frame of a traceback in the user's code: outside torch, torchferry, the standard library and
     installed packages (else the innermost outside torch and torchferry, e.g. a library's model code)."""
+    return _users(traceback.extract_tb(tb))
+
+
+def user_frame_of_stack(frame: Any) -> traceback.FrameSummary | None:
+    """The innermost frame of a live stack (a signal handler's ``frame``) in the user's code, by ``user_frame``'s rule."""
+    return _users(traceback.extract_stack(frame))
+
+
+def _users(frames: list[traceback.FrameSummary]) -> traceback.FrameSummary | None:
     import sysconfig
 
     torch = sys.modules.get("torch")
     ours = tuple(p for p in (str(Path(torch.__file__).parent) if torch else "", PACKAGE.rstrip(os.sep)) if p)
     installed = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
-    frames = [f for f in traceback.extract_tb(tb) if not f.filename.startswith(ours + ("<",))]
-    own = [f for f in frames if not f.filename.startswith(installed)]
-    return (own or frames or [None])[-1]
+    mine = [f for f in frames if not f.filename.startswith(ours + ("<",))]
+    own = [f for f in mine if not f.filename.startswith(installed)]
+    return (own or mine or [None])[-1]
 
 
 def run_case(fn: Callable[[], Any]) -> Outcome:

@@ -61,6 +61,7 @@ class ScriptRecord(Record):
     error: ScriptError | None = None
     rehearsal: RehearsalRecord | None = None
     ended_s: float | None = None
+    waiting_at: str | None = None  # the user's line the main thread was at when the parent asked for the record
     first_backward_shapes: list[list] | None = None
     modules: ModuleTrace | None = None  # the first forward's module outputs and the first backward's gradients
     flops_per_step: float | None = None  # the second step's FLOPs, in a run asked to count them (PyTorch's counter)

@@ -232,7 +232,7 @@ class ScriptRecorder:
         if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
             signal.signal(signal.SIGTERM, self._terminated)
         if signal.getsignal(FLUSH_SIGNAL) in (signal.SIG_DFL, None):
-            signal.signal(FLUSH_SIGNAL, lambda signum, frame: self.write())
+            signal.signal(FLUSH_SIGNAL, self._flush)
         original_exit = os._exit
 
         def _exit(status: int) -> None:  # a launcher's way out skips atexit: the record is written first
@@ -447,6 +447,16 @@ class ScriptRecorder:
             code=frame.line if frame else None, step=self.record.steps, at_s=time.time() - self.t0,
             placement=placement)
         self.finish("error")
+
+    def _flush(self, signum: int, frame: Any) -> None:
+        """The parent asks for the record (it is about to stop the run): with where the main thread is now, the user's
+        line a stalled script waits at."""
+        from torchferry.harness.worker import user_frame_of_stack
+
+        with contextlib.suppress(Exception):
+            at = user_frame_of_stack(frame)
+            self.record.waiting_at = f"{at.filename}:{at.lineno} (`{at.line}`)" if at else None
+        self.write()
 
     def _terminated(self, signum: int, frame: Any) -> None:
         self.finish("terminated")

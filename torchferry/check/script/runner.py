@@ -50,6 +50,7 @@ from torchferry.status import ExitStatus
 HARD_CODED = ("TF001", "TF002", "TF006")
 OUTPUT_ENV = "TORCHFERRY_CHECK_OUTPUT"  # each run's own folder, for a script that chooses to write its outputs there  # ferry scan's rules for code that names CUDA and fails elsewhere
 GRACE_S = 10.0  # SIGTERM -> SIGKILL
+STALL_FACTOR, STALL_MIN_S = 3.0, 60.0  # a run after the reference stalls after max(3 x its whole run, 60 s) without a step
 FLUSH_WAIT_S = 1.0  # after FLUSH_SIGNAL, how long the children get to write their records
 
 
@@ -64,6 +65,7 @@ class ChildRun:
     returncode: int | None = None
     wall_s: float | None = None
     timed_out: bool = False
+    stalled_s: float | None = None  # stopped after this long without a new step (the stall watch)
     records: list[ScriptRecord] = field(default_factory=list)
 
     def main_record(self) -> ScriptRecord | None:
@@ -125,11 +127,23 @@ def piped_stdin() -> bytes | None:
     return None
 
 
+def progress(folder: Path) -> int:
+    """Steps and backward calls the run's records hold so far (the recorders rewrite them at most every FLUSH_S)."""
+    found = 0
+    for path in folder.glob("record-*.json"):
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(path.read_text())
+            found = max(found, record.get("steps", 0) + record.get("backwards", 0))
+    return found
+
+
 def run_child(run: ChildRun, argv: list[str], env: dict[str, str], cwd: Path, timeout: float,
-              note: Callable[[str], None], live: set[subprocess.Popen], stdin: Path | None = None) -> ChildRun:
+              note: Callable[[str], None], live: set[subprocess.Popen], stdin: Path | None = None,
+              stall_s: float | None = None) -> ChildRun:
     """Run the command once, to its end or until ``timeout``; the children write their records, then are stopped.
     The process is in ``live`` while it runs, so that a run that ends early stops it (``stop``). ``stdin``: a file
-    the command reads as its standard input (what was piped into ferry)."""
+    the command reads as its standard input (what was piped into ferry). ``stall_s``: stop a run whose records have
+    shown no new step for this long, once it has made one (a stall, told apart from a slow start)."""
     run.folder.mkdir(parents=True, exist_ok=True)
     for old in run.folder.glob("record-*"):
         old.unlink()
@@ -141,7 +155,10 @@ def run_child(run: ChildRun, argv: list[str], env: dict[str, str], cwd: Path, ti
                                 stdin=given if given is not None else subprocess.PIPE, start_new_session=True)
         live.add(proc)
         try:
-            run.returncode = proc.wait(timeout=timeout)
+            run.returncode = watch(proc, run, timeout, stall_s)
+            if run.returncode is None and run.stalled_s is not None:
+                note(f"[{run.role} {run.device}] no new step for {run.stalled_s:.0f} s: stopping it")
+                run.returncode = stop(proc)
         except subprocess.TimeoutExpired:
             run.timed_out = True
             note(f"[{run.role} {run.device}] still running after --timeout {timeout:g} s: stopping it")
@@ -158,6 +175,29 @@ def run_child(run: ChildRun, argv: list[str], env: dict[str, str], cwd: Path, ti
     return run
 
 
+POLL_S = 1.0  # how often the stall watch reads the records
+
+
+def watch(proc: subprocess.Popen, run: ChildRun, timeout: float, stall_s: float | None) -> int | None:
+    """Wait for the run: its exit status; None when it stalled (``run.stalled_s`` set); TimeoutExpired past timeout."""
+    if stall_s is None:
+        return proc.wait(timeout=timeout)
+    deadline, seen, since = time.monotonic() + timeout, 0, time.monotonic()
+    while True:
+        try:
+            return proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if now > deadline:
+            raise subprocess.TimeoutExpired(proc.args, timeout)
+        if (done := progress(run.folder)) > seen:
+            seen, since = done, now
+        elif seen and now - since > stall_s:
+            run.stalled_s = now - since
+            return None
+
+
 def stop(proc: subprocess.Popen) -> int | None:
     """Ask the command's process group to write its records (``FLUSH_SIGNAL``), then SIGTERM it, SIGKILL after a
     grace period: a script that ignores SIGTERM still leaves what it recorded."""
@@ -171,6 +211,17 @@ def stop(proc: subprocess.Popen) -> int | None:
         except subprocess.TimeoutExpired:
             continue
     return proc.poll()
+
+
+def stall_error(run: ChildRun, ref: ChildRun) -> StepTimeoutError:
+    """A run that made no new step for a long time, where the reference ran to its end: where it waited."""
+    record, done = run.main_record(), ref.main_record()
+    steps = (record.steps or record.backwards) if record else 0
+    where = f"; it was waiting at {record.waiting_at}" if record and record.waiting_at else ""
+    return StepTimeoutError(f"the {run.role} run on {run.device!r} stalled: no new step for {run.stalled_s:.0f} s after "
+                            f"step {steps}, where the reference ran all {(done.steps or done.backwards) if done else '?'} "
+                            f"in {ref.wall_s:.0f} s{where}. What it recorded is kept in the report; look at that line on "
+                            f"the target (a collective waiting for a peer, a host sync, a data loader).")
 
 
 def timeout_error(run: ChildRun, timeout: float) -> StepTimeoutError:
@@ -201,9 +252,9 @@ class ScriptPipeline:
             self.stdin.write_bytes(data)
         # the same kernels (the built-in device's are the CPU's) and the same random stream on both sides
         self.exact = self.source.emulates is not None and cfg.ref == "cpu" and not cfg.device_rng
-        # FLOPs are counted in a run whose times decide nothing: the noise run where one is due, else an emulating
-        # target (its kernels are the reference's), else (a real target, exact) the reference itself
-        self.counts_flops = "noise" if not self.exact else "target" if self.source.emulates else "ref"
+        # FLOPs are counted on the reference device: in the noise run where one is due (its times decide nothing), else
+        # in the reference's second step, which is then left out of its times
+        self.counts_flops = "noise" if not self.exact else "ref"
         report.script = ScriptFacts()
 
     # -- the lifecycle's calls ---------------------------------------------------------------
@@ -242,12 +293,20 @@ class ScriptPipeline:
         run = ChildRun(role=role, device=device, folder=self.workdir / role, log=self.workdir / f"{role}.log")
         self.runs[role] = run
         run_child(run, argv, self.child_env(device, role), self.cwd, self.cfg.timeout, self.note, self.live,
-                  self.stdin)
+                  self.stdin, self.stall_limit(role))
         record = run.main_record()
         self.note(f"{role} {device}: exit status {run.returncode} after {run.wall_s:.1f} s; "
                   f"{record.steps if record else 0} optimizer steps, {len(record.losses) if record else 0} losses "
                   "recorded")
         return run
+
+    def stall_limit(self, role: str) -> float | None:
+        """How long a run after the reference may go without a new step: STALL_FACTOR x the reference's whole run, at
+        least STALL_MIN_S (a stall on one side is told from a slow run, and named, before --timeout)."""
+        ref = self.runs.get("ref")
+        if role == "ref" or ref is None or ref.wall_s is None:
+            return None
+        return max(STALL_MIN_S, STALL_FACTOR * ref.wall_s)
 
     def run(self) -> None:
         cfg = self.cfg
@@ -269,6 +328,8 @@ class ScriptPipeline:
                                                  self.report.parity)
         if target.timed_out:
             raise timeout_error(target, cfg.timeout)
+        if target.stalled_s is not None:
+            raise stall_error(target, ref)
         if self.target_failed(target, target_record):
             return
         other_shapes = convergence.shape_difference(ref_record.first_backward_shapes,
@@ -402,12 +463,16 @@ class ScriptPipeline:
         def ends(record: ScriptRecord | None) -> list[float]:
             return [] if record is None else record.step_ends_s if record.steps else record.backward_ends_s
 
+        def untimed(run: ChildRun, record: ScriptRecord | None) -> set[int]:
+            """The step that ran under the flop counter (step 2: the second step-to-step interval is index 0)."""
+            return {0} if record is not None and record.flops_per_step and run.role == self.counts_flops else set()
+
         def side(run: ChildRun | None) -> timing.DeviceTiming | None:
             record = run.main_record() if run else None
             if run is None:
                 return None
             r = record.rehearsal if record else None
-            return timing.script_timing(run.device, run.wall_s, ends(record),
+            return timing.script_timing(run.device, run.wall_s, ends(record), untimed(run, record),
                                         record.peak_memory if record else None,
                                         (r.executed_calls, r.fallback_ops) if r is not None and r.read else None,
                                         r.emulates if r is not None else None)
