@@ -26,7 +26,8 @@ DEFAULT_PROFILE = "trn2"
 NUMERICS_MODES = ("target", "host")
 
 # The target's refusals the device reproduces (the profile's [rules], each on unless the
-# profile turns it off): name -> (bit shared with neuron.h `Rule`, what it does, source).
+# profile turns it off): name -> (bit shared with neuron.h `Rule`, what it does, source). Bit 0: a
+# rule of the compile backend or the process group, read in Python (`target.rule_on`), not by the core.
 RULES = {
     "memory_format": (1, "Tensor.contiguous(memory_format=channels_last or channels_last_3d) on a device "
                       "tensor raises; creating and cloning in channels_last stay allowed",
@@ -72,6 +73,53 @@ RULES = {
                                    "torch_neuronx/python_ops/torch_mlir/kernel.py (_create_output_tensors_from_"
                                    "original: io_tensor.empty(shape, dtype, device) for one result, empty_like(..., "
                                    "memory_format=torch.contiguous_format) for several)"),
+    # torch.compile(backend="neuron"): what TorchNeuron's lowering refuses (compile/lowering.py).
+    "compiled_no_outputs": (0, "a compiled graph with no tensor output (after None outputs are dropped) fails to "
+                            "compile: 'No outputs found in the module, expected at least one output'",
+                            "torch_neuronx/neuron_dynamo_backend/fx/fx_transform.py (convert_fx_to_stablehlo), "
+                            "fx/passes/remove_none_outputs.py"),
+    "compiled_higher_order_ops": (0, "a compiled graph holding a higher-order operator TorchNeuron does not "
+                                  "legalize (cond, map_impl, invoke_subgraph, auto_functionalized_v2, scan, ...) "
+                                  "fails to compile: 'Higher-order operation ... not implemented in the FxImporter'",
+                                  "torch_neuronx/neuron_dynamo_backend/fx/fx_transform.py (fx.stateless_fx_import "
+                                  "with NeuronFxImporter, fx/fx_importer.py), fx/passes/flex_attention_legalization"
+                                  ".py; torch-mlir's FxImporter._import_hop"),
+    "compiled_float64": (0, "float64 in a compiled graph computes in float32 in every op (the whole StableHLO "
+                         "module is converted), not only in the ops the eager device narrows",
+                         "torch_neuronx/neuron_dynamo_backend/fx/fx_transform.py (dtype_conversion_pass), "
+                         "fx/passes/dtype_conversion.py"),
+    "compiled_dynamic_shapes": (0, "a compiled graph with symbolic sizes or values (unbacked symbols from "
+                                "capture_scalar_outputs or data-dependent ops, runtime asserts) fails to compile",
+                                "torch_neuronx/neuron_dynamo_backend/fx/passes/dynamic_shape_analysis.py "
+                                "(DynamicShapeAnalysis); tests/pytorch_tests/specs/dynamo_spec.json ('failed to "
+                                "legalize operation torch.runtime.assert')"),
+    "compiled_boolean_index_put": (0, "index_put with a boolean index in a compiled graph, unless it is a "
+                                   "where (one value) or one boolean and one integer index, fails: 'Boolean "
+                                   "index_put is not supported in torch.compile on Neuron'",
+                                   "torch_neuronx/neuron_dynamo_backend/decompositions.py (index_put_decomposition)"),
+    # The `neuron` process group: what TorchNeuron's ProcessGroupNeuron refuses (distributed_rules.py).
+    "pg_point_to_point": (0, "send, recv, isend, irecv and batch_isend_irecv raise 'No backend type associated "
+                          "with device type neuron'; recv from any source raises NotImplementedError",
+                          "torch_neuronx/distributed/backend.py (ProcessGroupNeuron has no send/recv; "
+                          "recv_anysource raises NotImplementedError); tests/pytorch_tests/specs/"
+                          "common_c10d_spec.json ('Temporarily not supported send_recv')"),
+    "pg_all_to_all": (0, "all_to_all_single with split sizes other than none or all ones, all_to_all on a group "
+                      "of another size than 4, 8, 16 or a multiple of 32, or with tensors of different shapes, "
+                      "is refused",
+                      "torch_neuronx/distributed/backend.py (alltoall_base: 'Only even split sizes are "
+                      "supported'; alltoall), python_ops/xla_ops/all_to_all_xla.py (AllToAllXlaOp.can_handle)"),
+    "pg_default_group_barrier": (0, "barrier on a group other than the default one, and monitored_barrier, raise "
+                                 "NotImplementedError",
+                                 "torch_neuronx/distributed/backend.py (barrier: 'Barrier is implemented only for "
+                                 "default group'; monitored_barrier)"),
+    "pg_reduce_ops": (0, "collectives with a reduce op other than SUM, AVG, MIN, MAX (or PREMUL_SUM, applied "
+                      "as SUM) are refused: PRODUCT and the bitwise ops",
+                      "torch_neuronx/python_ops/xla_ops/reduce_functions.py (SUPPORTED_REDUCE_OPS), "
+                      "all_reduce_xla.py and reduce_scatter_xla.py (can_handle), distributed/backend.py"),
+    "pg_empty_tensors": (0, "all_reduce, reduce_scatter and all_gather of empty tensors (all_gather: a zero first "
+                         "dimension) are refused; the collectives that skip empty tensors themselves still do",
+                         "torch_neuronx/distributed/utils.py (_validate_no_zero_dim0), python_ops/xla_ops/"
+                         "all_reduce_xla.py, reduce_scatter_xla.py, all_gather_xla.py (can_handle)"),
 }
 
 # Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS | ROW_MAJOR.

@@ -34,6 +34,7 @@ _cache: SignatureCache | None = None
 _fallback_mode = "warn"  # as last configured (tests and the decision test change it)
 _numerics = "host"
 _op_codes: dict[str, int] = {}  # the profile's op codes as handed to the C++ core (profile.op_codes)
+_rules: frozenset[str] = frozenset()  # the profile's [rules] in force, as last configured
 _default_code = 0
 _after_first_step: EagerCompiles | None = None  # the counts when the first optimizer step ended
 
@@ -97,13 +98,20 @@ class SignatureCache:
 def configure(core: ModuleType, profile: DeviceProfile, fallback: str, numerics: str | None = None) -> None:
     """Hand the profile's tables, the fallback mode and the numerics (default: as before)
     to the C++ core."""
-    global _fallback_mode, _numerics, _op_codes, _default_code
+    global _fallback_mode, _numerics, _op_codes, _default_code, _rules
     codes, reasons, default, default_reason = profile.op_codes()
     numerics = numerics or _numerics
     core._set_target(codes, reasons, default, default_reason, _settings.fallback_code(fallback), profile.name,
                      numerics == "target", profile.rules_mask())
     _fallback_mode, _numerics = fallback, numerics
     _op_codes, _default_code = codes, default
+    _rules = frozenset(name for name, on in profile.rules.items() if on)
+
+
+def rule_on(name: str) -> bool:
+    """Whether the profile's [rules] entry `name` (profile.RULES) is in force: the compile backend's
+    and the process group's rules, which run in Python (the C++ core reads the others as bits)."""
+    return name in _rules
 
 
 def numerics() -> str:
