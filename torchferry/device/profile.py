@@ -34,9 +34,14 @@ RULES = {
                       "torch_neuronx/python_ops/cast_policy.py (validate_neuron_memory_format), "
                       "python_ops/contiguous.py, csrc/core/NeuronBindings.cpp (contiguous_autograd_neuron)"),
     "complex_dtypes": (2, "ops the target compiles raise on complex device tensors; copies, views and "
-                       "host fallbacks work", "torch_neuronx/type_converter_base.py (TORCH_TO_JAX_BASE)"),
+                       "host fallbacks work", "tests/pytorch_tests/failing_test_methods/*.json (complex variants "
+                       "listed failing), tests/pytorch_tests/specs/aten_spec.json ('Complex data types are not "
+                       "supported on Neuron'); the JAX/XLA path's table, torch_neuronx/type_converter_base.py "
+                       "(TORCH_TO_JAX_BASE), has no complex type"),
     "unsigned_dtypes": (4, "ops the target compiles raise on uint16/uint32/uint64 device tensors; copies, "
-                        "views and host fallbacks work", "torch_neuronx/type_converter_base.py (TORCH_TO_JAX_BASE)"),
+                        "views and host fallbacks work", "tests/pytorch_tests/failing_test_methods/*.json "
+                        "(uint16/32/64 variants listed failing: test_cat_out_fast_path, test_random_*); the JAX/XLA "
+                        "path's table, torch_neuronx/type_converter_base.py (TORCH_TO_JAX_BASE), has none"),
     "empty_inputs": (8, "an op the target runs through its torch-mlir kernel, called with an empty tensor input, "
                      "returns zeros of the result's shape (reductions and scatter excepted; in-place ops untouched)",
                      "torch_neuronx/python_ops/torch_mlir/kernel.py (TorchMlirKernel.__call__, "
@@ -193,12 +198,20 @@ class KnownIssue:
     reason: str
     scope: str  # which of the vendor's tests skip it
     source: str  # the vendor's file(s)
-    # The dtypes the vendor's reason scopes it to ("bfloat16 gradient mismatch"): the op is a known
-    # issue only when it runs on a device tensor of one of them. Empty: in every dtype.
+    # The dtypes the vendor's reason scopes it to ("bfloat16 gradient mismatch"), else those its tests
+    # ran: the op is a known issue only when it runs on a device tensor of one of them. Empty: every dtype.
     dtypes: tuple[str, ...] = ()
+    # The ATen overloads its tests called ("aten::clamp_min.Tensor"): the others are not known issues.
+    # Empty: every overload of `op`.
+    overloads: tuple[str, ...] = ()
+
+    def names(self) -> list[str]:
+        """The ATen overload names this issue covers."""
+        return list(self.overloads) or expand(self.op)
 
     def warning(self, commit: str) -> str:
         where = f"; in {', '.join(self.dtypes)} only" if self.dtypes else ""
+        where += f"; overloads {', '.join(self.overloads)}" if self.overloads else ""
         return (f"{self.op} is a known issue of TorchNeuron {commit[:7]}: {self.reason} ({self.kind}: "
                 f"{KNOWN_ISSUE_KINDS[self.kind]}{where}; {self.scope}; source: {self.source}). Listed by "
                 "torchferry.device.known_issues() (one warning per op); test this op on the real device.")
@@ -215,7 +228,7 @@ class KnownIssues:
     @cached_property
     def by_op(self) -> dict[str, KnownIssue]:
         """Every ATen overload name -> its known issue (read at every measurement-window reading)."""
-        return {name: issue for issue in self.issues for name in expand(issue.op)}
+        return {name: issue for issue in self.issues for name in issue.names()}
 
     def warnings(self) -> dict[str, str]:
         """Every ATen overload name -> the warning its first call gives (one text per vendor op)."""
@@ -451,7 +464,7 @@ def load_known_issues(path: Path) -> KnownIssues:
     try:
         data = tomllib.loads(text)
         issues = tuple(KnownIssue(op=op, kind=e["kind"], reason=e["reason"], scope=e["scope"], source=e["source"],
-                                  dtypes=tuple(e.get("dtypes", ())))
+                                  dtypes=tuple(e.get("dtypes", ())), overloads=tuple(e.get("overloads", ())))
                        for op, e in sorted(data["known_issues"].items()))
         known = KnownIssues(path=path, source_commit=data["source_commit"], issues=issues)
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
@@ -468,6 +481,12 @@ def load_known_issues(path: Path) -> KnownIssues:
         if not expand(issue.op):
             raise UsageError(f"{path}:{line}: known issue {issue.op!r} names no ATen op of this torch. Fix the name "
                              "or regenerate the table with tools/gen_trn2_profile.py for this torch version.")
+        strays = [name for name in issue.overloads
+                  if name not in aten_ops() or not (name == issue.op or name.startswith(issue.op + "."))]
+        if strays:
+            raise UsageError(f"{path}:{line}: known issue {issue.op!r} has overloads {strays!r} that are not ATen "
+                             f"overloads of {issue.op} in this torch (e.g. \"{issue.op}.Tensor\"). Fix the names, or "
+                             "drop `overloads` to mean every overload.")
         bad = [d for d in issue.dtypes if not _is_dtype_name(d)]
         if bad:
             raise UsageError(f"{path}:{line}: known issue {issue.op!r} has dtypes {bad!r}, not torch dtype names "

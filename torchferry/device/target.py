@@ -130,8 +130,14 @@ def narrows_64bit(op: str) -> bool:
     if _numerics != "target":
         return False
     if op not in _op_codes and op.endswith(".Scalar"):
-        op = op.removesuffix("Scalar") + "Tensor"
+        op = _tensor_overload(op)
     return bool(_op_codes.get(op, _default_code) & COMPILES)
+
+
+def _tensor_overload(op: str) -> str:
+    """`aten::X.Tensor` for `aten::X.Scalar`: PyTorch's composite wraps the scalar and calls it, so the
+    eager device sees that overload where a graph keeps the Scalar one."""
+    return op.removesuffix("Scalar") + "Tensor"
 
 
 def runs_on_host(op: str) -> bool:
@@ -140,16 +146,21 @@ def runs_on_host(op: str) -> bool:
     return _op_codes.get(op, _default_code) & 3 in (HOST_COPY, HOST_PREDICTED)
 
 
-def known_issue_dtypes(op: str) -> frozenset[torch.dtype] | None:
-    """The dtypes a known issue of the target's vendor with `op` (a full ATen name) is scoped
-    to: empty when it is not scoped (every dtype), None when the op has no known issue."""
+def known_issue(op: str) -> tuple[str, frozenset[torch.dtype]] | None:
+    """The known issue of the target's vendor that a call of `op` (a full ATen name) meets, as the
+    eager device meets it: (the overload it is listed under, the dtypes it is scoped to; empty: every
+    dtype), or None. A graph's `X.Scalar` meets the issue of `X.Tensor`, which its composite calls."""
     import torch
 
     from torchferry.device import _runtime
 
     known = _runtime.profile().known_issues
-    issue = known.by_op.get(op) if known is not None else None
-    return None if issue is None else frozenset(getattr(torch, d) for d in issue.dtypes)
+    if known is None:
+        return None
+    if op not in known.by_op and op.endswith(".Scalar"):
+        op = _tensor_overload(op)
+    issue = known.by_op.get(op)
+    return None if issue is None else (op, frozenset(getattr(torch, d) for d in issue.dtypes))
 
 
 def start(core: ModuleType, profile: DeviceProfile, environ: Mapping[str, str]) -> None:
