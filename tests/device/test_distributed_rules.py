@@ -16,7 +16,8 @@ import torch.multiprocessing as mp
 from spawned import Spawned
 
 pytestmark = pytest.mark.multiproc
-PG_RULES = ("pg_point_to_point", "pg_all_to_all", "pg_default_group_barrier", "pg_reduce_ops", "pg_empty_tensors")
+PG_RULES = ("pg_point_to_point", "pg_all_to_all", "pg_default_group_barrier", "pg_reduce_ops", "pg_empty_tensors",
+            "pg_complex_tensors")
 
 
 def _free_port() -> int:
@@ -88,6 +89,11 @@ def _cases(rank: int, world: int, dev: torch.device) -> dict:
         dist.all_reduce(t, op=op)
         return t.cpu().tolist()
 
+    def reduce_complex():
+        t = torch.ones(2, dtype=torch.complex64).to(dev)  # made on the host: the device refuses complex fills
+        dist.all_reduce(t)
+        return t.cpu().tolist()
+
     def subgroup_barrier():
         group = dist.new_group(list(range(world // 2)))  # every rank takes part in new_group
         if rank < world // 2:
@@ -110,10 +116,22 @@ def _cases(rank: int, world: int, dev: torch.device) -> dict:
         "all_to_all_single_uneven": lambda: _all_to_all_single(rank, world, dev, [1] * (world - 1) + [2]),
         "all_to_all_single_twos": lambda: _all_to_all_single(rank, world, dev, [2] * world),
         "default_barrier": lambda: dist.barrier() or True,
+        # DDP broadcasts its complex parameters to the group as they are; dist.all_reduce a real view
+        "ddp_complex_parameter": lambda: _ddp_with_complex_parameter(dev),
+        "all_reduce_complex": lambda: reduce_complex(),
     }
     if world == 2:
         cases["fsdp2_step"] = lambda: _fsdp2_step(dev)
     return cases
+
+
+def _ddp_with_complex_parameter(dev: torch.device) -> bool:
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = torch.nn.Linear(2, 2).to(dev)
+    model.phase = torch.nn.Parameter(torch.ones(2, dtype=torch.complex64).to(dev))  # made on the host
+    DistributedDataParallel(model)  # broadcasts rank 0's parameters and buffers
+    return True
 
 
 def _gathered(rank: int, world: int, dev: torch.device) -> list[float]:
@@ -226,6 +244,15 @@ def test_collectives_of_empty_tensors_are_refused_and_run_with_the_rule_off(outc
 
 def test_an_empty_broadcast_twin_is_skipped_there_and_runs_here(outcomes):
     assert outcomes(2)["broadcast_empty/on"]["ok"], outcomes(2)["broadcast_empty/on"]
+
+
+# ------------------------------------------------------------------ complex tensors
+def test_complex_tensors_reaching_the_group_are_refused_and_dist_all_reduces_real_view_twin_runs(outcomes):
+    _refused(outcomes(2)["ddp_complex_parameter/on"], "RuntimeError",
+             "Compilation error occurred on Neuron for operation=broadcast - complex params not supported")
+    assert outcomes(2)["ddp_complex_parameter/off"] == {"ok": True, "value": True}
+    # dist.all_reduce hands the group torch.view_as_real(t), a float32 tensor, there as here
+    assert outcomes(2)["all_reduce_complex/on"] == {"ok": True, "value": [(2 + 0j), (2 + 0j)]}
 
 
 # ------------------------------------------------------------------ clean twins

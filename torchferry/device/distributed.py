@@ -258,6 +258,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     # ---- the collectives ------------------------------------------------------------
     def _run(self, collective: str, outputs: list[torch.Tensor], start: Callable[[], Any]) -> _Work:
         """Start one collective (`start` returns a gloo work or a list of them) and wrap it."""
+        rules.check_real(collective, outputs)
         self._seq += 1
         self._last = collective
         try:

@@ -103,6 +103,24 @@ def check_reduce_op(op_name: str, op: dist.ReduceOp) -> None:
         "reduce with SUM, AVG, MIN or MAX (a product of positive values: exp of a SUM of logs)")
 
 
+def check_real(op_name: str, tensors: Sequence[torch.Tensor]) -> None:
+    """Complex tensors reaching the group (DDP's reducer and the functional collectives pass them as they are;
+    `dist.all_reduce` and its kin pass `view_as_real` views): TorchNeuron's collective fails to compile."""
+    if not target.rule_on("pg_complex_tensors"):
+        return
+    complex_dtypes = sorted({str(t.dtype) for t in tensors if t.is_complex()})
+    if not complex_dtypes:
+        return
+    raise RuntimeError(
+        f"Compilation error occurred on Neuron for operation={op_name} - complex params not supported "
+        f"({', '.join(complex_dtypes)})" + _tail(
+            "pg_complex_tensors", "its CI: 'Compilation error occurred on Neuron for operation=all_reduce - complex "
+            "params not supported', specs/ddp_spec.json; 'NEFF compilation failed with return code 70 for "
+            "complex64', specs/dtensor_spec.json",
+            "keep complex parameters and buffers out of the collectives (torch.view_as_real(p) as the parameter, "
+            "or real and imaginary parts as two real parameters)"))
+
+
 def check_not_empty(op_name: str, tensors: Sequence[torch.Tensor], *, first_dim: bool = False) -> None:
     """Empty tensors, which TorchNeuron's XLA collectives refuse (all_gather: a zero first dimension)."""
     if not target.rule_on("pg_empty_tensors"):

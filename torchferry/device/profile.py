@@ -121,6 +121,10 @@ RULES = {
                       "as SUM) are refused: PRODUCT and the bitwise ops",
                       "torch_neuronx/python_ops/xla_ops/reduce_functions.py (SUPPORTED_REDUCE_OPS), "
                       "all_reduce_xla.py and reduce_scatter_xla.py (can_handle), distributed/backend.py"),
+    "pg_complex_tensors": (0, "collectives of complex tensors (those DDP's reducer and the functional collectives "
+                           "pass unchanged) fail to compile", "tests/pytorch_tests/specs/ddp_spec.json ('Compilation "
+                           "error occurred on Neuron for operation=all_reduce - complex params not supported'), "
+                           "specs/dtensor_spec.json ('NEFF compilation failed with return code 70 for complex64')"),
     "pg_empty_tensors": (0, "all_reduce, reduce_scatter and all_gather of empty tensors (all_gather: a zero first "
                          "dimension) are refused; the collectives that skip empty tensors themselves still do",
                          "torch_neuronx/distributed/utils.py (_validate_no_zero_dim0), python_ops/xla_ops/"
