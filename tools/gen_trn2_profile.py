@@ -31,8 +31,9 @@ Every entry names the source file. Run it again when the snapshot moves:
 
     python tools/gen_trn2_profile.py --source /work/.mirror/parmoham-aws+test-repo-parmoham/repo
 
-It needs only git and the installed torch (for the ATen schema names); nothing from
-the snapshot is imported or executed.
+It needs only git and the installed torch (for the ATen schema names, and PyTorch's OpInfo
+samples, run on the CPU to find the overloads the vendor's op tests reach); nothing from the
+snapshot is imported or executed.
 """
 
 from __future__ import annotations
@@ -236,13 +237,17 @@ REASON_KINDS = (
 # end in the dtype they run, test_x_neuron_bfloat16).
 SCOPE_DTYPES = ("bfloat16", "float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
                 "complex64", "complex128")
+# TorchNeuron's op tests run the OpInfos of PyTorch's op_db whose names it registers (and a few of its
+# own) in float32 and bfloat16 only (tests/vertical/neuron_op_db.py, get_neuron_op_db and
+# NEURON_DEFAULT_DTYPES): a skip there says nothing about other dtypes or other overloads.
+OP_TEST_DTYPES = ("bfloat16", "float32")
 # Spec files whose test names describe a scenario, not an op: their skips are listed, never mapped.
 SCENARIO_SPEC_FOLDERS = ("dynamo/", "distributed/")
 
 
 @dataclass
 class KnownIssues:
-    issues: dict[str, dict] = field(default_factory=dict)  # aten op -> reason, kind, scope, source, dtypes
+    issues: dict[str, dict] = field(default_factory=dict)  # aten op -> reason, kind, scope, source, dtypes, overloads
     test_only: dict[str, str] = field(default_factory=dict)         # aten op -> why it is not warned about
     unobservable: dict[str, str] = field(default_factory=dict)      # aten op -> why the device never sees it
     reproduced: dict[str, str] = field(default_factory=dict)        # aten op -> why the host fails it the same way
@@ -268,6 +273,38 @@ def dtypes_of(text: str) -> list[str]:
     (test_x_neuron_float64) scopes its skip the same way."""
     words = re.findall(r"(vs\.?\s+)?\b(" + "|".join(SCOPE_DTYPES) + r")\b", text)
     return sorted({dtype for versus, dtype in words if not versus})
+
+
+def exercised(name: str) -> tuple[list[str], list[str]]:
+    """(overloads, dtypes) the vendor's op tests of `name` ran: the ATen overloads named `name` that the
+    samples of PyTorch's OpInfos of that name call, in the OpInfos' dtypes among OP_TEST_DTYPES (run here
+    on the CPU; the dispatcher names the overload each sample reaches). ([], OP_TEST_DTYPES) for an op
+    with no OpInfo of that name (the vendor's own extra op tests): every overload, its test dtypes."""
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    infos = [info for info in op_db if info.name == name]
+    if not infos:
+        return [], list(OP_TEST_DTYPES)
+    seen: set[str] = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._schema.name == f"aten::{name}":
+                seen.add(func._schema.name + ("" if func._overloadname == "default" else f".{func._overloadname}"))
+            return func(*args, **(kwargs or {}))
+
+    dtypes = sorted(d for d in OP_TEST_DTYPES if any(getattr(torch, d) in info.dtypes for info in infos))
+    for info in infos:
+        for dtype in dtypes:
+            for sample in info.sample_inputs("cpu", getattr(torch, dtype)):
+                with Record():
+                    try:
+                        info.op(sample.input, *sample.args, **sample.kwargs)
+                    except Exception:  # noqa: BLE001 - an error sample still names the overload it reached
+                        pass
+    return sorted(seen), dtypes
 
 
 def literal_dicts(source: str, names: tuple[str, ...]) -> dict[str, dict]:
@@ -339,7 +376,7 @@ def known_issues(snapshot: Snapshot, aten_ops: set[str]) -> KnownIssues:
     found = KnownIssues()
     checked_views = bounds_checked_views(snapshot)
 
-    def add(op: str, reason: str, scope: str, source: str, dtypes: list[str]) -> None:
+    def add(op: str, reason: str, scope: str, source: str, dtypes: list[str], overloads: list[str] = ()) -> None:
         kind = reason_kind(reason)
         if kind == "test_only":
             found.test_only[op] = f"{reason} ({scope}; {source}): about the test, not the op"
@@ -355,7 +392,8 @@ def known_issues(snapshot: Snapshot, aten_ops: set[str]) -> KnownIssues:
         else:
             previous = found.issues.get(op)
             if previous is None:
-                found.issues[op] = {"reason": reason, "kind": kind, "scope": scope, "source": source, "dtypes": dtypes}
+                found.issues[op] = {"reason": reason, "kind": kind, "scope": scope, "source": source, "dtypes": dtypes,
+                                    "overloads": list(overloads)}
             else:  # one op skipped twice: keep each distinct reason, scope and file, the harder kind first
                 for key, value in (("reason", reason), ("scope", scope), ("source", source)):
                     if value not in previous[key].split("; "):
@@ -363,6 +401,8 @@ def known_issues(snapshot: Snapshot, aten_ops: set[str]) -> KnownIssues:
                 previous["kind"] = min(previous["kind"], kind, key=("fails", "slow", "accuracy").index)
                 # every dtype unless both skips are scoped
                 previous["dtypes"] = sorted(set(previous["dtypes"]) | set(dtypes)) if previous["dtypes"] and dtypes else []
+                previous["overloads"] = (sorted(set(previous["overloads"]) | set(overloads))
+                                         if previous["overloads"] and overloads else [])
 
     tables = literal_dicts(snapshot.read(SKIP_XFAIL_FILE), ("NEURON_SKIP_OPS", "NEURON_XFAIL_OPS"))
     for table, entries in sorted(tables.items()):
@@ -374,7 +414,8 @@ def known_issues(snapshot: Snapshot, aten_ops: set[str]) -> KnownIssues:
             source = f"{SKIP_XFAIL_FILE} ({table})"
             if any(o == op or o.startswith(op + ".") for o in aten_ops):
                 reason = config.get("reason") or verb
-                add(op, reason, scope, source, dtypes_of(reason))
+                overloads, dtypes = exercised(name)
+                add(op, reason, scope, source, dtypes_of(reason) or dtypes, overloads)
             else:
                 found.unmapped[f"{SKIP_XFAIL_FILE}: {name}"] = "names no ATen op of this torch"
     for path, where, test, reason in spec_skips(snapshot):
@@ -404,7 +445,9 @@ def render_known_issues(snapshot: Snapshot, found: KnownIssues, torch_version: s
 # gets one warning per op and the rehearsal lists it (docs/device/fidelity.md, "Known issues").
 # kind: fails (the op does not run there), slow (compiling or running it is slow enough to be
 # skipped), accuracy (results differ from the CPU's). dtypes: the dtypes the vendor's reason or test
-# name scopes the skip to (the device warns only when the op runs in one); absent: every dtype.
+# name scopes the skip to, else those its op tests ran (float32, bfloat16: the device warns only when
+# the op runs in one); absent: every dtype. overloads: the ATen overloads the op tests' samples called
+# (the device warns only for those); absent: every overload.
 source_repository = "{REPOSITORY}"
 source_commit = "{snapshot.commit}"
 torch_version = "{torch_version}"
@@ -415,6 +458,8 @@ torch_version = "{torch_version}"
         lines += [f"{key} = {toml_string(entry[key])}" for key in ("kind", "reason", "scope", "source")]
         if entry["dtypes"]:
             lines.append(f"dtypes = {json.dumps(entry['dtypes'])}")
+        if entry["overloads"]:
+            lines.append(f"overloads = {json.dumps(entry['overloads'])}")
         lines.append("")
     for name in ("test_only", "unobservable", "reproduced", "unmapped"):
         entries = getattr(found, name)

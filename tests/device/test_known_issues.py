@@ -76,8 +76,9 @@ print(json.dumps(out))
 """
 
 
-# Known issues inside compiled graphs (compile/known_issues.py): `clamp_min` (TorchNeuron: "StableHLO
-# broadcast_dimensions mismatch", every dtype) and `sin` ("bfloat16 gradient mismatch") in one
+# Known issues inside compiled graphs (compile/known_issues.py): `clamp_min` with a tensor bound (TorchNeuron:
+# "StableHLO broadcast_dimensions mismatch", in the float32 and bfloat16 its op tests ran, for the
+# `clamp_min.Tensor` overload they called) and `sin` ("bfloat16 gradient mismatch") in one
 # `torch.compile(backend="neuron")` function, run twice in float32 then twice in bfloat16; its clean twin
 # computes with neither (`relu` and a product) in both dtypes.
 _COMPILED_TWINS = """
@@ -86,7 +87,7 @@ import torch, torchferry.device
 torchferry.device.enable()
 
 def with_issues(x):
-    return torch.clamp_min(torch.sin(x * 2.0), 0.1).sum()
+    return torch.clamp_min(torch.sin(x * 2.0), torch.full_like(x, 0.1)).sum()
 
 def twin(x):
     return torch.relu(x * 2.0 - 0.1).sum()
@@ -147,7 +148,8 @@ def test_a_model_that_uses_remainder_gets_one_warning_naming_reason_and_source(t
     assert warning.startswith("aten::remainder is a known issue of TorchNeuron 98154b8")
     assert "neuronx-cc compilation error" in warning and "tests/vertical/skip_xfail_ops.py" in warning
     (issue,) = twins["remainder"]["issues"]
-    assert (issue["op"], issue["kind"], issue["dtypes"]) == ("aten::remainder", "fails", [])
+    # the dtypes the vendor's op tests ran it in (tests/vertical/neuron_op_db.py NEURON_DEFAULT_DTYPES)
+    assert (issue["op"], issue["kind"], issue["dtypes"]) == ("aten::remainder", "fails", ["bfloat16", "float32"])
     assert issue["calls"] >= 3 and issue["overloads"] == ["aten::remainder.Tensor"]
     assert issue["source"] == "tests/vertical/skip_xfail_ops.py (NEURON_SKIP_OPS)"
 
@@ -163,10 +165,16 @@ def test_the_shipped_table_comes_from_the_snapshot_of_the_native_op_table():
     assert known is not None and known.source_commit == profile.native_ops.source_commit
     ops = {issue.op: issue for issue in known.issues}
     assert ops["aten::clamp_min"].reason == "StableHLO broadcast_dimensions mismatch"
-    # dtype scopes as the vendor's reasons give them; none where the reason names no dtype
-    assert ops["aten::_log_softmax"].dtypes == ("bfloat16",) and ops["aten::clamp_min"].dtypes == ()
+    # dtype scopes as the vendor's reasons give them; where the reason names no dtype, the dtypes its op
+    # tests ran (float32 and bfloat16, tests/vertical/neuron_op_db.py NEURON_DEFAULT_DTYPES)
+    assert ops["aten::_log_softmax"].dtypes == ("bfloat16",) and ops["aten::clamp_min"].dtypes == ("bfloat16", "float32")
     assert ops["aten::mm"].dtypes == ("bfloat16",)  # "dtype mismatch bfloat16 vs float32": float32 is the other side
-    assert ops["aten::addmm"].dtypes == ()  # "correctness/dtype mismatch" names no dtype: every dtype
+    assert ops["aten::addmm"].dtypes == ("bfloat16", "float32")  # "correctness/dtype mismatch" names no dtype
+    # overloads: those PyTorch's OpInfo samples of the op call (the vendor's op tests run them); the
+    # Scalar bound F.normalize uses (aten::clamp_min) was never tested there
+    assert ops["aten::clamp_min"].overloads == ("aten::clamp_min.Tensor",)
+    assert "aten::clamp_min" not in known.by_op and "aten::clamp_min.Tensor" in known.by_op
+    assert ops["aten::_log_softmax"].overloads == ()  # the vendor's own extra op test: every overload
     assert ops["aten::replication_pad2d"].kind == "slow"  # a spec skip: "Long compilation"
     assert "aten::native_dropout" not in ops  # the vendor skips it for comparing random output: a test matter
     assert all(issue.kind in KNOWN_ISSUE_KINDS for issue in known.issues)
@@ -209,3 +217,46 @@ def test_known_issues_inside_a_compiled_graph_count_per_call_and_honour_dtype_sc
 def test_a_compiled_clean_twin_gets_no_known_issue_in_either_dtype(compiled_twins):
     for dtype in ("torch.float32", "torch.bfloat16"):
         assert compiled_twins[f"twin {dtype}"] == {"warnings": [], "issues": {}}
+
+
+# The vendor's evidence scoped: an op the target runs only as a part of a native composite (linear's addmm,
+# a bfloat16 linear's mm) is not run as itself there, and F.normalize's Scalar clamp_min is an overload its
+# op tests never called; the same ops called as themselves, with the tested overload, are known issues.
+_SCOPED = """
+import json, warnings
+import torch, torch.nn.functional as F, torchferry.device
+torchferry.device.enable()
+
+def run(fn):
+    torch.neuron.clear_op_tracking()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn()
+    return {"warnings": sorted(str(w.message).split(" ")[0] for w in caught if "known issue" in str(w.message)),
+            "issues": [i["op"] for i in torchferry.device.known_issues()]}
+
+x = torch.linspace(-1.0, 1.0, 24, device="neuron").reshape(2, 3, 4)
+out = {
+    "linear": run(lambda: torch.nn.Linear(4, 3).to("neuron")(x).sum().backward()),
+    "linear_bf16": run(lambda: torch.nn.Linear(4, 3).to("neuron", torch.bfloat16)(x.bfloat16()).float().sum()),
+    "normalize": run(lambda: F.normalize(x, dim=-1)),
+    "addmm": run(lambda: torch.addmm(torch.zeros(3, device="neuron"), x[0].T, x[0][:, :3])),
+    "clamp_min_tensor": run(lambda: torch.clamp_min(x, torch.zeros_like(x))),
+}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def scoped():
+    return _run_fresh(_SCOPED)
+
+
+@pytest.mark.parametrize("case", ["linear", "linear_bf16", "normalize"])
+def test_ops_run_inside_a_native_composite_or_in_an_untested_overload_raise_no_known_issue(scoped, case):
+    assert scoped[case] == {"warnings": [], "issues": []}
+
+
+@pytest.mark.parametrize(("case", "op"), [("addmm", "aten::addmm"), ("clamp_min_tensor", "aten::clamp_min")])
+def test_the_same_ops_called_as_themselves_in_the_tested_overload_are_known_issues(scoped, case, op):
+    assert scoped[case] == {"warnings": [op], "issues": [op]}

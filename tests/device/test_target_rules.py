@@ -499,3 +499,29 @@ def test_a_profile_without_the_row_major_rule_keeps_the_cpus_stride_order(rules)
     rules(compiled_results_row_major=False)
     x = torch.randn(4, 3, 2, device="neuron").permute(2, 0, 1)
     assert torch.exp(x).stride() == (1, 6, 2)
+
+
+def test_the_row_major_rule_says_once_per_op_when_it_changed_a_results_strides(run_python):
+    """A later .view() across the permuted dims fails there as here: the warning names the strides the CPU
+    would have given, once per op; a contiguous input (strides unchanged) and the rule off say nothing."""
+    result = run_python("""
+        import dataclasses, warnings, torch, torchferry.device
+        from torchferry.device import _runtime, target
+        torchferry.device.enable()
+        def said(fn):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                fn()
+            return [str(w.message) for w in caught if "row-major" in str(w.message)]
+        x = torch.randn(4, 3, 2, device="neuron")
+        print(len(said(lambda: torch.exp(x))))                       # contiguous input: nothing changed
+        first = said(lambda: torch.exp(x.permute(2, 0, 1)))
+        print(len(first), "[1, 6, 2]" in first[0], "compiled_results_row_major = false" in first[0])
+        print(len(said(lambda: torch.exp(x.permute(2, 0, 1)))))      # once per op
+        profile = _runtime.profile()
+        target.configure(_runtime.core(), dataclasses.replace(
+            profile, rules={**profile.rules, "compiled_results_row_major": False}), "warn")
+        print(len(said(lambda: torch.sin(x.permute(2, 0, 1)))))      # rule off: the CPU's strides, nothing to say
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "1", "True", "True", "0", "0"]

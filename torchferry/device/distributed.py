@@ -12,6 +12,10 @@ trampoline), so `NeuronProcessGroup` is the whole group: it also serves CPU tens
 `"cpu:gloo,neuron:neuron"` work. C++ callers (DDP's reducer, functional collectives,
 DTensor) reach the same Python methods through PyTorch's ProcessGroup trampoline.
 
+TorchNeuron's group refuses what gloo accepts in a few places (no send/recv, all_to_all split
+sizes and group sizes, barrier on subgroups, reduce ops, empty tensors): each collective checks
+those first (`distributed_rules`, the profile's `pg_*` rules), as TorchNeuron does.
+
 Faults: every rank publishes a heartbeat (its last collective) to the rendezvous store
 once a second; when a collective fails or outlives `TORCHFERRY_COLLECTIVE_TIMEOUT`, the
 error names the collective and the ranks that died or never arrived.
@@ -31,6 +35,7 @@ import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroupGloo
 
 from torchferry.device import _runtime
+from torchferry.device import distributed_rules as rules
 from torchferry.errors import UsageError
 
 BACKEND_NAME = "neuron"
@@ -253,6 +258,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
     # ---- the collectives ------------------------------------------------------------
     def _run(self, collective: str, outputs: list[torch.Tensor], start: Callable[[], Any]) -> _Work:
         """Start one collective (`start` returns a gloo work or a list of them) and wrap it."""
+        rules.check_real(collective, outputs)
         self._seq += 1
         self._last = collective
         try:
@@ -262,12 +268,18 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return _Work(inner if isinstance(inner, list) else [inner], outputs, self, collective,
                      self._seq)
 
+    def _ranks(self) -> list[int]:
+        return dist.get_process_group_ranks(self)
+
     def allreduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceOptions()
+        rules.check_reduce_op("all_reduce", opts.reduceOp)
+        rules.check_not_empty("all_reduce", tensors)
         return self._run("all_reduce", tensors, lambda: self._gloo.allreduce(_hosts(tensors), opts))
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts if opts is not None else dist.AllreduceCoalescedOptions()
+        rules.check_reduce_op("all_reduce", opts.reduceOp)  # empty tensors are skipped there
         return self._run("all_reduce_coalesced", tensors,
                          lambda: self._gloo.allreduce_coalesced(_hosts(tensors), opts))
 
@@ -277,10 +289,13 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def reduce(self, tensors, opts=None):
         opts = opts if opts is not None else dist.ReduceOptions()
+        rules.check_reduce_op("all_reduce", opts.reduceOp)  # TorchNeuron's reduce is an all_reduce
+        rules.check_not_empty("all_reduce", tensors)
         return self._run("reduce", tensors, lambda: self._gloo.reduce(_hosts(tensors), opts))
 
     def allgather(self, output_lists, inputs, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
+        rules.check_all_gather_list([*inputs, *output_lists[0]])
         return self._run(
             "all_gather", [t for out in output_lists for t in out],
             lambda: self._gloo.allgather([_hosts(out) for out in output_lists], _hosts(inputs), opts),
@@ -288,6 +303,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output, input, opts=None):
         opts = opts if opts is not None else dist.AllgatherOptions()
+        rules.check_not_empty("all_gather", [input, output], first_dim=True)
         return self._run("all_gather_into_tensor", [output],
                          lambda: self._gloo._allgather_base(_host(output), _host(input), opts))
 
@@ -311,6 +327,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
+        rules.check_reduce_op("reduce_scatter", opts.reduceOp)
+        rules.check_not_empty("reduce_scatter", [*input_lists[0], *outputs])
         return self._run(
             "reduce_scatter", outputs,
             lambda: self._gloo.reduce_scatter(_hosts(outputs), [_hosts(i) for i in input_lists], opts),
@@ -318,6 +336,8 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single(self, output, input, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
+        rules.check_reduce_op("reduce_scatter", opts.reduceOp)
+        rules.check_not_empty("reduce_scatter", [input, output])
         return self._run("reduce_scatter_tensor", [output],
                          lambda: self._gloo._reduce_scatter_base(_host(output), _host(input), opts))
 
@@ -325,6 +345,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         opts = opts if opts is not None else dist.ReduceScatterOptions()
+        rules.check_reduce_op("reduce_scatter", opts.reduceOp)  # empty tensors are skipped there
         return self._run("reduce_scatter_tensor_coalesced", outputs,
                          lambda: [self._gloo._reduce_scatter_base(_host(out), _host(inp), opts)
                                   for out, inp in zip(outputs, inputs, strict=True)])
@@ -333,6 +354,11 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def all_to_all_single(self, output, input, output_splits, input_splits, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
+        ranks = self._ranks()
+        rules.check_all_to_all_splits(output_splits, input_splits, len(ranks))
+        # TorchNeuron then splits the input into one chunk per rank and runs its all_to_all on them.
+        chunk = list(input_splits) if input_splits else max(input.shape[0] // len(ranks), 1)
+        rules.check_all_to_all(ranks, dist.get_world_size(), list(torch.split(input, chunk)))
         return self._run("all_to_all_single", [output],
                          lambda: self._gloo.alltoall_base(
                              _host(output), _host(input), output_splits, input_splits, opts))
@@ -341,6 +367,7 @@ class NeuronProcessGroup(dist.ProcessGroup):
 
     def alltoall(self, outputs, inputs, opts=None):
         opts = opts if opts is not None else dist.AllToAllOptions()
+        rules.check_all_to_all(self._ranks(), dist.get_world_size(), inputs)
         return self._run("all_to_all", outputs,
                          lambda: self._gloo.alltoall(_hosts(outputs), _hosts(inputs), opts))
 
@@ -359,19 +386,24 @@ class NeuronProcessGroup(dist.ProcessGroup):
         )
 
     def send(self, tensors, dst, tag=0):
+        rules.check_point_to_point("send")
         return self._run("send", tensors, lambda: self._gloo.send(_hosts(tensors), dst, tag))
 
     def recv(self, tensors, src, tag=0):
+        rules.check_point_to_point("recv")
         return self._run("recv", tensors, lambda: self._gloo.recv(_hosts(tensors), src, tag))
 
     def recv_anysource(self, tensors, tag=0):
+        rules.check_unimplemented("recv_anysource")
         return self._run("recv", tensors, lambda: self._gloo.recv_anysource(_hosts(tensors), tag))
 
     def barrier(self, opts=None):
         opts = opts if opts is not None else dist.BarrierOptions()
+        rules.check_barrier(self, self._size)
         return self._run("barrier", [], lambda: self._gloo.barrier(opts))
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        rules.check_unimplemented("monitored_barrier")
         return self._gloo.monitored_barrier(timeout or self._timeout, wait_all_ranks)
 
 

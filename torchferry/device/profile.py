@@ -26,16 +26,22 @@ DEFAULT_PROFILE = "trn2"
 NUMERICS_MODES = ("target", "host")
 
 # The target's refusals the device reproduces (the profile's [rules], each on unless the
-# profile turns it off): name -> (bit shared with neuron.h `Rule`, what it does, source).
+# profile turns it off): name -> (bit shared with neuron.h `Rule`, what it does, source). Bit 0: a
+# rule of the compile backend or the process group, read in Python (`target.rule_on`), not by the core.
 RULES = {
     "memory_format": (1, "Tensor.contiguous(memory_format=channels_last or channels_last_3d) on a device "
                       "tensor raises; creating and cloning in channels_last stay allowed",
                       "torch_neuronx/python_ops/cast_policy.py (validate_neuron_memory_format), "
                       "python_ops/contiguous.py, csrc/core/NeuronBindings.cpp (contiguous_autograd_neuron)"),
     "complex_dtypes": (2, "ops the target compiles raise on complex device tensors; copies, views and "
-                       "host fallbacks work", "torch_neuronx/type_converter_base.py (TORCH_TO_JAX_BASE)"),
+                       "host fallbacks work", "tests/pytorch_tests/failing_test_methods/*.json (complex variants "
+                       "listed failing), tests/pytorch_tests/specs/aten_spec.json ('Complex data types are not "
+                       "supported on Neuron'); the JAX/XLA path's table, torch_neuronx/type_converter_base.py "
+                       "(TORCH_TO_JAX_BASE), has no complex type"),
     "unsigned_dtypes": (4, "ops the target compiles raise on uint16/uint32/uint64 device tensors; copies, "
-                        "views and host fallbacks work", "torch_neuronx/type_converter_base.py (TORCH_TO_JAX_BASE)"),
+                        "views and host fallbacks work", "tests/pytorch_tests/failing_test_methods/*.json "
+                        "(uint16/32/64 variants listed failing: test_cat_out_fast_path, test_random_*); the JAX/XLA "
+                        "path's table, torch_neuronx/type_converter_base.py (TORCH_TO_JAX_BASE), has none"),
     "empty_inputs": (8, "an op the target runs through its torch-mlir kernel, called with an empty tensor input, "
                      "returns zeros of the result's shape (reductions and scatter excepted; in-place ops untouched)",
                      "torch_neuronx/python_ops/torch_mlir/kernel.py (TorchMlirKernel.__call__, "
@@ -72,6 +78,57 @@ RULES = {
                                    "torch_neuronx/python_ops/torch_mlir/kernel.py (_create_output_tensors_from_"
                                    "original: io_tensor.empty(shape, dtype, device) for one result, empty_like(..., "
                                    "memory_format=torch.contiguous_format) for several)"),
+    # torch.compile(backend="neuron"): what TorchNeuron's lowering refuses (compile/lowering.py).
+    "compiled_no_outputs": (0, "a compiled graph with no tensor output (after None outputs are dropped) fails to "
+                            "compile: 'No outputs found in the module, expected at least one output'",
+                            "torch_neuronx/neuron_dynamo_backend/fx/fx_transform.py (convert_fx_to_stablehlo), "
+                            "fx/passes/remove_none_outputs.py"),
+    "compiled_higher_order_ops": (0, "a compiled graph holding a higher-order operator TorchNeuron does not "
+                                  "legalize (cond, map_impl, invoke_subgraph, auto_functionalized_v2, scan, ...) "
+                                  "fails to compile: 'Higher-order operation ... not implemented in the FxImporter'",
+                                  "torch_neuronx/neuron_dynamo_backend/fx/fx_transform.py (fx.stateless_fx_import "
+                                  "with NeuronFxImporter, fx/fx_importer.py), fx/passes/flex_attention_legalization"
+                                  ".py; torch-mlir's FxImporter._import_hop"),
+    "compiled_float64": (0, "float64 in a compiled graph computes in float32 in every op (the whole StableHLO "
+                         "module is converted), not only in the ops the eager device narrows",
+                         "torch_neuronx/neuron_dynamo_backend/fx/fx_transform.py (dtype_conversion_pass), "
+                         "fx/passes/dtype_conversion.py"),
+    "compiled_dynamic_shapes": (0, "a compiled graph with symbolic sizes or values (unbacked symbols from "
+                                "capture_scalar_outputs or data-dependent ops, runtime asserts) fails to compile",
+                                "torch_neuronx/neuron_dynamo_backend/fx/passes/dynamic_shape_analysis.py "
+                                "(DynamicShapeAnalysis); tests/pytorch_tests/specs/dynamo_spec.json ('failed to "
+                                "legalize operation torch.runtime.assert')"),
+    "compiled_boolean_index_put": (0, "index_put with a boolean index in a compiled graph, unless it is a "
+                                   "where (one value) or one boolean and one integer index, fails: 'Boolean "
+                                   "index_put is not supported in torch.compile on Neuron'",
+                                   "torch_neuronx/neuron_dynamo_backend/decompositions.py (index_put_decomposition)"),
+    # The `neuron` process group: what TorchNeuron's ProcessGroupNeuron refuses (distributed_rules.py).
+    "pg_point_to_point": (0, "send, recv, isend, irecv and batch_isend_irecv raise 'No backend type associated "
+                          "with device type neuron'; recv from any source raises NotImplementedError",
+                          "torch_neuronx/distributed/backend.py (ProcessGroupNeuron has no send/recv; "
+                          "recv_anysource raises NotImplementedError); tests/pytorch_tests/specs/"
+                          "common_c10d_spec.json ('Temporarily not supported send_recv')"),
+    "pg_all_to_all": (0, "all_to_all_single with split sizes other than none or all ones, all_to_all on a group "
+                      "of another size than 4, 8, 16 or a multiple of 32, or with tensors of different shapes, "
+                      "is refused",
+                      "torch_neuronx/distributed/backend.py (alltoall_base: 'Only even split sizes are "
+                      "supported'; alltoall), python_ops/xla_ops/all_to_all_xla.py (AllToAllXlaOp.can_handle)"),
+    "pg_default_group_barrier": (0, "barrier on a group other than the default one, and monitored_barrier, raise "
+                                 "NotImplementedError",
+                                 "torch_neuronx/distributed/backend.py (barrier: 'Barrier is implemented only for "
+                                 "default group'; monitored_barrier)"),
+    "pg_reduce_ops": (0, "collectives with a reduce op other than SUM, AVG, MIN, MAX (or PREMUL_SUM, applied "
+                      "as SUM) are refused: PRODUCT and the bitwise ops",
+                      "torch_neuronx/python_ops/xla_ops/reduce_functions.py (SUPPORTED_REDUCE_OPS), "
+                      "all_reduce_xla.py and reduce_scatter_xla.py (can_handle), distributed/backend.py"),
+    "pg_complex_tensors": (0, "collectives of complex tensors (those DDP's reducer and the functional collectives "
+                           "pass unchanged) fail to compile", "tests/pytorch_tests/specs/ddp_spec.json ('Compilation "
+                           "error occurred on Neuron for operation=all_reduce - complex params not supported'), "
+                           "specs/dtensor_spec.json ('NEFF compilation failed with return code 70 for complex64')"),
+    "pg_empty_tensors": (0, "all_reduce, reduce_scatter and all_gather of empty tensors (all_gather: a zero first "
+                         "dimension) are refused; the collectives that skip empty tensors themselves still do",
+                         "torch_neuronx/distributed/utils.py (_validate_no_zero_dim0), python_ops/xla_ops/"
+                         "all_reduce_xla.py, reduce_scatter_xla.py, all_gather_xla.py (can_handle)"),
 }
 
 # Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS | ROW_MAJOR.
@@ -145,12 +202,20 @@ class KnownIssue:
     reason: str
     scope: str  # which of the vendor's tests skip it
     source: str  # the vendor's file(s)
-    # The dtypes the vendor's reason scopes it to ("bfloat16 gradient mismatch"): the op is a known
-    # issue only when it runs on a device tensor of one of them. Empty: in every dtype.
+    # The dtypes the vendor's reason scopes it to ("bfloat16 gradient mismatch"), else those its tests
+    # ran: the op is a known issue only when it runs on a device tensor of one of them. Empty: every dtype.
     dtypes: tuple[str, ...] = ()
+    # The ATen overloads its tests called ("aten::clamp_min.Tensor"): the others are not known issues.
+    # Empty: every overload of `op`.
+    overloads: tuple[str, ...] = ()
+
+    def names(self) -> list[str]:
+        """The ATen overload names this issue covers."""
+        return list(self.overloads) or expand(self.op)
 
     def warning(self, commit: str) -> str:
         where = f"; in {', '.join(self.dtypes)} only" if self.dtypes else ""
+        where += f"; overloads {', '.join(self.overloads)}" if self.overloads else ""
         return (f"{self.op} is a known issue of TorchNeuron {commit[:7]}: {self.reason} ({self.kind}: "
                 f"{KNOWN_ISSUE_KINDS[self.kind]}{where}; {self.scope}; source: {self.source}). Listed by "
                 "torchferry.device.known_issues() (one warning per op); test this op on the real device.")
@@ -167,7 +232,7 @@ class KnownIssues:
     @cached_property
     def by_op(self) -> dict[str, KnownIssue]:
         """Every ATen overload name -> its known issue (read at every measurement-window reading)."""
-        return {name: issue for issue in self.issues for name in expand(issue.op)}
+        return {name: issue for issue in self.issues for name in issue.names()}
 
     def warnings(self) -> dict[str, str]:
         """Every ATen overload name -> the warning its first call gives (one text per vendor op)."""
@@ -403,7 +468,7 @@ def load_known_issues(path: Path) -> KnownIssues:
     try:
         data = tomllib.loads(text)
         issues = tuple(KnownIssue(op=op, kind=e["kind"], reason=e["reason"], scope=e["scope"], source=e["source"],
-                                  dtypes=tuple(e.get("dtypes", ())))
+                                  dtypes=tuple(e.get("dtypes", ())), overloads=tuple(e.get("overloads", ())))
                        for op, e in sorted(data["known_issues"].items()))
         known = KnownIssues(path=path, source_commit=data["source_commit"], issues=issues)
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
@@ -420,6 +485,12 @@ def load_known_issues(path: Path) -> KnownIssues:
         if not expand(issue.op):
             raise UsageError(f"{path}:{line}: known issue {issue.op!r} names no ATen op of this torch. Fix the name "
                              "or regenerate the table with tools/gen_trn2_profile.py for this torch version.")
+        strays = [name for name in issue.overloads
+                  if name not in aten_ops() or not (name == issue.op or name.startswith(issue.op + "."))]
+        if strays:
+            raise UsageError(f"{path}:{line}: known issue {issue.op!r} has overloads {strays!r} that are not ATen "
+                             f"overloads of {issue.op} in this torch (e.g. \"{issue.op}.Tensor\"). Fix the names, or "
+                             "drop `overloads` to mean every overload.")
         bad = [d for d in issue.dtypes if not _is_dtype_name(d)]
         if bad:
             raise UsageError(f"{path}:{line}: known issue {issue.op!r} has dtypes {bad!r}, not torch dtype names "

@@ -34,6 +34,7 @@ _cache: SignatureCache | None = None
 _fallback_mode = "warn"  # as last configured (tests and the decision test change it)
 _numerics = "host"
 _op_codes: dict[str, int] = {}  # the profile's op codes as handed to the C++ core (profile.op_codes)
+_rules: frozenset[str] = frozenset()  # the profile's [rules] in force, as last configured
 _default_code = 0
 _after_first_step: EagerCompiles | None = None  # the counts when the first optimizer step ended
 
@@ -97,13 +98,20 @@ class SignatureCache:
 def configure(core: ModuleType, profile: DeviceProfile, fallback: str, numerics: str | None = None) -> None:
     """Hand the profile's tables, the fallback mode and the numerics (default: as before)
     to the C++ core."""
-    global _fallback_mode, _numerics, _op_codes, _default_code
+    global _fallback_mode, _numerics, _op_codes, _default_code, _rules
     codes, reasons, default, default_reason = profile.op_codes()
     numerics = numerics or _numerics
     core._set_target(codes, reasons, default, default_reason, _settings.fallback_code(fallback), profile.name,
                      numerics == "target", profile.rules_mask())
     _fallback_mode, _numerics = fallback, numerics
     _op_codes, _default_code = codes, default
+    _rules = frozenset(name for name, on in profile.rules.items() if on)
+
+
+def rule_on(name: str) -> bool:
+    """Whether the profile's [rules] entry `name` (profile.RULES) is in force: the compile backend's
+    and the process group's rules, which run in Python (the C++ core reads the others as bits)."""
+    return name in _rules
 
 
 def numerics() -> str:
@@ -122,8 +130,14 @@ def narrows_64bit(op: str) -> bool:
     if _numerics != "target":
         return False
     if op not in _op_codes and op.endswith(".Scalar"):
-        op = op.removesuffix("Scalar") + "Tensor"
+        op = _tensor_overload(op)
     return bool(_op_codes.get(op, _default_code) & COMPILES)
+
+
+def _tensor_overload(op: str) -> str:
+    """`aten::X.Tensor` for `aten::X.Scalar`: PyTorch's composite wraps the scalar and calls it, so the
+    eager device sees that overload where a graph keeps the Scalar one."""
+    return op.removesuffix("Scalar") + "Tensor"
 
 
 def runs_on_host(op: str) -> bool:
@@ -132,16 +146,21 @@ def runs_on_host(op: str) -> bool:
     return _op_codes.get(op, _default_code) & 3 in (HOST_COPY, HOST_PREDICTED)
 
 
-def known_issue_dtypes(op: str) -> frozenset[torch.dtype] | None:
-    """The dtypes a known issue of the target's vendor with `op` (a full ATen name) is scoped
-    to: empty when it is not scoped (every dtype), None when the op has no known issue."""
+def known_issue(op: str) -> tuple[str, frozenset[torch.dtype]] | None:
+    """The known issue of the target's vendor that a call of `op` (a full ATen name) meets, as the
+    eager device meets it: (the overload it is listed under, the dtypes it is scoped to; empty: every
+    dtype), or None. A graph's `X.Scalar` meets the issue of `X.Tensor`, which its composite calls."""
     import torch
 
     from torchferry.device import _runtime
 
     known = _runtime.profile().known_issues
-    issue = known.by_op.get(op) if known is not None else None
-    return None if issue is None else frozenset(getattr(torch, d) for d in issue.dtypes)
+    if known is None:
+        return None
+    if op not in known.by_op and op.endswith(".Scalar"):
+        op = _tensor_overload(op)
+    issue = known.by_op.get(op)
+    return None if issue is None else (op, frozenset(getattr(torch, d) for d in issue.dtypes))
 
 
 def start(core: ModuleType, profile: DeviceProfile, environ: Mapping[str, str]) -> None:

@@ -5,6 +5,8 @@ One module per job:
 - `backend`: the TorchDynamo backend `neuron` (the `torch_dynamo_backends` entry point) and
   its registration;
 - `contract`: TorchNeuron's rules (static shapes only, mode `default` only);
+- `lowering`: what TorchNeuron's lowering to StableHLO refuses (higher-order operators, symbolic
+  sizes, boolean index_put, graphs with no output), the profile's `compiled_*` rules;
 - `host_graph`: device graphs lowered as host graphs, and Inductor's CPU code run on
   zero-copy host views of device tensors;
 - `metrics`: `torch.neuron.get_dynamo_metrics()` (TorchNeuron's records) and

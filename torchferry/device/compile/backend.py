@@ -1,8 +1,9 @@
 """The TorchDynamo backend `neuron`: one Dynamo graph compiled with TorchNeuron's contract.
 
 TorchNeuron compiles each Dynamo graph per input signature (forward and backward apart),
-rejects `dynamic=True`, ignores modes other than `default` and keeps compiled artifacts on
-disk. This backend checks that contract (`contract`), lowers the graph as the host's graph
+rejects `dynamic=True`, ignores modes other than `default`, refuses the graphs its lowering to
+StableHLO cannot take and keeps compiled artifacts on disk. This backend checks that contract
+(`contract`, `lowering`), lowers the graph as the host's graph
 (`host_graph`) through Inductor's `compile_fx` with forward and backward compilers of its
 own (`_DeviceCompiler`: Inductor's `compile_fx_inner`, its code wrapped to run on device
 tensors, counting the predicted host fallbacks and the vendor's known issues it holds: `fallbacks`,
@@ -21,7 +22,8 @@ from typing import Any
 import torch
 import torch.fx
 
-from torchferry.device.compile import cache, contract, fallbacks, host_graph, known_issues, metrics, numerics
+from torchferry.device.compile import (cache, contract, fallbacks, host_graph, known_issues, lowering, metrics,
+                                       numerics)
 
 BACKEND_NAME = "neuron"
 
@@ -43,7 +45,9 @@ class _DeviceCompiler:
         from torch._dynamo.utils import counters
         from torch._inductor.compile_fx import compile_fx_inner
 
-        numerics.narrow_64bit(gm)  # the target's 32-bit arithmetic, as the eager device computes it
+        if self.index is not None:
+            lowering.check_graph(gm)  # what TorchNeuron's lowering to StableHLO refuses
+        numerics.narrow_64bit(gm)  # the target's 32-bit arithmetic
         host_ops = fallbacks.host_ops(gm) if self.index is not None else []
         issues = known_issues.known_issue_ops(gm) if self.index is not None else []
         before = dict(counters["inductor"])

@@ -40,9 +40,10 @@ def known_issue_ops(gm: torch.fx.GraphModule) -> list[str]:
     counted as a fallback), a dtype-scoped one when the node takes a tensor of its dtypes."""
     ops = []
     for node, name in aten_calls(gm):
-        scope = target.known_issue_dtypes(name)
-        if scope is None:
+        issue = target.known_issue(name)
+        if issue is None:
             continue
-        if scope and scope & _dtypes(node) or not scope and not target.runs_on_host(name):
-            ops.append(name)
+        listed, scope = issue
+        if scope and scope & _dtypes(node) or not scope and not target.runs_on_host(listed):
+            ops.append(listed)
     return ops

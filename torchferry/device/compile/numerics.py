@@ -2,11 +2,17 @@
 
 Under `TORCHFERRY_NUMERICS=target` the eager device rounds the 64-bit inputs and results of
 every op TorchNeuron compiles (int64 wraps as int32, float64 rounds to float32; the dtype
-stays 64-bit, as TorchNeuron casts results back: docs/device/fidelity.md). A compiled graph
-must compute the same values, so before Inductor sees an ATen graph (forward or backward)
-each such op gets the same round trips around it, and its float scalar arguments the float32
-value TorchNeuron passes them as when a float64 operand is rounded
-(processors/argument_processor.py). Inductor fuses the round trips into its kernels.
+stays 64-bit, as TorchNeuron casts results back: docs/device/fidelity.md). TorchNeuron's
+`torch.compile` backend goes further for float64: it converts the whole StableHLO module it
+lowers a graph to from f64 to f32, constants, arguments and every op
+(`neuron_dynamo_backend/fx/fx_transform.py`, `dtype_conversion_pass`), and casts the outputs back
+(`cast_spec`). So before Inductor sees an ATen graph (forward or backward), each op the target
+compiles gets the eager device's round trips around it, and, under the profile's
+`compiled_float64` rule, every other non-view op its float64 ones too; an op with a float64
+operand takes its float scalar arguments at their float32 value, as TorchNeuron passes them
+(processors/argument_processor.py; the module conversion rounds constants the same way).
+Inductor fuses the round trips into its kernels. int64 follows the eager rule: the module
+conversion leaves integer types alone.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ def narrow_64bit(gm: torch.fx.GraphModule) -> int:
     """Round the 64-bit inputs and results of the target's compiled ops in `gm` (in place);
     returns how many ops were wrapped (0 under host numerics: the graph is unchanged)."""
     convert = torch.ops.prims.convert_element_type.default
+    whole_float64 = target.numerics() == "target" and target.rule_on("compiled_float64")
     graph, wrapped = gm.graph, 0
     rounded: dict[torch.fx.Node, torch.fx.Node] = {}
 
@@ -56,10 +63,12 @@ def narrow_64bit(gm: torch.fx.GraphModule) -> int:
         op = node.target
         if node.op != "call_function" or not isinstance(op, torch._ops.OpOverload) or op is convert:
             continue
-        if is_view(op) or not target.narrows_64bit(full_name(op)):
+        if is_view(op):
             continue
-        inputs = [a for a in node.all_input_nodes if _wide(a) is not None]
-        if not inputs and _wide(node) is None:
+        wide = set(_NARROW) if target.narrows_64bit(full_name(op)) else {torch.float64} if whole_float64 else set()
+        inputs = [a for a in node.all_input_nodes if _wide(a) in wide]
+        dtype = _wide(node) if _wide(node) in wide else None
+        if not inputs and dtype is None:
             continue
         wrapped += 1
         if any(_wide(a) == torch.float64 for a in inputs):
@@ -71,7 +80,6 @@ def narrow_64bit(gm: torch.fx.GraphModule) -> int:
                     rounded[arg] = round_trip(arg, _wide(arg))
             if rounded[arg] is not arg:
                 node.replace_input_with(arg, rounded[arg])
-        dtype = _wide(node)
         if dtype is not None:
             with graph.inserting_before(node.next):
                 result = round_trip(node, dtype)

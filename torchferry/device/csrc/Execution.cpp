@@ -569,7 +569,10 @@ class HostCall {
     // The target's kernel writes a fresh row-major result (compiled_results_row_major rule).
     // (The copy is converted as a result of its own: a second handle to `t` would keep
     // adopt_in_place below from ever relabelling a result.)
-    if (info_.row_major_results && !t.is_contiguous()) return to_device(t.contiguous());
+    if (info_.row_major_results && !t.is_contiguous()) {
+      warn_row_major(info_, t.strides());
+      return to_device(t.contiguous());
+    }
     TORCH_CHECK(t.layout() == c10::kStrided, "the neuron device supports strided tensors only; the "
                 "CPU kernel returned a ", t.layout(), " tensor");
     TORCH_CHECK(!t.is_nested(), nested_tensors_unsupported());

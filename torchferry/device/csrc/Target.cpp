@@ -14,6 +14,7 @@
 #include <atomic>
 #include <deque>
 #include <mutex>
+#include <sstream>
 #include <unordered_set>
 
 namespace torchferry {
@@ -145,6 +146,9 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
   info.out_keeps_size = (rules & kRuleFallbackOutResize) && info.on_host();
   info.out_written_after = (rules & kRuleCompiledOutWrittenAfter) && info.compiles && !info.on_host();
   info.row_major_results = (rules & kRuleCompiledResultsRowMajor) && (code & kCodeRowMajor) && !info.on_host();
+  auto unscoped = g_known_issues.find(info.name);
+  info.issue_unwarned.store(unscoped != g_known_issues.end() && !g_known_issues_warned.count(unscoped->second),
+                            std::memory_order_relaxed);
   auto scoped = g_scoped_issue_slot.find(info.name);
   info.known_issue = scoped == g_scoped_issue_slot.end() ? -1 : scoped->second;
   info.checked_dtypes = info.refused_dtypes | (info.known_issue < 0 ? 0 : g_scoped_issues[info.known_issue].dtypes);
@@ -173,25 +177,26 @@ struct ThreadAccounting {
 };
 thread_local ThreadAccounting t_accounting;
 
-// An op's entry, made and classified on its first call (under the lock); warns the
-// vendor's known issue with the op once per process.
+// An op's entry, made and classified on its first call (under the lock).
 [[gnu::noinline]] OpEntry& find_entry(const c10::OperatorHandle& op) {
-  std::string known_issue;
-  OpEntry* entry;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto [it, inserted] = g_ops.try_emplace(&op.schema());
+  if (inserted) classify(op, it->second);
+  return it->second;
+}
+
+// The vendor's known issue with an op in every dtype, warned on the op's first counted call: a call
+// inside a native composite is part of an op the target runs as one kernel (linear's addmm), so
+// the target never runs it as itself and has nothing to warn about (one warning per message).
+[[gnu::noinline]] void warn_unscoped_issue(OpEntry& entry) {
+  std::string warning;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto [it, inserted] = g_ops.try_emplace(&op.schema());
-    if (inserted) {
-      classify(op, it->second);
-      auto issue = g_known_issues.find(it->second.info.name);
-      if (issue != g_known_issues.end() && g_known_issues_warned.insert(issue->second).second) {
-        known_issue = issue->second;
-      }
-    }
-    entry = &it->second;
+    if (!entry.info.issue_unwarned.exchange(false, std::memory_order_relaxed)) return;
+    auto issue = g_known_issues.find(entry.info.name);
+    if (issue != g_known_issues.end() && g_known_issues_warned.insert(issue->second).second) warning = issue->second;
   }
-  if (!known_issue.empty()) TORCH_WARN(known_issue);
-  return *entry;
+  if (!warning.empty()) TORCH_WARN(warning);
 }
 
 // The entry of an op that reaches the boxed fallback. Entries are never erased, so each
@@ -234,6 +239,7 @@ OpEntry& entry_of(const c10::OperatorHandle& op) {
 const OpInfo& account_entry(OpEntry& entry) {
   const OpInfo& info = entry.info;
   if (t_accounting.composite_depth > 0) return info;  // part of a native op counted as a whole
+  if (info.issue_unwarned.load(std::memory_order_relaxed)) [[unlikely]] warn_unscoped_issue(entry);
   if (info.on_host()) [[unlikely]] return account_fallback(entry);
   entry.executed.fetch_add(1, std::memory_order_relaxed);
   if (info.syncs) [[unlikely]] count_sync(info.name);
@@ -334,9 +340,14 @@ const char* python_name(at::ScalarType type) {
 void throw_unsupported_dtype(const OpInfo& info, at::ScalarType type) {
   const bool complex = at::isComplexType(type);
   TORCH_CHECK_VALUE(false, "Unsupported PyTorch dtype: ", python_name(type), " (", info.name, " on neuron, as on ",
-                    g_config.profile, ": TorchNeuron's dtype tables have no ",
-                    complex ? "complex types" : "unsigned integer types wider than 8 bits",
-                    ", torch_neuronx/type_converter_base.py; copies and views of such tensors work). Next step: ",
+                    g_config.profile, ": TorchNeuron's own CI lists ",
+                    complex ? "the complex variants of PyTorch's op tests failing and skips tests as 'Complex data "
+                              "types are not supported on Neuron' (tests/pytorch_tests/failing_test_methods/*.json, "
+                              "specs/aten_spec.json)"
+                            : "the uint16/uint32/uint64 variants of PyTorch's op tests failing "
+                              "(tests/pytorch_tests/failing_test_methods/*.json)",
+                    ", and the dtype table of its JAX/XLA path has no such type, torch_neuronx/type_converter_base.py; "
+                    "copies and views of such tensors work). Next step: ",
                     complex ? "compute on real tensors, e.g. torch.view_as_real(x) (or .to(torch.float32) for "
                               "the real part), or run this op on the CPU (x.cpu())"
                             : "convert first, e.g. x.to(torch.int32), or run this op on the CPU (x.cpu())",
@@ -432,7 +443,26 @@ void warn_empty_zeros(const OpInfo& info) {
             "empty_inputs = false computes what the CPU computes (docs/device/fidelity.md).");
 }
 
+void warn_row_major(const OpInfo& info, c10::IntArrayRef cpu_strides) {
+  // Each thread remembers the ops it has told about, so the copies this rule makes every step
+  // take no lock after the first.
+  thread_local std::unordered_set<const OpInfo*> told;
+  if (!told.insert(&info).second) return;
+  std::ostringstream strides;
+  strides << cpu_strides;
+  warn_once("row-major " + info.name,
+            info.name + " returned a fresh row-major (contiguous) result where the CPU's result has the strides " +
+            strides.str() + " (its inputs' stride order), as TorchNeuron's torch-mlir kernel allocates its results "
+            "on '" + g_config.profile + "' (torch_neuronx/python_ops/torch_mlir/kernel.py, "
+            "_create_output_tensors_from_original). The values are the CPU's; code that relies on the CPU's strides "
+            "(a later .view() across the permuted dims, a stride check) fails or takes another path there, and a "
+            "matmul over the result may round otherwise. Next step: use .reshape() or .contiguous() rather than "
+            ".view() on such a result; a profile with compiled_results_row_major = false keeps the CPU's strides "
+            "(docs/device/fidelity.md).");
+}
+
 void note_known_issue(const OpInfo& info) {
+  if (t_accounting.composite_depth > 0) return;  // part of a native op counted as a whole
   ScopedIssue& issue = g_scoped_issues[info.known_issue];
   if (issue.calls.fetch_add(1, std::memory_order_relaxed) != 0) return;
   std::string warning;

@@ -181,7 +181,10 @@ class UnboxedCall {
       if (host == result.storage().unsafeGetStorageImpl()) return device_view(device->storage(), result);
     }
     // The target's kernel writes a fresh row-major result (compiled_results_row_major rule).
-    if (info_.row_major_results && !result.is_contiguous()) return to_device(result.contiguous());
+    if (info_.row_major_results && !result.is_contiguous()) {
+      warn_row_major(info_, result.strides());
+      return to_device(result.contiguous());
+    }
     if (info_.target_numerics) round_to_target(result);
     return adopt_host_result(result, device_);
   }
@@ -305,8 +308,9 @@ struct TakesCall<at::_ops::mm> {
 template <class Kernel>
 class OnDevice final : public Kernel {
  public:
-  // `row_major`: the target allocates the result row-major (compiled_results_row_major rule).
-  OnDevice(c10::DeviceIndex index, bool row_major) : index_(index), row_major_(row_major) {}
+  // `row_major`: the op whose result the target allocates row-major (compiled_results_row_major
+  // rule), or null.
+  OnDevice(c10::DeviceIndex index, const OpInfo* row_major) : index_(index), row_major_(row_major) {}
   explicit OnDevice(const at::Tensor& self) : self_(&self) {}
 
   void set_output_raw_strided(int64_t output_idx, c10::IntArrayRef sizes, c10::IntArrayRef strides,
@@ -319,8 +323,9 @@ class OnDevice final : public Kernel {
       // row-major tensor's. The fast set-ups (`perm_` empty: one dimension in memory order,
       // or channels-last by memory format) keep their layout and are copied after
       // (`with_target_layout`), as on the host path.
-      if (self_ == nullptr && row_major_ && !strides.empty() && this->perm_.size() == sizes.size()) {
+      if (self_ == nullptr && row_major_ != nullptr && !strides.empty() && this->perm_.size() == sizes.size()) {
         out_ = empty_on(sizes, {}, options.dtype().toScalarType(), std::nullopt, index_);
+        if (!out_.strides().equals(strides)) warn_row_major(*row_major_, strides);
         Kernel::set_output_raw_strided(output_idx, sizes, {}, options);
         auto& op = this->operands_[output_idx];
         const c10::IntArrayRef row_major = out_.strides();
@@ -350,7 +355,7 @@ class OnDevice final : public Kernel {
   static constexpr bool kIterator = std::is_base_of_v<at::TensorIteratorBase, Kernel>;
 
   c10::DeviceIndex index_ = -1;
-  bool row_major_ = false;
+  const OpInfo* row_major_ = nullptr;
   const at::Tensor* self_ = nullptr;
   at::Tensor out_;
 };
@@ -429,6 +434,7 @@ const T& unwrap(const T& v) {
 // an op).
 at::Tensor with_target_layout(at::Tensor result, const OpInfo& info, c10::DeviceIndex index) {
   if (!info.row_major_results || result.is_contiguous()) return result;
+  warn_row_major(info, result.strides());
   at::Tensor row_major = empty_on(result.sizes(), {}, result.scalar_type(), std::nullopt, index);
   host_view_of(row_major).copy_(host_view_of(result));
   return row_major;
@@ -448,7 +454,7 @@ void write_structured(const at::Tensor& self, const A&... rest) {
 template <class Kernel, class Args, class... A>
 at::Tensor compute_structured(const OpInfo& info, c10::DeviceIndex index, const A&... args) {
   std::tuple<decltype(Args::pass(args))...> passed{Args::pass(args)...};
-  OnDevice<Kernel> op(index, info.row_major_results);
+  OnDevice<Kernel> op(index, info.row_major_results ? &info : nullptr);
   std::apply([&](const auto&... a) { op.meta(unwrap(a)...); }, passed);
   op.use_cpu_kernel();
   std::apply([&](const auto&... a) { op.impl(unwrap(a)..., op.maybe_get_output(0)); }, passed);

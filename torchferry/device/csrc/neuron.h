@@ -253,6 +253,9 @@ struct OpInfo {
   bool compiles = false;         // eager mode compiles one program per signature
   bool syncs = false;            // the target reads the output size back (data-dependent)
   bool target_numerics = false;  // 64-bit values take the target's 32-bit range and precision
+  // The op has a known issue of the target's vendor in every dtype that has not warned yet: its
+  // first call the accounting counts (not one inside a native composite) warns (Target.cpp).
+  std::atomic<bool> issue_unwarned{false};
   // Bit i set: the target refuses device tensors and `dtype=` arguments of ScalarType i in this
   // op (its dtype tables have no such type; the profile's [rules]); zero for ops it does not compile.
   uint64_t refused_dtypes = 0;
@@ -304,6 +307,8 @@ constexpr int kCodeRowMajor = 32;
 void warn_overlapping_write(const OpInfo& info);
 // Once per op: an empty input gave zeros, as on the target.
 void warn_empty_zeros(const OpInfo& info);
+// Once per op: the row-major rule gave a result other strides than the CPU's (`cpu_strides`).
+void warn_row_major(const OpInfo& info, c10::IntArrayRef cpu_strides);
 bool rule_on(Rule rule);
 // TorchNeuron's error for a dtype its tables lack, with the way out.
 [[noreturn]] void throw_unsupported_dtype(const OpInfo& info, at::ScalarType type);
