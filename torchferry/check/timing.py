@@ -179,12 +179,12 @@ def device_timing(device: str, figures: StepFigures, steady: list[list[float]], 
 WARMUP_SHARE = 0.5  # a script's steady step is the median of the steps after this share of its run
 
 
-def script_timing(device: str, run_s: float | None, step_ends_s: list[float], untimed: set[int], peak: Memory | None,
+def script_timing(device: str, run_s: float | None, step_ends_s: list[float], peak: Memory | None,
                   ops: tuple[int, dict[str, int]] | None, emulates: str | None) -> DeviceTiming:
     """A script run's times, from its step ends (seconds from the spawn): to the first step, the warm-up, the steady
-    step (the median of the later steps) and the whole run; ``untimed``: step-to-step intervals left out (the step the
-    flop counter ran in); ``ops``: (executed, fallback by op) where the device counts them."""
-    durations = [b - a for i, (a, b) in enumerate(zip(step_ends_s, step_ends_s[1:])) if i not in untimed]
+    step (the median of the later steps) and the whole run; ``ops``: (executed, fallback by op) where the device
+    counts them."""
+    durations = [b - a for a, b in zip(step_ends_s, step_ends_s[1:])]
     steady = durations[int(len(durations) * WARMUP_SHARE):] if durations else []
     figures = StepFigures(cold_start_s=step_ends_s[0] if step_ends_s else None,
                           time_to_n_s=step_ends_s[-1] if step_ends_s else None,

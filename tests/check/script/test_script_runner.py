@@ -410,3 +410,20 @@ def test_ctrl_c_stops_the_children_and_writes_the_report(tmp_path):
     [record] = [json.loads(p.read_text()) for p in (tmp_path / "rep" / "work" / "ref").glob("record-*.json")]
     assert record["stopped"] == "terminated" and record["steps"] == 2
     assert len(report["timing"]["ref"]["steps"]) == 1  # what the reference measured is in the report
+
+
+@needs_recorder
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_stall_on_the_target_only_is_named_with_where_it_waits(tmp_path, monkeypatch):
+    """The reference runs to its end; the target stops making steps: stopped long before --timeout, as a stall, with
+    the user's line it waits at (what the recorders saw when ferry asked for their record) and its steps kept."""
+    from torchferry.check.script import runner
+
+    monkeypatch.setattr(runner, "STALL_MIN_S", 10.0)
+    code, out, err, report = check(tmp_path, "python", str(PLANTED / "stalls_on_target.py"))
+    assert code == 8, out + err
+    message = report["failure"]["message"]
+    assert report["failure"]["kind"] == "timeout" and "stalled: no new step" in message and "after step 2" in message
+    assert "stalls_on_target.py:15 (`time.sleep(0.1)" in message
+    assert report["timing"]["ref"]["time_to_n_s"] is not None  # the reference's figures are kept

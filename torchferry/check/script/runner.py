@@ -50,6 +50,7 @@ from torchferry.status import ExitStatus
 HARD_CODED = ("TF001", "TF002", "TF006")
 OUTPUT_ENV = "TORCHFERRY_CHECK_OUTPUT"  # each run's own folder, for a script that chooses to write its outputs there  # ferry scan's rules for code that names CUDA and fails elsewhere
 GRACE_S = 10.0  # SIGTERM -> SIGKILL
+FLOPS_STEPS = 2  # the FLOPs run: the second step is counted (the first builds what it needs once)
 STALL_FACTOR, STALL_MIN_S = 3.0, 60.0  # a run after the reference stalls after max(3 x its whole run, 60 s) without a step
 FLUSH_WAIT_S = 1.0  # after FLUSH_SIGNAL, how long the children get to write their records
 
@@ -252,9 +253,9 @@ class ScriptPipeline:
             self.stdin.write_bytes(data)
         # the same kernels (the built-in device's are the CPU's) and the same random stream on both sides
         self.exact = self.source.emulates is not None and cfg.ref == "cpu" and not cfg.device_rng
-        # FLOPs are counted on the reference device: in the noise run where one is due (its times decide nothing), else
-        # in the reference's second step, which is then left out of its times
-        self.counts_flops = "noise" if not self.exact else "ref"
+        # FLOPs are counted in a run of their own, two steps on the reference device: under PyTorch's flop counter (a
+        # dispatch mode) composite ops decompose into others, so a counted run computes other numbers than a compared one
+        self.counts_flops = "flops"
         report.script = ScriptFacts()
 
     # -- the lifecycle's calls ---------------------------------------------------------------
@@ -280,7 +281,7 @@ class ScriptPipeline:
         if role == "noise":
             env[NOISE_ENV] = "1"
         if role == self.counts_flops:
-            env[FLOPS_ENV] = "1"
+            env[FLOPS_ENV], env[STEPS_ENV] = "1", str(FLOPS_STEPS)
         if self.source.steps_limit:
             env[STEPS_ENV] = str(self.source.steps_limit)
         return env
@@ -345,9 +346,11 @@ class ScriptPipeline:
         with ThreadPoolExecutor(max_workers=3) as pool:
             exit_result = pool.submit(self.check_exit, target, target_record)
             noise = pool.submit(self.run_noise) if not self.exact else None
+            counted = pool.submit(self.run_one, self.counts_flops, cfg.ref, False)
             scanned = pool.submit(self.scan_findings) if not self.report.script.scan_findings else None
             self.report.exit = exit_result.result()
             noise_run = noise.result() if noise is not None else None
+            counted.result()
             if scanned is not None:
                 scanned.result()
         self.note(f"exit: {self.report.exit.status}")
@@ -408,7 +411,7 @@ class ScriptPipeline:
         import shutil
 
         facts = self.report.script
-        if "noise" in self.runs:
+        if set(self.runs) - {"ref", "target"}:  # a run after the target's wrote where the script writes
             for source, copy in self.target_files.items():
                 shutil.rmtree(source, ignore_errors=True) if Path(source).is_dir() else Path(source).unlink(missing_ok=True)
                 shutil.copytree(copy, source) if Path(copy).is_dir() else shutil.copy2(copy, source)
@@ -463,16 +466,12 @@ class ScriptPipeline:
         def ends(record: ScriptRecord | None) -> list[float]:
             return [] if record is None else record.step_ends_s if record.steps else record.backward_ends_s
 
-        def untimed(run: ChildRun, record: ScriptRecord | None) -> set[int]:
-            """The step that ran under the flop counter (step 2: the second step-to-step interval is index 0)."""
-            return {0} if record is not None and record.flops_per_step and run.role == self.counts_flops else set()
-
         def side(run: ChildRun | None) -> timing.DeviceTiming | None:
             record = run.main_record() if run else None
             if run is None:
                 return None
             r = record.rehearsal if record else None
-            return timing.script_timing(run.device, run.wall_s, ends(record), untimed(run, record),
+            return timing.script_timing(run.device, run.wall_s, ends(record),
                                         record.peak_memory if record else None,
                                         (r.executed_calls, r.fallback_ops) if r is not None and r.read else None,
                                         r.emulates if r is not None else None)
