@@ -10,7 +10,8 @@ Package map: ``csrc/`` (the C++ core, one file per PyTorch interface) and ``_run
 ``_settings`` (the environment knobs, read once); ``profile`` (the device profiles' data model) and
 ``target`` (what the target does with each op, and the accounting TorchNeuron's API lacks);
 ``neuron`` (becomes ``torch.neuron``); ``compile`` (the ``neuron`` torch.compile backend);
-``distributed`` (the ``neuron`` process-group backend); ``standin`` (the ``torch_neuronx`` stand-in).
+``distributed`` (the ``neuron`` process-group backend) and ``distributed_rules`` (what TorchNeuron's group refuses);
+``standin`` (the ``torch_neuronx`` stand-in).
 """
 
 from __future__ import annotations
