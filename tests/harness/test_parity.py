@@ -98,3 +98,20 @@ def test_streamed_comparison_judges_and_measures_as_one_pass_over_the_tensor(mon
     assert (streamed.passed, streamed.status, streamed.allclose) == (whole.passed, whole.status, whole.allclose)
     for figure in ("cosine", "max_abs_diff", "rmse_target", "rmse_ref"):
         assert getattr(streamed, figure) == pytest.approx(getattr(whole, figure), rel=1e-9), figure
+
+
+def test_one_generated_token_rule_equal_passes_a_near_tie_passes_a_real_mismatch_fails():
+    import torch
+
+    from torchferry.harness.parity import compare_tokens
+
+    ref = torch.tensor([[1, 2, 3, 4]])
+    equal, details = compare_tokens(ref, ref.clone(), ref.clone())
+    assert equal.passed and details["match"] and details["first_mismatch"] is None
+    other = torch.tensor([[1, 2, 9, 9]])
+    real, details = compare_tokens(ref, other, ref.clone())  # float64 agrees with the reference: the target is off
+    assert not real.passed and details["first_mismatch"] == 2 and not details["near_tie"]
+    tie, details = compare_tokens(ref, other, torch.tensor([[1, 2, 7, 7]]))  # float64 disagrees too: a near tie
+    assert tie.passed and details["near_tie"] and "near tie" in tie.note
+    shorter, _ = compare_tokens(ref, torch.tensor([[1, 2]]), ref.clone())
+    assert not shorter.passed

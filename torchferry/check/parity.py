@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from torchferry.harness.case import Capture, ModelCase, ProbeCapture, RunCapture
 from torchferry.harness.modes import Mode
-from torchferry.harness.parity import Tolerance, compare, compare_dicts, localise
+from torchferry.harness.parity import Tolerance, compare, compare_dicts, compare_tokens, localise
 from torchferry.records import Record
 from torchferry.report.check import ParityResult, ParityStatus
 from torchferry.report.comparison import Comparison, ComparisonStatus, describe
@@ -88,16 +88,10 @@ def judge(mode: Mode, tolerance: Tolerance, ref: Capture, target: Capture, deter
         result.loss_curve = {**losses, "comparison": curve}
         failed += [] if curve.passed else [curve]
     if mode == Mode.GENERATE:
-        tokens = {k: v.run.tokens for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
-        same_shape = tokens["ref"].shape == tokens["target"].shape
-        mismatch = (tokens["ref"] != tokens["target"]).flatten().nonzero() if same_shape else None
-        first = None if mismatch is None or len(mismatch) == 0 else int(mismatch[0])
-        match = same_shape and first is None
-        result.tokens = {"match": match, "first_mismatch": first, "ref": tokens["ref"].tolist(),
-                         "target": tokens["target"].tolist(),
-                         "fp64_matches_ref": bool(tokens["fp64"].shape == tokens["ref"].shape and torch.equal(tokens["fp64"], tokens["ref"]))}
-        if not match:
-            failed.append(Comparison("generated tokens", False, ComparisonStatus.FAIL_ACCURACY))
+        comparison, result.tokens = compare_tokens(ref.run.tokens, target.run.tokens, golden.run.tokens)
+        failed += [] if comparison.passed else [comparison]
+        if comparison.passed and not result.tokens["match"]:
+            result.notes.append(f"generated tokens differ from index {result.tokens['first_mismatch']}: {comparison.note}")
     if any(c.status == ComparisonStatus.NON_FINITE for c in failed):
         result.status = ParityStatus.NON_FINITE
     elif failed:

@@ -489,6 +489,12 @@ class ScriptPipeline:
         if record is not None and not record.steps and record.backwards:
             self.report.timing.step_unit = "backward calls"
             self.report.timing.notes.append("the script steps no optimizer: its steps are its backward calls")
+        cut = [run for run in (ref, target) if run is not None and (run.timed_out or run.stalled_s is not None
+                                                                    or run.returncode is None)]
+        if cut:
+            self.report.timing.step_unit += " (cut short)"
+            self.report.timing.notes += [f"the {run.role} run was stopped before its end: its time covers the steps it "
+                                         "made, not the whole run" for run in cut]
         if target is None or self.report.timing.target is None or self.report.timing.target.time_to_n_s is None:
             self.report.timing.status = TimingStatus.PARTIAL
 
