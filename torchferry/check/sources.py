@@ -14,6 +14,7 @@ placeholder (``{device}``) that a script taking its device as an argument gets (
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -154,6 +155,11 @@ def parse_command(tokens: list[str], cwd: Path) -> ScriptCommand:
     elif shutil.which(exe) is None and not (cwd / exe).is_file():
         raise UsageError(f"{exe!r}: no such command or file (looked on PATH and in {cwd}). Give the training command "
                          "as you run it, e.g. `ferry check -- python train.py ARGS`.")
+    unknown = sorted({m for t in tokens for m in re.findall(r"\{[A-Za-z_]+\}", t)} - {DEVICE_PLACEHOLDER})
+    if unknown:
+        raise UsageError(f"{', '.join(unknown)} in the command is no placeholder torchferry fills: the one it knows is "
+                         f"{DEVICE_PLACEHOLDER} (each side's device, e.g. `--device {DEVICE_PLACEHOLDER}`). Correct it, or "
+                         "quote the braces differently if the script itself wants them.")
     script, module = _script_of(rest, launcher)
     if launcher == "python" and script is None and module is None:
         raise UsageError(f"`{' '.join(tokens)}` runs no script file or module. Give `python train.py ARGS` or "

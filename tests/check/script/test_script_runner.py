@@ -44,6 +44,7 @@ needs_recorder = pytest.mark.skipif(
     (["check", "--", "python", "-c", "print(1)"], "runs no script file or module"),
     (["check", "--", "accelerate", "config"], "only `accelerate launch"),
     (["check", "--", "no-such-launcher-xyz", "train.py"], "no such command or file"),
+    (["check", "--", "python", "t.py", "--device", "{dev}"], "{dev} in the command is no placeholder"),
 ])
 def test_bad_commands_are_usage_errors_before_anything_starts(argv, words, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

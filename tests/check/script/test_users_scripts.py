@@ -103,3 +103,11 @@ def test_a_short_last_batch_is_named_as_such_not_as_churn(tmp_path):
     r = report["rehearsal"]
     assert not any("shape churn" in c for c in r["conditions"])
     assert any(n.startswith("the last batch is smaller") and "drop_last=True" in n for n in r["notes"])
+
+
+def test_a_script_that_seeds_in_its_loop_reads_its_random_state_and_forks_data_workers(tmp_path):
+    code, out, err, report = check(tmp_path, str(USERS / "seeds_in_loop.py"))
+    assert code == 0, out + err
+    p = report["parity"]
+    assert p["status"] == "pass" and p["loss_curve"]["rule"] == "exact"  # one stream: every draw the reference's
+    assert report["script"]["seeded"] == "by the script"
