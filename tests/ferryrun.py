@@ -44,8 +44,9 @@ def ferry(*argv: str) -> FerryRun:
 
 
 def ferry_report(*argv: str, output: Path, report: str) -> FerryRun:
-    """`ferry ARGV -o OUTPUT`, with ``OUTPUT/REPORT`` loaded when the run wrote it."""
-    run = ferry(*argv, "-o", str(output))
+    """`ferry ARGV -o OUTPUT` (``-o`` before a ``--`` command), with ``OUTPUT/REPORT`` loaded when the run wrote it."""
+    cut = argv.index("--") if "--" in argv else len(argv)
+    run = ferry(*argv[:cut], "-o", str(output), *argv[cut:])
     path = output / report
     run.report, run.report_dir = (json.loads(path.read_text()) if path.is_file() else None), output
     return run

@@ -40,7 +40,15 @@ from torchferry.check.script.recorder import (
     STARTED_ENV,
     STEPS_ENV,
 )
-from torchferry.errors import DeviceOutOfMemoryError, NonFiniteError, StepTimeoutError, UsageError, WorkloadError
+from torchferry.errors import (
+    DeviceOutOfMemoryError,
+    NonFiniteError,
+    OutputError,
+    StepTimeoutError,
+    UsageError,
+    WorkloadError,
+    low_on_space,
+)
 from torchferry.harness.prices import load_prices
 from torchferry.harness.protocol import T0_ENV
 from torchferry.report.check import CheckReport, ParityStatus, RehearsalResult, ScriptFacts, TimingStatus
@@ -501,6 +509,9 @@ class ScriptPipeline:
     def reference_ok(self, run: ChildRun) -> ScriptRecord:
         """The reference's main record; a failing reference is the user's error, with their traceback."""
         record = run.main_record()
+        if record is None and low_on_space(self.workdir):
+            raise OutputError(f"the disk holding {self.workdir} is full: the {run.role} run's recorders could not write "
+                              "what they measured. Free space there, or pass an --output DIR on a disk with room.")
         if run.returncode != 0 and not run.stopped_by_steps:
             failed = run.failed_record()
             error = failed.error if failed else None
