@@ -106,14 +106,23 @@ def test_a_second_run_into_a_folder_a_live_run_holds_is_refused_naming_the_owner
     assert not (output / "work").exists()  # nothing of the live run's was touched
 
 
-def test_a_stale_lock_left_by_a_dead_run_is_taken_over_with_a_note(tmp_path):
+# the same faults with a script (`-- COMMAND`): one lifecycle, the same answers
+SCRIPT = ("import torch\nm = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+          "for _ in range(2):\n    opt.zero_grad(); m(torch.ones(3, 2)).sum().backward(); opt.step()\n")
+SOURCES = {"workload": ["-w", "mlp", "--mode", "forward", *FAST], "script": ["--", "python", "train.py"]}
+
+
+@pytest.mark.parametrize("source", ["workload", pytest.param("script", marks=pytest.mark.slow)])  # a script runs thrice
+def test_a_stale_lock_left_by_a_dead_run_is_taken_over_with_a_note(tmp_path, monkeypatch, source):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT)
     output = tmp_path / "report"
     output.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     (output / LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": "here", "command": "ferry check -o old",
                                                 "since": "2026-01-01T00:00:00+00:00"}))
-    result = run_check(["--target", "cpu", "-w", "mlp", "--mode", "forward", *FAST], output)
+    result = run_check(["--target", "cpu", *SOURCES[source]], output)
     assert result.exit_status == ExitStatus.SUCCESS, result.stderr
     note = [p for p in result.report["progress"] if "took over the lock" in p]
     assert note and f"pid {dead.pid}" in note[0] and "no longer running" in note[0]
@@ -154,28 +163,6 @@ def test_when_no_report_fits_the_terminal_still_has_the_summary(full_disk):
     assert result.exit_status == ExitStatus.OUTPUT_ERROR, result.stderr
     assert result.stdout.startswith("ferry check:") and "stopped: output" in result.stdout
     assert "report.json could not be written" in result.stderr
-
-
-# -- the same faults with a script (`-- COMMAND`): one lifecycle, the same answers ------------------------------------
-SCRIPT = ("import torch\nm = torch.nn.Linear(2, 1)\nopt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
-          "for _ in range(2):\n    opt.zero_grad(); m(torch.ones(3, 2)).sum().backward(); opt.step()\n")
-
-
-@pytest.mark.slow  # two runs of a script
-def test_a_stale_lock_is_taken_over_with_a_note_for_a_script_too(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "train.py").write_text(SCRIPT)
-    output = tmp_path / "report"
-    output.mkdir()
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    (output / LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": "here", "command": "ferry check -o old",
-                                                "since": "2026-01-01T00:00:00+00:00"}))
-    result = run_check(["--target", "cpu", "--", "python", "train.py"], output)
-    assert result.exit_status == ExitStatus.SUCCESS, result.stderr
-    note = [p for p in result.report["progress"] if "took over the lock" in p]
-    assert note and f"pid {dead.pid}" in note[0] and "no longer running" in note[0]
-    assert not (output / LOCK_NAME).exists()
 
 
 @pytest.mark.slow  # a run of a script
