@@ -114,5 +114,5 @@ def test_a_rank_that_raises_on_the_target_is_the_finding_and_the_others_are_coll
     code, out, err = ferry("check", "--target", "neuron", "-o", "rep", "--", "torchrun", "--nproc-per-node", "2", "ddp.py")
     assert code == 3, out + err
     message = report(tmp_path)["failure"]["message"]
-    assert "on rank 1 at" in message and "ddp.py:12" in message and "planted: rank 1 fails" in message
+    assert "on rank 1 at" in message and "ddp.py:13" in message and "planted: rank 1 fails" in message
     assert "Rank 1 raised first; then rank 0" in message and "collateral" in message
