@@ -202,6 +202,11 @@ def _method(name: str, trust_remote_code: bool) -> Any:
     return methods.get(name, trust_remote_code)
 
 
+# what a Python file given as an architecture should have been (torchferry.workloads.model_source.refuse_slips)
+PLUGIN_FILE = ("a custom architecture's file is given with --plugin {file} (it registers its config and model with "
+               "AutoConfig/AutoModelForCausalLM.register), followed by the model type it registers.")
+
+
 def _sources(given: list[str], configs: str | None, cwd: Path, plugins: tuple[str, ...],
              suite: Any) -> tuple[tuple[str, ...], dict[str, tuple[str, str | None]]]:
     """The specs workers get (model types as given; config files and folders as absolute config.json paths; Hub
@@ -219,6 +224,7 @@ def _sources(given: list[str], configs: str | None, cwd: Path, plugins: tuple[st
     types: list[str] = []
     known = known_types(plugins) if plugins else None  # model types a config file may name (None: transformers')
     for name in given:
+        model_source.refuse_slips(name, PLUGIN_FILE)
         path = cwd / name
         if name.endswith(".json") or path.exists() or (model_source.HUB_ID.match(name) and "/" in name):
             found.append(model_source.resolve(name, cwd, known_types=known))

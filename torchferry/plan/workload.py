@@ -80,7 +80,8 @@ def resolve(size: str | None, workload: str | None, trust_remote_code: bool = Fa
 def _from_model_source(spec: str, trust_remote_code: bool) -> ModelSpec:
     from torchferry.workloads import model_source
 
-    source = model_source.resolve(spec, Path.cwd())
+    source = model_source.resolve(spec, Path.cwd(), python_file="--config takes a model's config; a workload's build() "
+                                                                "function is planned with -w {file}:build.")
     source.refuse_untrusted(trust_remote_code)
     if source.kind == "model-type":
         from transformers import CONFIG_MAPPING

@@ -37,10 +37,13 @@ from torchferry.errors import UsageError
 
 FORMS = ("a built-in name, a transformers model type (llama), a config.json path or a folder holding one, "
          "or a Hub id (org/name, optionally @revision)")
+PYTHON_FILE = "pass a config.json (or a folder holding one), a model type or a Hub id."  # {file}: the file named
 HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w./-]+))?$")
 OFFLINE_FLAGS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 CONFIG_FILE = "config.json"
 CONFIG_SUFFIX = "_config.json"  # a folder of configs named <org>_<name>_config.json (the vendor's sweep)
+# Prefixes other tools put before a Hub id (vLLM's and fsspec's hf://, the Hub's own URLs); no command reads them.
+HUB_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/", "hf://", "hf:", "huggingface:")
 
 
 class RemoteCodeRefused(UsageError):
@@ -89,16 +92,32 @@ def offline(environ: Mapping[str, str]) -> str | None:
     return None
 
 
+def refuse_slips(spec: str, python_file: str) -> None:
+    """Refuse, before anything is read, the likeliest wrong forms of a model name, each with its fix: a Hub id
+    behind a prefix no command reads (``hf:org/name``, a Hub URL), and a Python file, for which ``python_file``
+    says what the command does take (a command names its own way: ``-w train.py:build``, ``--plugin``)."""
+    prefix = next((p for p in HUB_PREFIXES if spec.lower().startswith(p)), None)
+    if prefix is not None:
+        bare = "/".join(spec[len(prefix):].split("/")[:2])
+        raise UsageError(f"model {spec!r}: drop the {spec[:len(prefix)]!r} prefix: a Hub id is named as org/name "
+                         f"(here {bare!r}), optionally @revision; its config.json is read from your Hugging Face "
+                         "cache, or fetched.")
+    if spec.rpartition(":")[0].endswith(".py") or spec.endswith(".py"):
+        raise UsageError(f"{spec!r} is a Python file, not a model: {python_file.format(file=spec.partition('.py')[0] + '.py')}")
+
+
 def resolve(spec: str, cwd: Path, *, builtins: Iterable[str] = (), known_types: Iterable[str] | None = None,
-            environ: Mapping[str, str] | None = None) -> ModelSource:
+            environ: Mapping[str, str] | None = None, python_file: str = PYTHON_FILE) -> ModelSource:
     """The model ``spec`` names, with its config file read (or fetched: a Hub id), nothing built.
 
     ``builtins`` are the command's own names (they win); ``known_types`` the model types it accepts
-    (default: transformers' ``CONFIG_MAPPING``). Any other form is refused, listing the valid ones.
+    (default: transformers' ``CONFIG_MAPPING``). Any other form is refused, listing the valid ones; a
+    Python file with ``python_file``, what the command takes instead (``refuse_slips``).
     """
     environ = os.environ if environ is None else environ
     if spec in set(builtins):
         return ModelSource(spec=spec, kind="builtin", name=spec)
+    refuse_slips(spec, python_file)
     types = set(known_types) if known_types is not None else _transformers_types()
     path = Path(spec).expanduser()
     path = path if path.is_absolute() else cwd / path

@@ -44,6 +44,10 @@ from torchferry.errors import FerryError, MissingDependencyError, UsageError, Wo
 from torchferry.workloads import BUILTIN
 
 OPTION_NAMES = ("size", "batch_size", "seq_len", "mode")
+# what a Python file given as a model should have been (torchferry.workloads.model_source.refuse_slips)
+PYTHON_FILE = ("for a workload, give the function that builds it, '{file}:build' (it returns the model and its batches: "
+               "torchferry/workloads/protocol.py); to check a training script unchanged, run "
+               "`ferry check -- python {file}`.")
 # the harness's mode names -> the names build() receives (the protocol's, unchanged since version 1)
 PROTOCOL_MODE = {"train": "training", "forward": "inference", "generate": "generation"}
 
@@ -95,8 +99,16 @@ def resolve_source(spec: str, cwd: Path | None = None, trust_remote_code: bool =
         return {"kind": "module", "module": f"torchferry.workloads.{spec}", "attr": "build"}
     cwd = (cwd or Path.cwd()).resolve()
     target, sep, attr = spec.rpartition(":")
+    if not (sep and target.endswith(".py")):  # FILE.py:build is the file form; a bare FILE.py or hf:org/name a slip
+        from torchferry.workloads.model_source import refuse_slips
+
+        refuse_slips(spec, PYTHON_FILE)
     if not sep or not target or not attr:
         return _model_source(spec, cwd or Path.cwd(), trust_remote_code, weights)
+    if not all(part.isidentifier() for part in attr.split(".")):
+        raise UsageError(f"workload {spec!r}: {attr!r} after the ':' is not the name of a function. Give "
+                         "'path/to/file.py:build' or 'package.module:build' (the function that returns the model and "
+                         f"its batches), or a model: a config.json, a model type or a Hub id (org/name).")
     if target.endswith(".py"):
         path = Path(target).expanduser()
         path = (path if path.is_absolute() else cwd / path).resolve()
