@@ -90,7 +90,7 @@ def test_every_form_resolves_and_anything_else_lists_the_forms(tmp_path):
 def test_config_folder_rows_are_named_by_file_with_the_model_id(tmp_path):
     (tmp_path / "openai-community_gpt2_config.json").write_text(json.dumps({"model_type": "gpt2"}))
     (tmp_path / "mine.json").write_text(json.dumps(TINY))
-    found = {s.name: s for s in model_source.folder_sources(tmp_path, str(tmp_path))}
+    found = {s.name: s for s in model_source.folder_sources(tmp_path, str(tmp_path)).sources}
     assert set(found) == {"openai-community_gpt2", "mine"}
     assert found["openai-community_gpt2"].hub_id == "openai-community/gpt2" and found["mine"].hub_id is None
 

@@ -36,8 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(org/name[@revision]: only the config is fetched) (default: every causal-LM architecture "
                              "of the installed transformers)")
     parser.add_argument("--configs", metavar="DIR",
-                        help="a folder of config files, one row each, named by the file (<org>_<name>_config.json also "
-                             "gives the model id), e.g. the vendor's tests/huggingface/configs/huggingface/CausalLM")
+                        help="a folder of models, one row each: config files at its top, named by the file "
+                             "(<org>_<name>_config.json also gives the model id, e.g. the vendor's "
+                             "tests/huggingface/configs/huggingface/CausalLM), model folders holding a config.json, or "
+                             "a Hub cache (models--org--name/...); other JSON files are skipped and named")
     parser.add_argument("--suite", default="causal-lm", metavar="NAME[,NAME...]|all",
                         help="model families: causal-lm, seq2seq, encoder, vision, diffusers; several comma-separated, "
                              "or all (default: causal-lm)")
@@ -134,6 +136,9 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     store.begin({"cases": [c for j in selected for c in j.cases()], "shard": str(part) if part else None,
                  "assigned": wanted, "jobs": cfg.jobs})
     resumed = sum(c in store.rows for c in wanted)
+    if cfg.skipped_configs:
+        env.err(f"ferry coverage: --configs: skipped {len(cfg.skipped_configs)} file(s) that are not model configs: "
+                + "; ".join(cfg.skipped_configs))
     if not args.quiet:
         env.err(f"ferry coverage: {len(jobs)} architectures" + (f" (shard {part} of {len(selected)})" if part else "")
                 + f", {len(wanted)} cases on {cfg.target} (ref {cfg.ref}), {cfg.jobs} job(s), {cfg.timeout:g} s per case"

@@ -36,6 +36,7 @@ class CoverageConfig:
     method: str  # torchferry.coverage.methods name
     archs: tuple[tuple[str, str], ...]  # (suite, model type / architecture name / config.json path (absolute) / Hub id)
     names: dict[str, tuple[str, str | None]]  # spec -> (row name, model id) where the spec is not the name itself
+    skipped_configs: tuple[str, ...]  # --configs files that are not model configs: "path (why)"
     trust_remote_code: bool
     source: str  # "user list" or where the full lists came from
     modes: tuple[Mode, ...]  # every mode requested; each suite runs those it has (suite_modes)
@@ -118,7 +119,7 @@ class CoverageConfig:
         if (args.archs or configs) and len(names) > 1:
             raise UsageError(f"architectures are named within one suite; got {len(names)} suites ({', '.join(names)}) "
                              "with ARCH arguments or --configs. Pass one --suite with the architectures, or none.")
-        given, named = _sources(list(dict.fromkeys(args.archs)), configs, cwd, plugins, suites.get(names[0]))
+        given, named, skipped = _sources(list(dict.fromkeys(args.archs)), configs, cwd, plugins, suites.get(names[0]))
         rerun = {c.strip() for c in args.rerun.split(",") if c.strip()}
         if rerun - set(map(str, Category)):
             raise UsageError(f"--rerun {args.rerun!r}: unknown categories; valid: {', '.join(map(str, Category))}.")
@@ -133,7 +134,7 @@ class CoverageConfig:
             archs = tuple((n, a) for n in names for a in sorted(suites.get(n).architectures()))
         source = ("user list" + (f" and --configs {configs}" if configs else "") if args.archs
                   else f"--configs {configs}" if configs else "; ".join(f"{n}: {suites.get(n).source}" for n in names))
-        return cls(suites=names, method=method.name, archs=archs, names=named,
+        return cls(suites=names, method=method.name, archs=archs, names=named, skipped_configs=skipped,
                    trust_remote_code=bool(getattr(args, "trust_remote_code", False)), source=source, modes=modes,
                    ref=args.ref, target=target, compile=args.compile, plugins=plugins, tol=args.tol,
                    seed=args.seed, jobs=args.jobs, threads=max(1, len(os.sched_getaffinity(0)) // args.jobs),
@@ -208,9 +209,10 @@ PLUGIN_FILE = ("a custom architecture's file is given with --plugin {file} (it r
 
 
 def _sources(given: list[str], configs: str | None, cwd: Path, plugins: tuple[str, ...],
-             suite: Any) -> tuple[tuple[str, ...], dict[str, tuple[str, str | None]]]:
+             suite: Any) -> tuple[tuple[str, ...], dict[str, tuple[str, str | None]], tuple[str, ...]]:
     """The specs workers get (model types as given; config files and folders as absolute config.json paths; Hub
-    ids as given, their config fetched into the cache now) and the row names of those whose spec is not their name.
+    ids as given, their config fetched into the cache now), the row names of those whose spec is not their name,
+    and the files of ``--configs`` that are not model configs (named, with why).
 
     Every form of torchferry.workloads.model_source is accepted; anything else is refused here, with the forms.
     """
@@ -231,8 +233,11 @@ def _sources(given: list[str], configs: str | None, cwd: Path, plugins: tuple[st
         else:
             types.append(name)
             specs.append(name)
+    skipped: list[str] = []
     if configs:
-        found += model_source.folder_sources((cwd / configs).resolve(), configs, known)
+        folder = model_source.folder_sources((cwd / configs).resolve(), configs, known)
+        found += folder.sources
+        skipped = folder.skipped
     if found and suite.name == "diffusers":
         raise UsageError(f"the diffusers suite builds its own tiny configs; configs and Hub ids are not accepted. "
                          f"Pass names of: {', '.join(suite.choices(plugins))}.")
@@ -246,7 +251,7 @@ def _sources(given: list[str], configs: str | None, cwd: Path, plugins: tuple[st
             raise UsageError(f"unknown architecture {name!r} for the {suite.name} suite"
                              + (f"; did you mean {', '.join(close)}?" if close else "")
                              + f". A model is named as {model_source.FORMS}; or register an architecture with --plugin.")
-    return tuple(dict.fromkeys(specs)), names
+    return tuple(dict.fromkeys(specs)), names, tuple(skipped)
 
 
 def baseline_path(suite: str, device: str, method: str) -> Path:

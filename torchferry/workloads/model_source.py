@@ -42,6 +42,7 @@ HUB_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]*/[\w.-]+)(?:@(?P<revision>[\w.
 OFFLINE_FLAGS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 CONFIG_FILE = "config.json"
 CONFIG_SUFFIX = "_config.json"  # a folder of configs named <org>_<name>_config.json (the vendor's sweep)
+HUB_CACHE_PREFIX = "models--"  # huggingface_hub's cache: models--<org>--<name>/snapshots/<revision>/
 # Prefixes other tools put before a Hub id (vLLM's and fsspec's hf://, the Hub's own URLs); no command reads them.
 HUB_PREFIXES = ("https://huggingface.co/", "http://huggingface.co/", "huggingface.co/", "hf://", "hf:", "huggingface:")
 
@@ -167,23 +168,84 @@ def from_config_file(file: Path, spec: str, *, name: str | None = None, model_id
                        native=data["model_type"] in types)
 
 
-def folder_sources(folder: Path, spec: str, known_types: Iterable[str] | None = None) -> list[ModelSource]:
-    """Every config of a folder (``--configs``): ``*.json`` files (a checkpoint folder's own ``config.json`` too),
-    each named by its file; ``<org>_<name>_config.json`` also gives the model id ``org/name`` (the first underscore
-    splits them, as the vendor's fetcher joins them)."""
+@dataclass(frozen=True)
+class Folder:
+    """What ``--configs DIR`` holds: one source per model found, and every JSON file passed over, with why."""
+
+    sources: list[ModelSource]
+    skipped: list[str]  # "path (why)", relative to the folder
+
+
+def folder_sources(folder: Path, spec: str, known_types: Iterable[str] | None = None) -> Folder:
+    """Every model of a folder (``--configs``), in three layouts, each model named once:
+
+    - the vendor's: ``*.json`` config files at the top, each named by its file; ``<org>_<name>_config.json``
+      also gives the model id ``org/name`` (the first underscore splits them, as the vendor's fetcher joins them);
+    - ``save_pretrained`` / checkpoint folders: a sub-folder holding a ``config.json``, one level down, named by
+      the sub-folder;
+    - the Hub cache: ``models--org--name/snapshots/<revision>/config.json`` (the revision ``refs/main`` names,
+      else the newest), named and identified ``org/name``.
+
+    A JSON file that is not a model config (no ``model_type`` at its top: ``generation_config.json``,
+    ``tokenizer_config.json``, an index or adapter file) is skipped and named in ``Folder.skipped``, never
+    taken for one."""
     if not folder.is_dir():
-        raise UsageError(f"--configs {spec!r} is not a folder. Pass a folder of config.json files.")
-    files = sorted(p for p in folder.iterdir() if p.suffix == ".json" and p.is_file())
-    if not files:
-        raise UsageError(f"--configs {spec!r} holds no *.json config. Pass a folder of transformers config files.")
+        raise UsageError(f"--configs {spec!r} is not a folder. Pass a folder of config.json files or of model folders.")
     types = set(known_types) if known_types is not None else _transformers_types()
-    out = []
-    for file in files:
-        stem = file.name[: -len(CONFIG_SUFFIX)] if file.name.endswith(CONFIG_SUFFIX) else file.stem
-        org, sep, rest = stem.partition("_")
-        model_id = f"{org}/{rest}" if sep and org and rest and file.name.endswith(CONFIG_SUFFIX) else None
-        out.append(from_config_file(file, str(file), name=stem, model_id=model_id, known_types=types))
-    return out
+    sources: list[ModelSource] = []
+    skipped: list[str] = []
+
+    def take(file: Path, name: str, model_id: str | None) -> None:
+        why = _not_a_model_config(file)
+        if why:
+            skipped.append(f"{file.relative_to(folder)} ({why})")
+        else:
+            taken = any(s.name == name for s in sources)  # gpt2/ beside gpt2.json: the second is named by its path
+            sources.append(from_config_file(file, str(file), name=str(file.relative_to(folder)) if taken else name,
+                                            model_id=model_id, known_types=types))
+
+    for entry in sorted(folder.iterdir()):
+        if entry.is_file() and entry.suffix == ".json":
+            stem = entry.name[: -len(CONFIG_SUFFIX)] if entry.name.endswith(CONFIG_SUFFIX) else entry.stem
+            org, sep, rest = stem.partition("_")
+            take(entry, stem, f"{org}/{rest}" if sep and org and rest and entry.name.endswith(CONFIG_SUFFIX) else None)
+        elif entry.is_dir() and entry.name.startswith(HUB_CACHE_PREFIX):
+            snapshot = _hub_snapshot(entry)
+            repo = entry.name[len(HUB_CACHE_PREFIX):].replace("--", "/", 1)
+            if snapshot is None:
+                skipped.append(f"{entry.name}/ (no snapshots/<revision>/{CONFIG_FILE})")
+            else:
+                take(snapshot / CONFIG_FILE, repo, repo)
+        elif entry.is_dir() and (entry / CONFIG_FILE).is_file():
+            take(entry / CONFIG_FILE, entry.name, None)
+    if not sources:
+        raise UsageError(f"--configs {spec!r} holds no model config: looked for *.json files with a model_type at its top, "
+                         f"sub-folders holding a {CONFIG_FILE} (save_pretrained folders) and Hub cache folders "
+                         f"(models--org--name/snapshots/<revision>/{CONFIG_FILE})"
+                         + (f"; skipped {', '.join(skipped)}" if skipped else "") + ". Pass a folder of model configs.")
+    return Folder(sources, skipped)
+
+
+def _not_a_model_config(file: Path) -> str | None:
+    """Why ``file`` is no model config (a JSON object naming its ``model_type``), or None when it is one."""
+    try:
+        data = json.loads(file.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"cannot be read: {getattr(exc, 'strerror', None) or exc}"
+    except json.JSONDecodeError as exc:
+        return f"not JSON: {exc}"
+    return None if isinstance(data, dict) and isinstance(data.get("model_type"), str) else "no model_type: not a model config"
+
+
+def _hub_snapshot(repo_folder: Path) -> Path | None:
+    """The snapshot of a Hub cache folder whose config a sweep reads: ``refs/main``'s, else the newest with one."""
+    main = repo_folder / "refs" / "main"
+    if main.is_file():
+        named = repo_folder / "snapshots" / main.read_text().strip()
+        if (named / CONFIG_FILE).is_file():
+            return named
+    found = [p.parent for p in (repo_folder / "snapshots").glob(f"*/{CONFIG_FILE}")]
+    return max(found, key=lambda p: p.stat().st_mtime) if found else None
 
 
 def fetch_config(repo: str, revision: str | None, environ: Mapping[str, str]) -> Path:
