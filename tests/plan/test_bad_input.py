@@ -15,7 +15,7 @@ from torchferry.status import ExitStatus
 @pytest.fixture
 def no_trace(monkeypatch):
     """Fail the test if a bad input got as far as tracing."""
-    import torchferry.plan.trace as trace
+    import torchferry.workloads.footprint.trace as trace
 
     def refuse(*args, **kwargs):
         raise AssertionError("bad input reached the tracer")

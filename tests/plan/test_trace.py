@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from torchferry.plan.layout import make_layout
-from torchferry.plan.trace import trace_step
+from torchferry.workloads.footprint.trace import trace_step
 from torchferry.plan.workload import resolve
 
 MiB = 2**20

@@ -21,7 +21,7 @@ from torchferry.harness import bounds, options
 from torchferry.status import ExitStatus
 
 if TYPE_CHECKING:
-    from torchferry.plan.workload import ModelSpec
+    from torchferry.workloads.footprint.model import ModelSpec
     from torchferry.report.plan import Layout, Peaks, PlanReport
 
 
@@ -116,7 +116,7 @@ def _plan(args: argparse.Namespace, env: Environment, model: ModelSpec, capacity
     """Trace each candidate, bound it, validate it if asked; write the reports (also of what was traced
     when a later candidate fails)."""
     from torchferry.plan.roofline import reference_bounds, target_bounds
-    from torchferry.plan.trace import trace_step
+    from torchferry.workloads.footprint.trace import trace_step
     from torchferry.report.meta import new_meta
     from torchferry.report.plan import FORMAT, FORMAT_VERSION, LayoutResult, PlanReport, rank
     from torchferry.report.plan_render import REPORTERS, render_text

@@ -10,18 +10,12 @@ from __future__ import annotations
 
 from torchferry.errors import UsageError
 from torchferry.report.plan import Layout
+from torchferry.workloads.footprint.parallelize import PRECISIONS
 
 CHECKPOINTING = {
     "off": "every activation a backward needs is kept",
     "on": "each transformer block is recomputed in the backward (only its input is kept)",
     "selective": "inside each block, matmul and attention outputs are kept, everything else is recomputed",
-}
-# name -> (storage dtype of weights, gradients and optimizer state; FSDP2 param_dtype; FSDP2 reduce_dtype; meaning)
-PRECISIONS = {
-    "bf16-mixed": ("float32", "bfloat16", "float32",
-                   "bf16 compute; fp32 master weights, gradients, optimizer state and gradient reduction"),
-    "bf16": ("bfloat16", None, None, "bf16 everywhere: weights, gradients, optimizer state and reduction"),
-    "fp32": ("float32", None, None, "fp32 everywhere"),
 }
 OPTIMIZERS = {"adamw": "AdamW (two fp32-or-storage-dtype moments per weight)", "sgd": "SGD with momentum (one buffer per weight)"}
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from torchferry.errors import UsageError
 from torchferry.harness.prices import UTILISATIONS
-from torchferry.plan.layout import PRECISIONS
+from torchferry.workloads.footprint.parallelize import PRECISIONS
 from torchferry.report.plan import Bounds, Layout, Peaks, StepTrace
 
 

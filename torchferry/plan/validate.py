@@ -1,7 +1,7 @@
 """The plan's predicted peak per rank against the peak measured on the built-in device.
 
 One process per rank (as torchrun starts them), the `neuron` process group, the same model and
-the same layout (torchferry.plan.parallelize) as the plan traced. Each rank takes one step to
+the same layout (torchferry.workloads.footprint.parallelize) as the plan traced. Each rank takes one step to
 create its optimizer state, resets the device's peak statistics, takes a second step and reports
 ``max_memory_allocated``: the steady-state peak the plan predicts.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from torchferry.errors import UsageError
 from torchferry.harness import launch
-from torchferry.plan.workload import ModelSpec
+from torchferry.workloads.footprint.model import ModelSpec
 from torchferry.report.plan import Layout, Validation
 
 MAX_RANKS = 8  # each rank is a process on this machine
@@ -31,8 +31,8 @@ def _rank(rank: int, world: int, port: int, model: dict, layout: dict, out: str)
     import torch
     import torch.distributed as dist
 
-    from torchferry.plan.parallelize import apply_layout, device_mesh, make_optimizer
-    from torchferry.plan.workload import batch_and_loss, build
+    from torchferry.workloads.footprint.model import batch_and_loss, build
+    from torchferry.workloads.footprint.parallelize import apply_layout, device_mesh, make_optimizer
 
     device_type = torchferry.device.DEVICE_NAME
     accelerator = torch.get_device_module(device_type)

@@ -1,7 +1,8 @@
 """A layout applied to a model: tensor parallelism, activation checkpointing, FSDP2, the optimizer.
 
-The plan's tracer and the validation workers both call these functions, so the model whose peak
-is predicted on FakeTensor and the one whose peak is measured on the device are built the same way.
+The tracer (torchferry.workloads.footprint.trace) and `ferry plan --validate`'s workers both call these
+functions, so the model whose peak is predicted on FakeTensor and the one whose peak is measured on the
+device are built the same way.
 """
 
 from __future__ import annotations
@@ -10,7 +11,15 @@ from functools import partial
 from typing import Any
 
 from torchferry.errors import UsageError
-from torchferry.plan.layout import PRECISIONS, Layout
+from torchferry.report.plan import Layout
+
+# name -> (storage dtype of weights, gradients and optimizer state; FSDP2 param_dtype; FSDP2 reduce_dtype; meaning)
+PRECISIONS = {
+    "bf16-mixed": ("float32", "bfloat16", "float32",
+                   "bf16 compute; fp32 master weights, gradients, optimizer state and gradient reduction"),
+    "bf16": ("bfloat16", None, None, "bf16 everywhere: weights, gradients, optimizer state and reduction"),
+    "fp32": ("float32", None, None, "fp32 everywhere"),
+}
 
 # Megatron-style split of a Llama block: q/k/v and gate/up by output features, o/down by input features,
 # so each block needs one all-reduce in the forward after attention and one after the MLP.

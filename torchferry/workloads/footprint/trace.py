@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from torchferry.errors import UsageError
-from torchferry.plan.workload import ModelSpec
+from torchferry.workloads.footprint.model import ModelSpec
 from torchferry.report.plan import CATEGORIES, Layout, StepTrace
 
 # FSDPMemTracker's reference types -> the plan's categories. All-gather and reduce-scatter buffers
@@ -80,9 +80,9 @@ def trace_step(model: ModelSpec, layout: Layout) -> StepTrace:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
-    from torchferry.plan.counting import step_counter
-    from torchferry.plan.parallelize import apply_layout, device_mesh, make_optimizer
-    from torchferry.plan.workload import batch_and_loss, build
+    from torchferry.workloads.footprint.counting import step_counter
+    from torchferry.workloads.footprint.model import batch_and_loss, build
+    from torchferry.workloads.footprint.parallelize import apply_layout, device_mesh, make_optimizer
 
     started = time.monotonic()
     with fake_world(layout.world):
