@@ -12,17 +12,6 @@ from planrun import run_plan, write_config
 from torchferry.status import ExitStatus
 
 
-@pytest.fixture
-def no_trace(monkeypatch):
-    """Fail the test if a bad input got as far as tracing."""
-    import torchferry.workloads.footprint.trace as trace
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("bad input reached the tracer")
-
-    monkeypatch.setattr(trace, "trace_step", refuse)
-
-
 @pytest.mark.parametrize("args, expected", [
     (["--size", "13b"], ["--size '13b'", "1b, 8b, 70b"]),
     (["-w", "does-not-exist.json"], ["does-not-exist.json", "cannot be read"]),

@@ -77,11 +77,13 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     from torchferry.plan.roofline import compute_dtype, peaks
     from torchferry.plan.workload import resolve
     from torchferry.report.core import ensure_writable
+    from torchferry.workloads.footprint.trace import check_traceable
 
     started = time.monotonic()
     options.apply_defaults(args, "plan")
     options.check_values(args, "plan")
     model = resolve(args.size, args.workload, args.trust_remote_code)
+    check_traceable(model)
     table = load_prices(args.prices)
     instance = args.target_instance or table.get("devices", {}).get("neuron")
     if instance not in table["instances"]:
@@ -116,7 +118,7 @@ def _plan(args: argparse.Namespace, env: Environment, model: ModelSpec, capacity
     """Trace each candidate, bound it, validate it if asked; write the reports (also of what was traced
     when a later candidate fails)."""
     from torchferry.plan.roofline import reference_bounds, target_bounds
-    from torchferry.workloads.footprint.trace import trace_step
+    from torchferry.workloads.footprint.trace import expectation, trace_step
     from torchferry.report.meta import new_meta
     from torchferry.report.plan import FORMAT, FORMAT_VERSION, LayoutResult, PlanReport, rank
     from torchferry.report.plan_render import REPORTERS, render_text
@@ -127,8 +129,9 @@ def _plan(args: argparse.Namespace, env: Environment, model: ModelSpec, capacity
     results = []
     try:
         for layout in candidates:
-            progress(f"ferry plan: tracing {model.name}, {layout.label} on {layout.world} fake ranks ...")
-            trace = trace_step(model, layout)
+            progress(f"ferry plan: tracing {model.name}, {layout.label} on {layout.world} fake ranks "
+                     f"({expectation(model)}) ...")
+            trace = trace_step(model, layout, say=lambda text: progress(f"ferry plan: {text}"))
             results.append(LayoutResult(layout=layout, trace=trace, capacity_bytes=capacity["bytes"],
                                         bounds=target_bounds(trace, layout, target),
                                         reference=reference_bounds(trace, layout, reference) if reference else None))

@@ -3,6 +3,7 @@ meta device so that no weight is ever allocated, and one micro-batch with its lo
 
 `ferry plan` traces it at full size (torchferry.workloads.footprint.trace); the size check of every
 command that builds a named model (torchferry.workloads.footprint.fit) traces it at the command's own batch.
+``check_sizes`` refuses a config whose sizes cannot describe a model, before anything is built.
 """
 
 from __future__ import annotations
@@ -11,8 +12,15 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
+from torchferry.errors import UsageError
+
 SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
               "vocab_size", "tie_word_embeddings")
+# A model's sizes, by transformers' standard names (a config class's attribute_map gives its own: GPT-2's n_embd):
+# each must be a whole number of at least 1 where the config gives one, or the build fails deep in a layer's
+# constructor (a negative width) or builds a model without blocks (0 layers).
+SIZE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+             "vocab_size", "head_dim")
 
 
 @dataclass(frozen=True)
@@ -33,6 +41,29 @@ class ModelSpec:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "name": self.name, "source": self.source, "shape": self.shape(), "spec": self.spec}
+
+    def sizes(self) -> dict[str, Any]:
+        """The config's sizes under their standard names (``SIZE_KEYS``), its text model's for a multimodal one."""
+        from transformers import CONFIG_MAPPING
+
+        config = self.config.get("text_config") if isinstance(self.config.get("text_config"), dict) else self.config
+        model_type = config.get("model_type", self.config.get("model_type"))
+        aliases = getattr(CONFIG_MAPPING[model_type], "attribute_map", {}) if model_type in CONFIG_MAPPING else {}
+        return {key: config[aliases.get(key, key)] for key in SIZE_KEYS
+                if config.get(aliases.get(key, key)) is not None}
+
+    def check_sizes(self) -> None:
+        """Refuse a config whose sizes cannot describe a model (0 layers, a negative width), naming the value."""
+        for key, value in self.sizes().items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                what = "a model has at least one layer" if key == "num_hidden_layers" else "a size is a whole number of at least 1"
+                raise UsageError(f"config {self.source!r}: {key} is {value!r}; {what}. Fix the config (its published "
+                                 "values), or name a model whose config is (a model type such as llama, a Hub id).")
+
+    @property
+    def layers(self) -> int | None:
+        """The config's number of blocks (``num_hidden_layers``), None when it gives none (a user workload)."""
+        return self.sizes().get("num_hidden_layers") if self.kind != "workload" else None
 
 
 def build(model: ModelSpec, options: dict, device: str = "meta") -> tuple[Any, Any]:
