@@ -80,6 +80,7 @@ class CheckConfig(Record):
         from torchferry.harness import devices
         from torchferry.harness.prices import instance_for, load_prices
         from torchferry.report.core import ensure_writable
+        from torchferry.workloads.footprint.fit import fit_named_model
 
         gave = options.given(args, "check")
         args = options.apply_defaults(argparse.Namespace(**vars(args)), "check")
@@ -97,6 +98,8 @@ class CheckConfig(Record):
             dtype = source.dtype
         for name in (args.ref, target):
             devices.check_usable(name)
+        if isinstance(source, WorkloadSource):  # a model by name is sized before anything builds it: exit 6 if too big
+            source = fit_named_model(source, target, size=args.size if "size" in gave else None)
         prices = str((cwd / args.prices).resolve()) if args.prices else None
         table = load_prices(prices)
         output = (cwd / args.output).resolve()

@@ -8,7 +8,6 @@ layers, attention and key-value heads, MLP width, vocabulary, tied embeddings), 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -55,14 +54,8 @@ def resolve(size: str | None, workload: str | None, trust_remote_code: bool = Fa
 
 def _from_model_source(spec: str, trust_remote_code: bool) -> ModelSpec:
     from torchferry.workloads import model_source
+    from torchferry.workloads.protocol import PYTHON_FILE
 
-    source = model_source.resolve(spec, Path.cwd())
+    source = model_source.resolve(spec, Path.cwd(), python_file=PYTHON_FILE)  # -w takes what ferry check -w takes
     source.refuse_untrusted(trust_remote_code)
-    if source.kind == "model-type":
-        from transformers import CONFIG_MAPPING
-
-        data = {**CONFIG_MAPPING[source.model_type]().to_dict(), "model_type": source.model_type}
-        return ModelSpec(kind="config", name=f"{source.model_type} (transformers' default config)", source=spec, config=data)
-    data = json.loads(Path(source.config_path).read_text())
-    return ModelSpec(kind="config", name=source.hub_id or data.get("_name_or_path") or f"{source.model_type} ({source.name})",
-                     source=source.config_path, config=data, remote_code=source.needs_remote_code())
+    return ModelSpec.of_source(source)

@@ -18,13 +18,16 @@ BATCH, SEQ = 2, 32  # defaults of --batch-size and --seq-len for a named model (
 
 
 def build(model_source: dict, trust_remote_code: bool = False, weights: bool = False, batch_size: int = BATCH,
-          seq_len: int = SEQ, mode: str = "training") -> dict:
-    """The workload protocol dict: ``model`` and ``batch(device, seed)`` (torchferry.workloads.protocol)."""
+          seq_len: int = SEQ, mode: str = "training", overrides: dict | None = None) -> dict:
+    """The workload protocol dict: ``model`` and ``batch(device, seed)`` (torchferry.workloads.protocol).
+    ``overrides`` (config keys) shrink it to a size the user asked for (torchferry.workloads.footprint.fit)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     source = ModelSource.from_dict(model_source)
     cfg = load_config(source, trust_remote_code=trust_remote_code)
+    for key, value in (overrides or {}).items():
+        setattr(cfg, key, value)
     extra = {"trust_remote_code": True} if trust_remote_code else {}
     if weights:  # a Hub id, or a checkpoint folder (protocol.resolve_source refused anything else up front)
         where = source.hub_id if source.kind == "hub" else str(Path(source.config_path).parent)

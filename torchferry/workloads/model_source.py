@@ -1,5 +1,5 @@
 """One way to name a Hugging Face model, for every command: `check`'s ``-w``, `coverage`'s
-architectures and ``--configs``, `plan`'s ``--config``.
+architectures and ``--configs``, `plan`'s ``-w``.
 
 A model spec is one of (``FORMS``):
 

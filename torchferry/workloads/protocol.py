@@ -40,7 +40,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchferry.errors import FerryError, MissingDependencyError, UsageError, WorkloadError
+from torchferry.errors import (
+    DeviceOutOfMemoryError,
+    FerryError,
+    MissingDependencyError,
+    UsageError,
+    WorkloadError,
+    kind_of,
+)
 from torchferry.workloads import BUILTIN
 
 OPTION_NAMES = ("size", "batch_size", "seq_len", "mode")
@@ -221,9 +228,20 @@ def load_workload(spec: str, options: dict, source: dict | None = None) -> Workl
     except (UsageError, MissingDependencyError):
         raise
     except Exception as exc:
+        if _out_of_memory(exc):  # the host's memory, not the workload's code: exit 6 with the fix, no traceback
+            raise DeviceOutOfMemoryError(
+                f"workload {spec!r}: building its model ran out of this host's memory ({type(exc).__name__}: "
+                f"{str(exc).splitlines()[0][:200] if str(exc) else 'no message'}). Build a smaller model (--size, "
+                "--batch-size, a smaller config), or size the full-scale job without building it with ferry plan.") from exc
         raise WorkloadError(f"workload {spec!r}: build() raised {type(exc).__name__}: {exc}", traceback.format_exc()) from exc
     source = {**source, "options": kwargs}
     return _normalise(spec, built, source)
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """A failed allocation: what ``kind_of`` calls out-of-memory, or the CPU allocator's RuntimeError (DefaultCPUAllocator:
+    can't allocate memory)."""
+    return kind_of(exc) == DeviceOutOfMemoryError.slug or "can't allocate memory" in str(exc)
 
 
 def _normalise(spec: str, built: Any, source: dict) -> Workload:

@@ -8,11 +8,14 @@ command that builds a named model (torchferry.workloads.footprint.fit) traces it
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from torchferry.errors import UsageError
+from torchferry.workloads.model_source import ModelSource
 
 SHAPE_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
               "vocab_size", "tie_word_embeddings")
@@ -41,6 +44,22 @@ class ModelSpec:
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "name": self.name, "source": self.source, "shape": self.shape(), "spec": self.spec}
+
+    @classmethod
+    def of_source(cls, source: ModelSource, overrides: dict[str, Any] | None = None) -> ModelSpec:
+        """A named model (torchferry.workloads.model_source) as the trace builds it: a model type's default
+        config, or the config file as published; ``overrides`` (the config's own keys) change its sizes."""
+        if source.kind == "model-type":
+            from transformers import CONFIG_MAPPING
+
+            data = {**CONFIG_MAPPING[source.model_type]().to_dict(), "model_type": source.model_type}
+            name, where = f"{source.model_type} (transformers' default config)", source.spec
+        else:
+            data = json.loads(Path(source.config_path).read_text())
+            name = source.hub_id or data.get("_name_or_path") or f"{source.model_type} ({source.name})"
+            where = source.config_path
+        return cls(kind="config", name=name, source=where, config={**data, **(overrides or {})},
+                   remote_code=source.needs_remote_code())
 
     def sizes(self) -> dict[str, Any]:
         """The config's sizes under their standard names (``SIZE_KEYS``), its text model's for a multimodal one."""

@@ -12,6 +12,7 @@ peak is the one of every step after the first.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -159,7 +160,9 @@ def trace_step(model: ModelSpec, layout: Layout, say: Callable[[str], None] | No
 
     started = time.monotonic()
     progress = Progress(say or (lambda text: None), predicted_seconds(model.layers) if model.layers else None)
-    with fake_world(layout.world), progress:
+    with fake_world(layout.world), progress, warnings.catch_warnings():
+        # ModTracker's doubt about FSDP2's re-entrant hooks (PyTorch's own warning, once per block): not the user's
+        warnings.filterwarnings("ignore", message="The module hierarchy tracking maybe be messed up")
         mesh = device_mesh("cpu", layout)
         module, loaded = build(model, {"batch_size": layout.micro_batch, "seq_len": layout.seq_len})
         progress.phase = "sharding the parameters (FSDP2)"
