@@ -10,7 +10,8 @@ RUNS_CORRECTLY = (Category.PASS, Category.FAIL_FALLBACK)
 
 def run_case(suite: str, arch: str, modes: list[str], method: str = "torchferry", spec: str | None = None,
              case_out: list | None = None) -> dict:
-    """Every mode of one architecture, as a worker process runs them: {mode: row} (the Case into ``case_out``)."""
+    """Every mode of one architecture, as a worker process runs them: {mode: the row's JSON, as its parent reads it}
+    (the Case into ``case_out``)."""
     from torchferry.coverage.job import CoverageJob
     from torchferry.coverage.worker import Case, row_of
     from torchferry.harness.worker import run_case as run
@@ -25,7 +26,7 @@ def run_case(suite: str, arch: str, modes: list[str], method: str = "torchferry"
         rows = {}
         for mode in modes:
             case.start_row(mode)
-            rows[mode] = row_of(run(case.run), case.row)
+            rows[mode] = row_of(run(case.run), case.row).to_dict()
     if case_out is not None:
         case_out.append(case)
     return rows

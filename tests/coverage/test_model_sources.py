@@ -66,7 +66,7 @@ def test_a_row_over_this_hosts_memory_is_host_limited_and_not_counted(tmp_path):
                       modes=("train",), target="neuron", ref="cpu", seed=1, threads=1, memory_gib=1)
     case = Case(job)
     built = run(lambda: (case.setup(), case.build()))
-    row = Row.from_dict(row_of(built, {**case.row, "mode": "train"}))
+    row = row_of(built, {**case.row, "mode": "train"})
     assert row.category == Category.HOST_LIMIT
     # the size rule follows the dtype: bfloat16 parameters at 2 bytes, 6 copies, over 1 GiB
     assert "in bfloat16" in row.reason and "--memory-gb 1" in row.reason and "this host's limit" in row.reason

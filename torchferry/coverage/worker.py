@@ -52,7 +52,7 @@ from torchferry.harness.protocol import T0_ENV
 from torchferry.harness.window import Window, dynamo_graphs
 from torchferry.harness.worker import Channel, Outcome, run_case
 from torchferry.report.comparison import Comparison, ComparisonStatus, describe
-from torchferry.report.coverage import Category
+from torchferry.report.coverage import Category, Row
 
 SGD_LR = 1e-2  # train: the optimizer steps' learning rate
 REF_WORK = {Mode.FORWARD: "a forward", Mode.GENERATE: "greedy generation", Mode.TRAIN: "a training step"}  # a skip's words
@@ -399,8 +399,9 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(max(1, int(threads)))
 
 
-def row_of(outcome: Outcome, base: dict) -> dict:
-    """The row of one mode's outcome: its own row, or its failure as a category (never a traceback to parse)."""
+def row_of(outcome: Outcome, base: dict) -> Row:
+    """The typed row of one mode's outcome: its own row, or its failure as a category (never a traceback to parse).
+    A field a row does not have fails here, in the worker that measured it, not in the parent that reads it."""
     if outcome.ok:
         row = outcome.value
     elif isinstance(outcome.exception, Skip):
@@ -417,7 +418,7 @@ def row_of(outcome: Outcome, base: dict) -> dict:
     else:
         row = {**base, "category": Category.ERROR, "reason": error_signature(outcome.exception),
                "traceback": outcome.traceback[-4000:]}
-    return {**row, "case_s": round(outcome.seconds, 3)}
+    return Row(**{**row, "case_s": round(outcome.seconds, 3)})
 
 
 def list_archs(plugins: list[str]) -> list[str]:
@@ -466,14 +467,13 @@ def run_job(channel: Channel, job: CoverageJob, start_s: float) -> None:
     if not built.ok:  # the architecture cannot run at all: every mode gets the same row
         for mode in job.modes:
             base = {**case.row, "mode": mode} if case else job.base(mode)
-            channel.send("row", row=row_of(built, {**base, "phases": phases}))
+            channel.send("row", row=row_of(built, {**base, "phases": phases}).to_dict())
         return
     channel.send("ready")  # the parent's per-mode clock starts here, after imports and the build
     for i, mode in enumerate(job.modes):
         case.start_row(mode)
         row = row_of(run_case(case.run), case.row)
-        row["phases"] = {**(phases if i == 0 else {}), **case.phases()}
-        channel.send("row", row=row)
+        channel.send("row", row=replace(row, phases={**(phases if i == 0 else {}), **case.phases()}).to_dict())
 
 
 def _load(path: str) -> CoverageJob:

@@ -128,15 +128,21 @@ class Row:
         """The row across suites (the store's and a merge's key)."""
         return case_key(self.suite, self.arch, self.mode)
 
+    def to_dict(self) -> dict:
+        """The row as JSON data: what a worker sends its parent and a store line holds."""
+        return {**dataclasses.asdict(self), "category": str(self.category),
+                "baseline": str(self.baseline) if self.baseline is not None else None}
+
     @classmethod
     def from_dict(cls, data: dict) -> Row:
-        """A row from a worker's event or a store line; unknown keys (from older stores) are dropped."""
+        """A row from a worker's event or a store line. A key a row does not have is refused by name (a worker or a
+        store of another torchferry, or a bug of the sender's), as a category or mark that is none of the valid ones."""
         names = {f.name for f in dataclasses.fields(cls)}
-        known = {k: v for k, v in data.items() if k in names}
-        known["category"] = Category(known["category"])
-        if known.get("baseline") is not None:
-            known["baseline"] = Mark(known["baseline"])
-        return cls(**known)
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise TypeError(f"unknown coverage row fields: {', '.join(unknown)} (fields: {', '.join(sorted(names))})")
+        return cls(**{**data, "category": Category(data["category"]),
+                      "baseline": Mark(data["baseline"]) if data.get("baseline") is not None else None})
 
 
 @dataclass
