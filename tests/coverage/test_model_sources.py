@@ -74,7 +74,9 @@ def test_a_row_over_this_hosts_memory_is_host_limited_and_not_counted(tmp_path):
     mode = summary["suites"]["causal-lm"]["modes"]["train"]
     assert (mode["pass"], mode["measured"], mode["host_limited"]) == (1, 1, ["big"])
     headline = results.headline(summary, "neuron", None, {})
-    assert headline[0].startswith("1 of 1 causal-lm architectures pass") and "1 host-limited" in headline[0]
+    assert headline[0] == ("causal-lm on neuron (eager), train: 1 of 1 architectures run to completion on the device "
+                           "(1 work as they are; 0 only with predicted host fallbacks), 0 fail on the device; no verdict: "
+                           "1 host-limited, 0 skipped")
 
 
 def test_the_vendor_method_keeps_the_configs_dtype_dropout_and_attention(tmp_path):

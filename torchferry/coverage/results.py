@@ -11,7 +11,20 @@ from collections import Counter
 from typing import Any
 
 from torchferry.harness.window import short_path
-from torchferry.report.coverage import BASELINE_VERSION, CATEGORIES, DEFAULT_SUITE, UNMEASURED, Category, Mark, Row
+from torchferry.report.coverage import (
+    BASELINE_VERSION,
+    CATEGORIES,
+    DEFAULT_SUITE,
+    OUTCOME_OF,
+    OUTCOME_ORDER,
+    UNMEASURED,
+    Category,
+    Mark,
+    Outcome,
+    Row,
+)
+
+TOP_OPS = 3  # host-fallback ops the headline names for each count
 
 __all__ = ["CATEGORIES", "Category", "baseline_from", "blocking_breaks", "blocking_ops", "compare_baseline", "error_signature",
            "expected_rows", "headline", "ordered", "short_path", "suites_of", "summarise"]
@@ -50,6 +63,7 @@ def _suite_summary(rows: list[Row], modes: list[str]) -> dict:
         predicted = [r for r in measured if r.op_calls is not None]
         compiled = [r for r in measured if r.fullgraph is not None]
         by_mode[mode] = {
+            **_outcomes({r.arch: OUTCOME_OF[r.category] for r in mine}, mine),
             "pass": sum(r.category == Category.PASS for r in measured), "measured": len(measured), "rows": len(mine),
             "excluded": sorted(r.arch for r in mine if r.category == Category.SKIPPED),
             "host_limited": sorted(r.arch for r in mine if r.category == Category.HOST_LIMIT),
@@ -62,9 +76,11 @@ def _suite_summary(rows: list[Row], modes: list[str]) -> dict:
         archs.setdefault(r.arch, {})[r.mode] = r.category
     complete = {a: c for a, c in archs.items() if all(m in c for m in modes)}
     measured_all = {a: c for a, c in complete.items() if not set(c.values()) & set(UNMEASURED)}
+    worst = {a: min((OUTCOME_OF[c] for c in cats.values()), key=OUTCOME_ORDER.index) for a, cats in complete.items()}
     return {
         "modes": by_mode,
         "all_modes": {
+            **_outcomes(worst, [r for r in rows if r.arch in complete]),
             "pass": sum(all(v == Category.PASS for v in c.values()) for c in measured_all.values()),
             "measured": len(measured_all), "architectures": len(archs), "complete": len(complete),
             "excluded": sorted(a for a, c in complete.items() if Category.SKIPPED in c.values()),
@@ -72,6 +88,14 @@ def _suite_summary(rows: list[Row], modes: list[str]) -> dict:
                                    if Category.HOST_LIMIT in c.values() and Category.SKIPPED not in c.values()),
         },
     }
+
+
+def _outcomes(by_arch: dict[str, Outcome], rows: list[Row]) -> dict:
+    """Architectures per outcome, and the host-fallback ops of those that work only with them, ranked."""
+    fallbacks = [r for r in rows if by_arch.get(r.arch) == Outcome.HOST_FALLBACKS]
+    return {"outcomes": {str(o): sum(v == o for v in by_arch.values()) for o in reversed(OUTCOME_ORDER)},
+            "host_fallback_ops": [{"op": e["name"], "architectures": e["architectures"]}
+                                  for e in blocking_ops(fallbacks)[:TOP_OPS]]}
 
 
 def _ranked(found: dict[str, dict]) -> list[dict]:
@@ -141,28 +165,37 @@ def time_by_phase(rows: list[Row]) -> dict[str, float] | None:
 
 
 def headline(summary: dict, device: str, compiled: str | None, versions: dict) -> list[str]:
-    """"N of M SUITE architectures pass on DEVICE (mode)", one line per suite and mode, then all
-    modes, exclusions and versions."""
+    """What a migration decides, first: per suite, for all modes and then each mode, how many architectures work,
+    work only with predicted host fallbacks (the top ops named), fail on the device, are host-limited or skipped;
+    then the versions."""
     how = f"compile={compiled}" if compiled else "eager"
     lines = []
     for suite, ss in summary["suites"].items():
-        present = {m: s for m, s in ss["modes"].items() if s["rows"]}
-        for mode, s in present.items():
-            share = f" ({100 * s['pass'] / s['measured']:.0f}%)" if s["measured"] else ""
-            lines.append(f"{s['pass']} of {s['measured']} {suite} architectures pass on {device} ({mode}, {how}){share}; "
-                         f"{len(s['excluded'])} excluded (skipped)" + _host_limited(s))
-        a = ss["all_modes"]
+        present = [m for m, s in ss["modes"].items() if s["rows"]]
         if len(present) > 1:
-            share = f" ({100 * a['pass'] / a['measured']:.0f}%)" if a["measured"] else ""
-            lines.append(f"{a['pass']} of {a['measured']} {suite} architectures pass on {device} (all modes: "
-                         f"{', '.join(present)}; {how}){share}; {len(a['excluded'])} excluded" + _host_limited(a))
+            a = ss["all_modes"]
+            lines.append(_decision(f"{suite} on {device} ({how}), all modes ({', '.join(present)})", a))
+        for mode in present:
+            s = ss["modes"][mode]
+            lines.append(_decision(f"{suite} on {device} ({how}), {mode}", s))
     lines.append("versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()))
     return lines
 
 
-def _host_limited(counts: dict) -> str:
-    n = len(counts.get("host_limited", ()))
-    return f"; {n} host-limited (this host's memory or time ran out: no verdict on the device)" if n else ""
+def _decision(what: str, counts: dict) -> str:
+    """``WHAT: R of M architectures run to completion on the device (A work, B only with predicted host fallbacks:
+    top ops), F fail on the device; no verdict: H host-limited, S skipped``."""
+    n = {Outcome(k): v for k, v in counts["outcomes"].items()}
+    runs = n[Outcome.WORKS] + n[Outcome.HOST_FALLBACKS] + n[Outcome.RECOMPILES]
+    measured = runs + n[Outcome.FAILS]
+    terms = [f"{n[Outcome.WORKS]} work as they are", f"{n[Outcome.HOST_FALLBACKS]} only with predicted host fallbacks"
+             + (": " + ", ".join(f"{e['op']} in {e['architectures']}" for e in counts["host_fallback_ops"])
+                if n[Outcome.HOST_FALLBACKS] else "")]
+    if n[Outcome.RECOMPILES]:
+        terms.append(f"{n[Outcome.RECOMPILES]} compiling a graph per input shape")
+    return (f"{what}: {runs} of {measured} architectures run to completion on the device ({'; '.join(terms)}), "
+            f"{n[Outcome.FAILS]} fail on the device; no verdict: {n[Outcome.HOST_LIMITED]} host-limited, "
+            f"{n[Outcome.SKIPPED]} skipped")
 
 
 def expected_rows(baseline: dict) -> dict[str, str]:

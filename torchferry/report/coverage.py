@@ -21,6 +21,12 @@ in docs/coverage.md) on every incompatible change. Baseline files have their own
   memory; rows carry ``dtype``; per-mode summaries have ``host_limited``; ``config.method_settings``
   (the method's settings and the file they were taken from).
   Added since, compatibly: a row's ``known_issues`` (null where not predicted).
+- 5: rows carry ``phases``; ``summary.time``; ``config.reuse_workers``.
+- 6: the headline leads with what a migration decides, per suite for all modes and per mode: how many
+  architectures work, work only with predicted host fallbacks (the top ops named), recompile (``--compile``),
+  fail on the device, are host-limited or skipped; each mode's and ``all_modes``' summary has ``outcomes``
+  (those counts) and ``host_fallback_ops`` (the top ops of its host-fallback rows); ``config.skipped_configs``
+  (``--configs`` files that are not model configs).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from enum import StrEnum
 
 from torchferry.report.meta import Failure, Meta
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 FORMAT = "torchferry.coverage"
 DEFAULT_SUITE = "causal-lm"  # rows of stores and baselines that name no suite
 BASELINE_VERSION = 2  # 2: rows keyed suite/arch/mode, cost_s per suite/arch (1: arch/mode, causal-lm only)
@@ -51,6 +57,27 @@ class Category(StrEnum):
 
 # categories that say nothing about the target: the pass rate's denominator leaves them out
 UNMEASURED = (Category.HOST_LIMIT, Category.SKIPPED)
+
+
+class Outcome(StrEnum):
+    """What a migration decides from a row: whether the model runs on the device, and on what terms. The vendor's
+    own sweep counts a case as working when it does not raise; the categories say on what terms it works."""
+
+    WORKS = "works"  # pass: correct, no predicted host fallback
+    HOST_FALLBACKS = "host_fallbacks"  # correct, with ops the device profile predicts run on the host
+    RECOMPILES = "recompiles"  # --compile: correct, with a graph compiled per input signature
+    FAILS = "fails"  # wrong results, an error, the target's own memory, or the backend's compile
+    HOST_LIMITED = "host_limited"  # this host's memory or time: no verdict on the device
+    SKIPPED = "skipped"  # not the device's fault (the config, the reference): no verdict either
+
+
+OUTCOME_OF = {Category.PASS: Outcome.WORKS, Category.FAIL_FALLBACK: Outcome.HOST_FALLBACKS,
+              Category.FAIL_RECOMPILE: Outcome.RECOMPILES, Category.FAIL_PARITY: Outcome.FAILS,
+              Category.FAIL_COMPILE: Outcome.FAILS, Category.ERROR: Outcome.FAILS, Category.OOM: Outcome.FAILS,
+              Category.HOST_LIMIT: Outcome.HOST_LIMITED, Category.SKIPPED: Outcome.SKIPPED}
+# an architecture's outcome over its modes is its worst mode's, in this order
+OUTCOME_ORDER = (Outcome.SKIPPED, Outcome.HOST_LIMITED, Outcome.FAILS, Outcome.RECOMPILES, Outcome.HOST_FALLBACKS,
+                 Outcome.WORKS)
 
 
 CATEGORIES = tuple(Category)
