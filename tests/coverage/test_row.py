@@ -1,5 +1,5 @@
-"""A coverage row is typed on both sides of the worker boundary, as the job is: the worker builds a ``Row``, the parent
-rebuilds it from its JSON, and a field a row does not have is refused by name on either side."""
+"""A coverage row is typed on both sides of the worker boundary (a torchferry.records record): the worker builds a
+``Row``, the parent rebuilds it from its JSON, and a field a row does not have is refused by name on either side."""
 
 import json
 
@@ -8,6 +8,7 @@ import pytest
 from torchferry.coverage import store
 from torchferry.coverage.job import CoverageJob
 from torchferry.harness.worker import Outcome
+from torchferry.records import RecordError
 from torchferry.report.coverage import Category, Mark, Row
 
 JOB = CoverageJob(arch="llama", spec="llama", modes=("forward",), ref="cpu", target="neuron", seed=3)
@@ -25,7 +26,7 @@ def test_a_row_survives_the_trip_from_worker_to_parent():
 
 
 def test_the_parent_refuses_a_field_a_row_does_not_have_by_name():
-    with pytest.raises(TypeError, match=r"unknown coverage row fields: fallbacks, timing \(fields: "):
+    with pytest.raises(RecordError, match=r"unknown Row fields: fallbacks, timing \(fields: arch, mode, category, "):
         Row.from_dict({**_row().to_dict(), "fallbacks": {}, "timing": 1.0})
 
 
@@ -41,7 +42,7 @@ def test_the_worker_builds_the_typed_row_and_fails_on_a_field_it_does_not_have()
     row = row_of(done, JOB.base("forward"))
     assert isinstance(row, Row) and (row.category, row.case_s) == (Category.PASS, 0.25)
     typo = Outcome(value={**JOB.base("forward"), "category": Category.PASS, "reason": "", "chekcs": 1})
-    with pytest.raises(TypeError, match="chekcs"):
+    with pytest.raises(TypeError, match="chekcs"):  # the dataclass's own refusal, in the worker
         row_of(typo, JOB.base("forward"))
 
 
@@ -52,4 +53,4 @@ def test_a_store_line_with_an_unknown_field_is_named_as_corrupt(tmp_path):
     found = store.read(path)
     assert list(found.rows) == [JOB.case("forward")]
     (number, why), = found.corrupt
-    assert number == 3 and why.startswith("TypeError: unknown coverage row fields: extra (fields: arch, baseline, ")
+    assert number == 3 and why.startswith("RecordError: unknown Row fields: extra (fields: arch, mode, category, ")

@@ -31,10 +31,10 @@ in docs/coverage.md) on every incompatible change. Baseline files have their own
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from torchferry.records import Record
 from torchferry.report.meta import Failure, Meta
 
 FORMAT_VERSION = 6
@@ -98,9 +98,11 @@ def case_key(suite: str, arch: str, mode: str) -> str:
 
 
 @dataclass(frozen=True)
-class Row:
+class Row(Record):
     """One case: an architecture in one mode on the target, judged against the reference. Frozen: a figure the
-    parent adds (its clock, the log, the baseline's mark) makes a new row (``dataclasses.replace``)."""
+    parent adds (its clock, the log, the baseline's mark) makes a new row (``dataclasses.replace``). It crosses from
+    the worker that measured it to the parent, and into the store, as a record (torchferry.records): an unknown
+    field, category or mark is refused by name."""
 
     arch: str
     mode: str
@@ -154,22 +156,6 @@ class Row:
     def case(self) -> str:
         """The row across suites (the store's and a merge's key)."""
         return case_key(self.suite, self.arch, self.mode)
-
-    def to_dict(self) -> dict:
-        """The row as JSON data: what a worker sends its parent and a store line holds."""
-        return {**dataclasses.asdict(self), "category": str(self.category),
-                "baseline": str(self.baseline) if self.baseline is not None else None}
-
-    @classmethod
-    def from_dict(cls, data: dict) -> Row:
-        """A row from a worker's event or a store line. A key a row does not have is refused by name (a worker or a
-        store of another torchferry, or a bug of the sender's), as a category or mark that is none of the valid ones."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise TypeError(f"unknown coverage row fields: {', '.join(unknown)} (fields: {', '.join(sorted(names))})")
-        return cls(**{**data, "category": Category(data["category"]),
-                      "baseline": Mark(data["baseline"]) if data.get("baseline") is not None else None})
 
 
 @dataclass
