@@ -5,6 +5,7 @@ allocation filed as the workload's error minutes later), and shrunk only when a 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from ferryrun import ferry
@@ -31,8 +32,31 @@ def refused(*argv: str) -> tuple[int, str, str]:
     return code, stderr.splitlines()[0], stderr
 
 
-def test_a_model_over_the_devices_capacity_is_refused_with_both_numbers_before_any_worker(small, monkeypatch):
-    monkeypatch.setenv("TORCHFERRY_DEVICE_MEMORY", "32MiB")
+@pytest.fixture
+def device_of_32_mib(monkeypatch):
+    """The target's capacity as a process that has not registered the built-in device reads it (the CLI's), whatever
+    an earlier test of this process registered."""
+    capacity = fit.Capacity(32 * 2**20, True, "TORCHFERRY_DEVICE_MEMORY=32MiB")
+    monkeypatch.setattr(fit, "target_capacity", lambda name: capacity)
+    return capacity
+
+
+def test_the_built_in_devices_capacity_is_its_profiles_or_the_variable_without_registering_it(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("from torchferry.workloads.footprint.fit import target_capacity; import torch; c = target_capacity('neuron');"
+            "print(c.bytes, c.host_memory, c.source, torch._C._get_privateuse1_backend_name())")
+    def capacity(**environ) -> str:
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**{k: v for k, v in os.environ.items() if k != "TORCHFERRY_DEVICE"}, **environ})
+        return run.stdout.strip()
+
+    assert capacity() == f"{24 * 2**30} True the device profile trn2's memory_bytes privateuseone"
+    assert capacity(TORCHFERRY_DEVICE_MEMORY="32MiB") == f"{32 * 2**20} True TORCHFERRY_DEVICE_MEMORY=32MiB privateuseone"
+
+
+def test_a_model_over_the_devices_capacity_is_refused_with_both_numbers_before_any_worker(small, device_of_32_mib):
     code, line, _ = refused("-w", "small.json", "--target", "neuron")
     assert code == ExitStatus.OUT_OF_MEMORY and not (small / "out" / "work").exists()
     assert line.startswith("ferry check: model 'small.json' does not fit, so nothing was built: a training step needs "
@@ -64,7 +88,7 @@ def test_a_size_asked_for_shrinks_the_named_model_and_the_workers_build_that(sma
     from torchferry.workloads.protocol import load_workload
 
     run = make_config(small, "-w", "small.json").workload
-    monkeypatch.setenv("TORCHFERRY_DEVICE_MEMORY", "32MiB")  # the model as named does not fit; its tiny size does
+    monkeypatch.setattr(fit, "target_capacity", lambda name: fit.Capacity(32 * 2**20, True, "test"))  # named: too big
     with pytest.raises(DeviceOutOfMemoryError):
         fit.fit_named_model(run, "neuron")
     shrunk = fit.fit_named_model(run, "neuron", size="tiny")

@@ -23,16 +23,17 @@ def first_line(argv: list[str], out) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("spec", ["train.py", "missing.py"])
-def test_a_python_file_given_as_the_workload_names_both_ways_to_check_it(here, spec):
-    code, line = first_line(["check", "-w", spec], here)
+@pytest.mark.parametrize("command", ["check", "plan"])  # plan's -w takes what check's -w takes
+def test_a_python_file_given_as_the_workload_names_both_ways_to_check_it(here, spec, command):
+    code, line = first_line([command, "-w", spec], here)
     assert code == ExitStatus.USAGE
-    assert line.startswith(f"ferry check: '{spec}' is a Python file, not a model:")
+    assert line.startswith(f"ferry {command}: '{spec}' is a Python file, not a model:")
     assert f"'{spec}:build'" in line and f"`ferry check -- python {spec}`" in line
 
 
 @pytest.mark.parametrize("spec", ["hf:acme/tiny", "hf://acme/tiny", "HF:acme/tiny", "https://huggingface.co/acme/tiny",
                                   "huggingface.co/acme/tiny/tree/main"])
-@pytest.mark.parametrize("command", [["check", "-w"], ["plan", "--config"], ["coverage"]])
+@pytest.mark.parametrize("command", [["check", "-w"], ["plan", "-w"], ["coverage"]])
 def test_a_hub_id_behind_a_prefix_is_refused_up_front_saying_to_drop_it(here, command, spec):
     code, line = first_line([*command, spec], here)
     prefix = spec[: spec.index("acme/")]
@@ -49,14 +50,11 @@ def test_a_module_form_whose_function_is_no_name_is_refused(here):
                            "function.")
 
 
-@pytest.mark.parametrize("command, fix", [
-    (["plan", "--config"], "a workload's build() function is planned with -w train.py:build."),
-    (["coverage"], "a custom architecture's file is given with --plugin train.py"),
-])
-def test_a_python_file_given_as_a_model_says_what_the_command_takes(here, command, fix):
-    code, line = first_line([*command, "train.py"], here)
+def test_a_python_file_given_as_an_architecture_points_at_plugin(here):
+    code, line = first_line(["coverage", "train.py"], here)
     assert code == ExitStatus.USAGE
-    assert line.startswith(f"ferry {command[0]}: 'train.py' is a Python file, not a model: ") and fix in line
+    assert line.startswith("ferry coverage: 'train.py' is a Python file, not a model: ")
+    assert "a custom architecture's file is given with --plugin train.py" in line
 
 
 def test_a_build_function_in_a_file_is_still_a_workload(here):
