@@ -147,6 +147,8 @@ def test_the_cross_suite_table_and_the_break_ranking_count_fullgraph():
                          headline=results.headline(summary, "neuron", "neuron", {}))
     text = coverage_render.render_text(doc)
     assert "seq2seq    forward   0% (0/1)         0% (0/1)         0% (0/1)" in text
-    assert "graph breaks blocking the most architectures" in text and "1 of 2 causal-lm architectures" in text
+    assert "graph breaks blocking the most architectures" in text
+    assert ("causal-lm on neuron (compile=neuron), forward: 2 of 2 architectures run to completion on the device (1 work "
+            "as they are; 0 only with predicted host fallbacks; 1 compiling a graph per input shape)") in text
     html = coverage_render.render_html(doc)
     assert 'id="suites"' in html and "Graph breaks blocking the most architectures" in html
