@@ -61,7 +61,7 @@ def test_a_model_over_the_devices_capacity_is_refused_with_both_numbers_before_a
     assert code == ExitStatus.OUT_OF_MEMORY and not (small / "out" / "work").exists()
     assert line.startswith("ferry check: model 'small.json' does not fit, so nothing was built: a training step needs "
                            "75 MiB on each neuron device, over its 32 MiB (TORCHFERRY_DEVICE_MEMORY=32MiB)")
-    assert ("--size tiny, small or base shrinks this one to a built-in size" in line
+    assert ("a smaller config of this architecture, or a built-in workload at a size (-w llama --size small)" in line
             and "`ferry plan -w small.json`" in line)
 
 
