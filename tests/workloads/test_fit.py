@@ -61,7 +61,7 @@ def test_a_model_over_the_devices_capacity_is_refused_with_both_numbers_before_a
     assert code == ExitStatus.OUT_OF_MEMORY and not (small / "out" / "work").exists()
     assert line.startswith("ferry check: model 'small.json' does not fit, so nothing was built: a training step needs "
                            "75 MiB on each neuron device, over its 32 MiB (TORCHFERRY_DEVICE_MEMORY=32MiB)")
-    assert ("a smaller config of this architecture, or a built-in workload at a size (-w llama --size small)" in line
+    assert ("--size tiny, small or base shrinks this one to a built-in size" in line
             and "`ferry plan -w small.json`" in line)
 
 
@@ -96,6 +96,8 @@ def test_a_size_asked_for_shrinks_the_named_model_and_the_workers_build_that(sma
                                                     "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 256}
     model = load_workload(shrunk.spec, shrunk.workload_options(), shrunk.resolved).model
     assert (type(model).__name__, model.config.hidden_size, model.config.num_hidden_layers) == ("LlamaForCausalLM", 64, 2)
+    # the flag reaches it: `ferry check -w small.json --size tiny` builds the shrunk model, its architecture kept
+    assert make_config(small, "-w", "small.json", "--size", "tiny").workload.resolved == shrunk.resolved
 
 
 @pytest.mark.parametrize("mode, what", [("forward", "its weights"), ("generate", "its weights"), ("train", "a training step")])

@@ -107,8 +107,9 @@ OPTIONS: tuple[Option, ...] = (
            {"check": BUILT}, metavar="MODE", defaults={"check": "train"},
            refusal="an unchanged script is checked as it trains. Drop --mode, or check the model with -w "
                    "path/to/file.py:build --mode MODE"),
-    Option(("--size",), "the size of the built-in model: tiny, small, base for `ferry check`; a Llama shape at full size "
-           "(8b, 70b, ...) for `ferry plan` (default there: 8b)", "workload", {"check": (WORKLOAD,), "plan": ()},
+    Option(("--size",), "the size of the model: tiny, small, base for `ferry check` (a built-in workload's size; a model "
+           "by name shrunk to it, its architecture kept); a Llama shape at full size (8b, 70b, ...) for `ferry plan` "
+           "(default there: 8b)", "workload", {"check": BUILT, "plan": ()},
            metavar="SIZE", defaults={"check": "tiny"},
            refusal="--size picks a built-in model's size; " + SCRIPT_BUILDS_ITS_OWN),
     Option(("--batch-size",), "the global batch of one step (all ranks together)", "workload",

@@ -200,7 +200,7 @@ def fit_named_model(run: R, target: str, size: str | None = None) -> R:
         parts = ", ".join(f"{k} {amount(v)}" for k, v in need.breakdown.items() if v >= 2**20)
         raise DeviceOutOfMemoryError(
             f"model {spec!r} does not fit, so nothing was built: {'; and '.join(over)}. Estimate: ferry plan's trace of "
-            f"{need.what} in float32 ({parts}). Check a smaller model: a smaller config of this architecture, or a "
-            f"built-in workload at a size (-w llama --size small); size the full-scale job without building it with "
-            f"`ferry plan -w {spec}`.")
+            f"{need.what} in float32 ({parts}). Check a smaller model: --size tiny, small or base shrinks this one to "
+            f"a built-in size (its architecture kept), or name a smaller config; size the full-scale job without "
+            f"building it with `ferry plan -w {spec}`.")
     return run
