@@ -40,6 +40,31 @@ def test_seq2seq_generates_greedily_from_the_encoder_input():
     assert row["checks"] >= 1 and row["cache"]
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("golden_differs", [False, True])
+def test_generate_judges_tokens_by_the_one_rule_a_mismatch_fails_unless_float64_disagrees_too(monkeypatch,
+                                                                                                golden_differs):
+    """The harness's token rule (harness.parity.compare_tokens), as `ferry check` applies it: the target's last token
+    changed fails the row, unless the float64 run also picks another token than the reference (a near tie)."""
+    from torchferry.coverage.worker import Case
+
+    def last_token_changed(method):
+        def run(self, case):
+            capture = method(self, case)
+            if capture is not None:
+                capture.outputs[0].sequences[0, -1] += 1
+            return capture
+        return run
+
+    monkeypatch.setattr(Case, "on_target", last_token_changed(Case.on_target))
+    if golden_differs:
+        monkeypatch.setattr(Case, "golden", last_token_changed(Case.golden))
+    row = run_case("causal-lm", "gpt2", ["generate"])["generate"]
+    last = len(row["tokens"]["ref"][0]) - 1
+    assert row["tokens"]["first_mismatch"] == last and row["tokens"]["near_tie"] is golden_differs
+    assert (row["category"] in RUNS_CORRECTLY) is golden_differs, row["reason"]
+
+
 def test_suites_declare_their_architectures_and_modes():
     from torchferry.harness.modes import Mode
 

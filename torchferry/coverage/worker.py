@@ -48,6 +48,7 @@ from torchferry.errors import DeviceOutOfMemoryError
 from torchferry.harness import case as on_device
 from torchferry.harness.case import ModelCase, RunCapture, StepPlan, is_host_oom, is_oom
 from torchferry.harness.modes import Mode
+from torchferry.harness.parity import Tolerance, compare, compare_tokens
 from torchferry.harness.protocol import T0_ENV
 from torchferry.harness.window import Window, dynamo_graphs
 from torchferry.harness.worker import Channel, Outcome, run_case
@@ -285,14 +286,10 @@ class Case:
         scores_g = torch.stack(out_g.scores) if out_g is not None else None
         comps = [self._compare("step logits", scores_r, scores_t, scores_g if scores_g is not None and
                                out_g.sequences.shape == tok_r.shape and torch.equal(out_g.sequences, tok_r) else None)]
-        if tok_r.shape != tok_t.shape or not torch.equal(tok_r, tok_t):
-            first = int((tok_r != tok_t).flatten().nonzero()[0]) if tok_r.shape == tok_t.shape else 0
-            ambiguous = out_g is not None and not torch.equal(out_g.sequences, tok_r)
-            # when the fp64 golden also disagrees with the reference, the argmax is a near-tie: not the device's fault
-            comps.append(Comparison("generated tokens", ambiguous,
-                                    ComparisonStatus.PASS if ambiguous else ComparisonStatus.FAIL_ACCURACY))
-            self.row["tokens"] = {"ref": tok_r.tolist(), "target": tok_t.tolist(), "first_mismatch": first,
-                                  "near_tie": ambiguous}
+        tokens, details = compare_tokens(tok_r, tok_t, out_g.sequences if out_g is not None else None)
+        if not details["match"]:  # equal tokens add nothing the step logits don't already say
+            comps.append(tokens)
+            self.row["tokens"] = {key: details[key] for key in ("ref", "target", "first_mismatch", "near_tie")}
         return comps, 1
 
     def train(self) -> tuple[list, int]:
@@ -311,17 +308,14 @@ class Case:
         return comps, 1
 
     def _compare(self, name: str, ref: Any, target: Any, golden: Any | None) -> Any:
-        from torchferry.harness import parity
-        from torchferry.harness.parity import Tolerance
-
         dtype = self.row.get("dtype") or "float32"
         tolerance = Tolerance.resolve(Mode(self.mode), "float32" if dtype in ("float32", "float64") else "bfloat16",
                                       self.job.tol)
         # both sides judged in one dtype (a float32 result of a 16-bit model stays itself); the rule streams them
         if ref.dtype != target.dtype:
             ref, target = ref.float(), target.float()
-        return parity.compare(name, ref.detach(), target.detach(), golden.detach() if golden is not None else None,
-                              tolerance.tol, low_precision=tolerance.low_precision)
+        return compare(name, ref.detach(), target.detach(), golden.detach() if golden is not None else None,
+                       tolerance.tol, low_precision=tolerance.low_precision)
 
     # -- the row -----------------------------------------------------------------------
     def run(self) -> dict:
