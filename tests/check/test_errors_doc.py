@@ -25,3 +25,17 @@ def test_kind_of_maps_every_failure_to_a_slug():
 def test_a_message_gets_the_command_prefix_once():
     assert errors.message("scan", errors.UsageError("ferry scan: no such file")) == "ferry scan: no such file"
     assert errors.message("check", errors.UsageError("bad")) == "ferry check: bad"
+
+
+def test_every_test_the_hostile_input_table_names_exists():
+    """A renamed or deleted test leaves the table pointing at nothing; each `tests/...py::name` must be defined."""
+    root = DOC.parents[2]
+    missing = []
+    for cell in re.findall(r"^\|[^\n]*\| (`tests/[^\n]*?) \|$", DOC.read_text(), flags=re.M):
+        path = None
+        for ref in re.findall(r"`([^`]+)`", cell):
+            file, _, name = ref.partition("::")
+            path = root / file if file else path  # `::name` continues the file named before it
+            if not path.is_file() or (name and f"def {name}(" not in path.read_text()):
+                missing.append(ref)
+    assert not missing
