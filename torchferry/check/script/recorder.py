@@ -157,7 +157,8 @@ class ScriptRecorder:
         self.rehearsal: Any = None  # check/rehearsal.py's Recorder, on a device that emulates another
         self.tracer: Any = None  # check/convergence.py's ModuleTracer, until the first backward
         self.optimizers = 0  # optimizers the script made: without one, a step is a backward call
-        self.step_inputs: dict[str, list[int]] = {}  # the shapes each model was last called with
+        self.step_inputs: dict[str, list[int]] = {}  # the shapes each model was first called with in the step
+        self._arm_input_watch: Callable[[], None] = lambda: None  # watches them again for the next step
         self.traced: Any = None  # the same, after it (it names the parameters)
 
     # installation -------------------------------------------------------------------------------
@@ -320,29 +321,48 @@ class ScriptRecorder:
         self._count_flops(r.backwards)
         if self.rehearsal is not None:
             self.rehearsal.step(dict(self.step_inputs))
+            self._arm_input_watch()
         if self.stop_after is not None and r.backwards >= self.stop_after:
             self.finish(f"--steps {self.stop_after} (backward calls: the script makes no optimizer)")
             raise SystemExit(0)
 
     def _watch_inputs(self, tracer: Any) -> None:
-        """From the first backward on, the shapes of what each model is called with, per step (the rehearsal names
-        a batch shape that changes; the first step's come from the trace)."""
+        """On a rehearsed device, from the first backward on, the shapes each model is first called with in a step (the
+        rehearsal names a batch shape that changes; the first step's come from the trace)."""
+        if self.rehearsal is None:  # nothing else reads them
+            return
+        from torch.nn.modules.module import register_module_forward_pre_hook
+
         from torchferry.check.convergence import input_shapes
 
         names = tracer.names()
-        self.step_inputs = {f"{names[id(root)]} input {k}": v for root in tracer.roots()
+        # the models, not a loss module called beside them (fed their outputs; watching it would keep the hook on
+        # through the whole forward)
+        models = [root for root in tracer.roots() if next(root.parameters(), None) is not None]
+        self.step_inputs = {f"{names[id(root)]} input {k}": v for root in models
                             for k, v in tracer.inputs.get(id(root), {}).items()}
-
-        roots = {id(root) for root in tracer.roots()}
+        roots = {id(root) for root in models}
+        unseen: set[int] = set()
+        hook: Any = None
 
         def pre_hook(module: Any, inputs: Any) -> None:
-            if id(module) in roots:
+            nonlocal hook
+            if id(module) in unseen:
                 self.step_inputs.update({f"{names[id(module)]} input {k}": v for k, v in input_shapes(inputs).items()})
+                unseen.discard(id(module))
+                if not unseen:  # every model seen: the rest of the step takes PyTorch's hook-free path (measured
+                    hook.remove()  # bench/script_overhead.py: a global hook on every call cost 0.4-0.6 ms a step)
+                    hook = None
 
-        # a global hook, kept on no module of the user's: a model pickled whole (torch.save(model)) stays as it was
-        from torch.nn.modules.module import register_module_forward_pre_hook
+        def arm() -> None:
+            """Before each step: a global hook, kept on no module of the user's (a model pickled whole by
+            torch.save(model) stays as it was)."""
+            nonlocal hook
+            unseen.update(roots)
+            if hook is None:
+                hook = register_module_forward_pre_hook(pre_hook)
 
-        register_module_forward_pre_hook(pre_hook)
+        self._arm_input_watch = arm
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         import torch
@@ -374,6 +394,7 @@ class ScriptRecorder:
             if r.steps == 1:  # steps counted per backward call so far (no optimizer had stepped): step 1 starts anew
                 self.rehearsal.restart_steps()
             self.rehearsal.step(dict(self.step_inputs))
+            self._arm_input_watch()
             self.rehearsal.record.steps_per_iteration = len(self.stepped)
         if self.stop_after is not None and r.steps >= self.stop_after:
             self.finish(f"--steps {self.stop_after}")
