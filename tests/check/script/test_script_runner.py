@@ -237,10 +237,15 @@ def test_plain_loop_rehearsal_counts_the_scripts_own_steps(plain_loop):
 @pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
 def test_steps_stops_the_script_after_n_optimizer_steps(tmp_path):
     code, out, err, report = check(tmp_path, "python", str(EXAMPLES / "train_loop.py"), "--steps", "50",
-                                   "--seq-len", "8", "--out", str(tmp_path / "out"), options=("--steps", "2"))
+                                   "--seq-len", "8", "--out", str(tmp_path / "out"), options=("--steps", "3"))
     assert code == 0, out + err
-    assert report["script"]["stopped"] == "--steps 2" and report["script"]["optimizer_steps"] == 2
-    assert len(report["parity"]["loss_curve"]["target"]) == 2
+    assert report["script"]["stopped"] == "--steps 3" and report["script"]["optimizer_steps"] == 3
+    assert len(report["parity"]["loss_curve"]["target"]) == 3
+    # the FLOPs run counts its second step and stops there, whatever --steps says
+    flops_line = [line for line in (tmp_path / "rep" / "work" / "ferry.log").read_text().splitlines()
+                  if line.startswith("flops ") and "exit status" in line]
+    assert len(flops_line) == 1 and "; 2 optimizer steps" in flops_line[0], flops_line
+    assert report["timing"]["ref"]["flops_per_step"] > 0
     assert "no checkpoint holds the target's final parameters" in " ".join(report["exit"]["notes"]) or \
         report["exit"]["status"] == "not-run"
 

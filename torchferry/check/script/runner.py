@@ -288,10 +288,10 @@ class ScriptPipeline:
             env[HOST_DRAWS_ENV] = "1"  # a real accelerator: its random draws come from the host's stream
         if role == "noise":
             env[NOISE_ENV] = "1"
-        if role == self.counts_flops:
-            env[FLOPS_ENV], env[STEPS_ENV] = "1", str(FLOPS_STEPS)
         if self.source.steps_limit:
             env[STEPS_ENV] = str(self.source.steps_limit)
+        if role == self.counts_flops:  # its own limit, whatever --steps says: it stops once the FLOPs are counted
+            env[FLOPS_ENV], env[STEPS_ENV] = "1", str(FLOPS_STEPS)
         return env
 
     def run_one(self, role: str, device: str, phase: bool = True) -> ChildRun:
