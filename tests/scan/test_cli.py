@@ -1,5 +1,6 @@
 """`ferry scan` exit codes and argument handling, driven in-process through `torchferry.cli.main`."""
 
+import json
 import re
 
 import pytest
@@ -32,6 +33,20 @@ def test_scan_is_a_registered_command():
 ])
 def test_exit_status_follows_fail_on(files, ferry, name, fail_on, status):
     assert ferry("scan", str(files / name), "--fail-on", fail_on).exit_status == status
+
+
+def test_select_runs_only_the_named_rules_and_refuses_an_unknown_id(files, ferry, tmp_path):
+    both = tmp_path / "both.py"
+    both.write_text("import torch\nx = t.cuda()\ntorch.cuda.synchronize()\n")
+    everything = ferry("scan", str(both), "--format", "json")
+    selected = ferry("scan", str(both), "--format", "json", "--select", "tf001")
+    every_id = {f["rule_id"] for f in json.loads(everything.stdout)["findings"]}
+    assert len(every_id) >= 2 and "TF001" in every_id  # the file trips more rules than the one selected
+    report = json.loads(selected.stdout)
+    assert {f["rule_id"] for f in report["findings"]} == {"TF001"} and [r["id"] for r in report["rules"]] == ["TF001"]
+    refused = ferry("scan", str(both), "--select", "TF001,TF999")
+    assert refused.exit_status == ExitStatus.USAGE and "TF999 names no rule" in refused.stderr
+    assert "TF028" in refused.stderr  # the valid ids are listed
 
 
 def test_clean_code_reports_no_findings(files, ferry):

@@ -127,8 +127,8 @@ def estimate(timing: TimingResult, cfg: CostInputs, table: dict) -> CostResult:
         "measured cost: the steady-state median throughput on this machine, assumed delivered per accelerator by the "
         "priced instance and scaled linearly across its accelerators (data parallel); when the device here is other "
         "hardware than the priced instance (another GPU), it shows the method, not a forecast",
-        "FLOPs from torch.utils.flop_counter.FlopCounterMode over one step on the reference (matmul/conv-class ops: "
-        "elementwise work and the optimizer are not counted, so the roofline bound is a lower bound)",
+        "FLOPs of one step on the reference by PyTorch's formulas (torch.utils.flop_counter; matmul/conv/attention-class "
+        "ops: elementwise work and the optimizer are not counted, so the roofline bound is a lower bound)",
         f"projection: the target's step at {', '.join(f'{u:.0%}' for u in UTILISATIONS)} of its peak; the roofline "
         "bound is compute only (FLOPs / peak), memory traffic and communication are not modelled",
     ]

@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--include-generated", action="store_true",
                         help="scan generated files too (a leading comment says '@generated', 'DO NOT EDIT', "
                              "'automatically generated' ...); by default they are reported as skipped")
+    parser.add_argument("--select", type=_rule_ids, default=None, metavar="IDS",
+                        help="run only these rules, by id, comma-separated (e.g. --select TF001,TF002); the report "
+                             "lists only them (default: every rule; `docs/scan.md` lists the ids)")
     parser.add_argument("--fail-on", choices=FAIL_ON, default="error",
                         help="exit with status 3 when open findings of this severity or worse remain "
                              "(default: error; 'never' = only usage errors fail)")
@@ -65,6 +68,20 @@ def _jobs(value: str) -> int:
     if jobs < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a number of jobs; give a whole number >= 1 (e.g. --jobs 2)")
     return jobs
+
+
+def _rule_ids(value: str) -> tuple[str, ...]:
+    """The ids --select names, each checked against the rules (their table is read only here: it is light)."""
+    from torchferry.scan.rules import RULES
+
+    known = [rule.id for rule in RULES]
+    ids = tuple(dict.fromkeys(part.strip().upper() for part in value.split(",") if part.strip()))
+    unknown = [i for i in ids if i not in known]
+    if not ids or unknown:
+        raise argparse.ArgumentTypeError(
+            f"{', '.join(unknown) if unknown else repr(value)} names no rule; give rule ids separated by commas, "
+            f"from {', '.join(known)} (e.g. --select TF001,TF002)")
+    return ids
 
 
 def _megabytes(value: str) -> float:
@@ -129,9 +146,10 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     else:
         max_bytes = round(args.max_file_size * 1e6) or None
     limits = Limits(max_bytes=max_bytes, include_generated=args.include_generated)
-    results = scan_files(files, RULES, fix=args.fix or args.diff, write=write, limits=limits,
+    rules = tuple(r for r in RULES if args.select is None or r.id in args.select)
+    results = scan_files(files, rules, fix=args.fix or args.diff, write=write, limits=limits,
                          jobs=args.jobs or default_jobs())
-    result = ScanResult(results, rules=tuple(RULES), fixes_applied=args.fix)
+    result = ScanResult(results, rules=rules, fixes_applied=args.fix)
     if args.diff:
         diff = "".join(r.diff for r in results)
         env.out(diff.rstrip("\n") if diff else "ferry scan: no safe rewrites.")

@@ -72,6 +72,37 @@ def test_steps_stops_cleanly_after_n_optimizer_steps(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_the_reference_counts_its_second_steps_flops_without_changing_a_number(tmp_path):
+    # Linear(4, 1) on 8 rows: the forward's addmm 2*8*4*1 = 64 FLOPs, the weight's gradient (mm) 64; x needs no grad
+    code, [r] = run_script(tmp_path / "linear", TRAIN.format(steps=3), env={rec.FLOPS_ENV: "1"})
+    assert code == 0 and r["flops_per_step"] == 128 and r["counted_step"] == 2
+    attention = """
+torch.manual_seed(0)
+model = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(4, 8, 16)
+for step in range(3):
+    opt.zero_grad()
+    model(x).square().mean().backward()
+    opt.step()
+"""
+    _, [plain] = run_script(tmp_path / "plain", attention)
+    _, [counted] = run_script(tmp_path / "counted", attention, env={rec.FLOPS_ENV: "1"})
+    assert plain["flops_per_step"] is None and counted["flops_per_step"] > 0
+    # counted, step 2 ran every op as called: the same losses and final parameters bit for bit
+    assert counted["losses"] == plain["losses"] and counted["parameters"] == plain["parameters"]
+
+
+@pytest.mark.timeout(300)
+def test_flops_are_not_counted_in_a_compiled_script_nor_one_stopped_at_its_first_step(tmp_path):
+    compiled = TRAIN.replace("opt = ", "model = torch.compile(model, backend='eager')\nopt = ")
+    code, [r] = run_script(tmp_path / "compiled", compiled.format(steps=3), env={rec.FLOPS_ENV: "1"})
+    assert code == 0 and r["flops_per_step"] is None and "torch.compile" in r["flops_skipped"]
+    code, [r] = run_script(tmp_path / "one", TRAIN.format(steps=5), env={rec.FLOPS_ENV: "1", rec.STEPS_ENV: "1"})
+    assert code == 0 and r["flops_per_step"] is None and r["counted_step"] is None and r["steps"] == 1
+
+
+@pytest.mark.timeout(300)
 def test_checkpoints_from_torch_save_and_safetensors_are_recorded(tmp_path):
     body = TRAIN.format(steps=1) + """
 torch.save(model.state_dict(), "a.pt")

@@ -54,7 +54,7 @@ RECORD_ENV = "TORCHFERRY_RECORD"  # folder of the records; unset: the recorders 
 STEPS_ENV = "TORCHFERRY_RECORD_STEPS"  # stop after this many optimizer steps
 SEED_ENV = "TORCHFERRY_RECORD_SEED"  # seed the RNGs at start
 NOISE_ENV = "TORCHFERRY_RECORD_NOISE"  # 1: the reference's noise run (parameters moved by one ulp)
-FLOPS_ENV = "TORCHFERRY_RECORD_FLOPS"  # 1: count the second step's FLOPs (a run whose times decide nothing)
+FLOPS_ENV = "TORCHFERRY_RECORD_FLOPS"  # 1: count the second step's FLOPs (the reference run)
 HOST_DRAWS_ENV = "TORCHFERRY_RECORD_HOST_DRAWS"  # 1: draw random numbers on the host (check/streams.py)
 KEEP_ENV = "TORCHFERRY_RECORD_KEEP"  # folder where a file of the user's is copied before the script overwrites it
 STARTED_ENV = "TORCHFERRY_CHECK_STARTED"  # when the check started (time.time()): older files are the user's
@@ -140,7 +140,7 @@ class ScriptRecorder:
     def __init__(self, folder: Path, stop_after: int | None, seed: int | None, noise: bool = False,
                  count_flops: bool = False) -> None:
         self.folder, self.stop_after, self.seed, self.noise = folder, stop_after, seed, noise
-        self.flop_counter: Any = None  # PyTorch's FlopCounterMode, over the second step of a run asked to count
+        self.flop_counter: Any = None  # the step counter, over the second step of a run asked to count
         self.count_flops = count_flops
         self.t0 = float(os.environ.get(T0_ENV) or time.time())
         self.path = folder / f"record-{os.getpid()}.json"
@@ -403,19 +403,33 @@ class ScriptRecorder:
             self.write()
 
     def _count_flops(self, steps: int) -> None:
-        """Count one whole step's FLOPs with PyTorch's flop counter: the second (the first builds what it needs once),
-        from the end of the first step to the end of the second."""
+        """Count the second step's FLOPs (the first builds what it needs once), from the end of the first step to the
+        end of the second, with the step counter `ferry plan` counts with (workloads/footprint/counting.py: PyTorch's
+        formulas, each op run as called, where PyTorch's FlopCounterMode decomposes the ops it has no formula for and
+        so runs other kernels than the target would). Not in a script that compiled (under a dispatch mode its
+        compiled code would run eagerly), nor in one stopped at its first step."""
         if not self.count_flops:
             return
         if steps == 1:
-            from torch.utils.flop_counter import FlopCounterMode
+            dynamo = sys.modules.get("torch._dynamo.utils")
+            if dynamo is not None and dynamo.counters["frames"]["ok"]:
+                self.record.flops_skipped = "the script ran torch.compile'd code, which would run eagerly while counted"
+            elif self.stop_after is None or self.stop_after >= 2:
+                from torchferry.workloads.footprint.counting import step_counter
 
-            self.flop_counter = FlopCounterMode(display=False)
-            self.flop_counter.__enter__()
+                self.flop_counter = step_counter()
+                self.flop_counter.__enter__()
         elif steps == 2 and self.flop_counter is not None:
-            self.flop_counter.__exit__(None, None, None)
-            self.record.flops_per_step = float(self.flop_counter.get_total_flops())
-            self.flop_counter = None
+            self.record.flops_per_step = float(self._stop_counting())
+            self.record.counted_step = 2
+
+    def _stop_counting(self) -> int:
+        """Leave the step counter (at the second step's end, or at the end of a run that made no second step)."""
+        counter, self.flop_counter = self.flop_counter, None
+        if counter is None:
+            return 0
+        counter.__exit__(None, None, None)
+        return counter.flops
 
     @contextlib.contextmanager
     def _excluded(self) -> Iterator[None]:
@@ -490,6 +504,8 @@ class ScriptRecorder:
         if self.ended or not self.record.trained:
             return  # written already; or a launcher, data-loader worker or helper process: no training ran here
         self.ended = True
+        with contextlib.suppress(Exception):
+            self._stop_counting()  # a run that ended before its second step: nothing counted, nothing left entered
         r = self.record
         r.stopped = stopped
         r.ended_s = time.time() - self.t0

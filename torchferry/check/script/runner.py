@@ -58,7 +58,6 @@ from torchferry.status import ExitStatus
 HARD_CODED = ("TF001", "TF002", "TF006")
 OUTPUT_ENV = "TORCHFERRY_CHECK_OUTPUT"  # each run's own folder, for a script that chooses to write its outputs there  # ferry scan's rules for code that names CUDA and fails elsewhere
 GRACE_S = 10.0  # SIGTERM -> SIGKILL
-FLOPS_STEPS = 2  # the FLOPs run: the second step is counted (the first builds what it needs once)
 STALL_FACTOR, STALL_MIN_S = 3.0, 60.0  # a run after the reference stalls after max(3 x its whole run, 60 s) without a step
 FLUSH_WAIT_S = 1.0  # after FLUSH_SIGNAL, how long the children get to write their records
 
@@ -261,9 +260,6 @@ class ScriptPipeline:
             self.stdin.write_bytes(data)
         # the same kernels (the built-in device's are the CPU's) and the same random stream on both sides
         self.exact = self.source.emulates is not None and cfg.ref == "cpu" and not cfg.device_rng
-        # FLOPs are counted in a run of their own, two steps on the reference device: under PyTorch's flop counter (a
-        # dispatch mode) composite ops decompose into others, so a counted run computes other numbers than a compared one
-        self.counts_flops = "flops"
         report.script = ScriptFacts()
 
     # -- the lifecycle's calls ---------------------------------------------------------------
@@ -290,8 +286,8 @@ class ScriptPipeline:
             env[NOISE_ENV] = "1"
         if self.source.steps_limit:
             env[STEPS_ENV] = str(self.source.steps_limit)
-        if role == self.counts_flops:  # its own limit, whatever --steps says: it stops once the FLOPs are counted
-            env[FLOPS_ENV], env[STEPS_ENV] = "1", str(FLOPS_STEPS)
+        if role == "ref":  # its second step's FLOPs, each op run as called (recorder.py's _count_flops)
+            env[FLOPS_ENV] = "1"
         return env
 
     def run_one(self, role: str, device: str, phase: bool = True) -> ChildRun:
@@ -356,21 +352,18 @@ class ScriptPipeline:
             self.exact = False
             self.note(f"{why_noise}; parity is judged within the reference's own rounding noise")
         self.target_files = self.keep_target_files(target_record)
-        # what needs no timing runs side by side: the exit reload, the reference's noise run, the FLOPs, the scan
+        # what needs no timing runs side by side: the exit reload, the reference's noise run, the scan
         self.phase = "exit, noise run and scan"
         with ThreadPoolExecutor(max_workers=4) as pool:
             exit_result = pool.submit(self.check_exit, target, target_record)
             noise = pool.submit(self.run_noise) if not self.exact else None
-            counted = pool.submit(self.run_one, self.counts_flops, cfg.ref, False)
             scanned = pool.submit(self.scan_findings) if not self.report.script.scan_findings else None
             self.report.exit = exit_result.result()
             noise_run = noise.result() if noise is not None else None
-            counted.result()
             if scanned is not None:
                 scanned.result()
         self.note(f"exit: {self.report.exit.status}")
         self.files_left(target)
-        self.record_timing()  # with the FLOPs the FLOPs run counted
         self.phase = "parity"
         self.report.parity = exact if self.exact and exact is not None else convergence.judge(
             ref.curves(), noise_run.curves() if noise_run else None, target.curves(), self.exact, cfg.tolerance, tol)
@@ -443,7 +436,8 @@ class ScriptPipeline:
             return
         out = self.workdir / "scan.json"
         subprocess.run([sys.executable, "-m", "torchferry", "scan", self.command.script, "--format", "json",
-                        "--fail-on", "never", "-o", str(out)], capture_output=True, timeout=self.cfg.timeout,
+                        "--select", ",".join(HARD_CODED), "--fail-on", "never", "-o", str(out)],
+                       capture_output=True, timeout=self.cfg.timeout,
                        check=False, env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
         if out.is_file():
             self.report.script.scan_findings = [f for f in json.loads(out.read_text())["findings"]
@@ -487,18 +481,21 @@ class ScriptPipeline:
             return timing.script_timing(run.device, run.wall_s, ends(record),
                                         record.peak_memory if record else None,
                                         (r.executed_calls, r.fallback_ops) if r is not None and r.read else None,
-                                        r.emulates if r is not None else None)
+                                        r.emulates if r is not None else None, record.counted_step if record else None)
 
         ref, target = self.runs.get("ref"), self.runs.get("target")
         record = ref.main_record() if ref else None
         self.report.timing = timing.summarise(side(ref), side(target), warmed=False,
                                               steps=len(ends(record)) or None)
-        counted = self.runs.get(self.counts_flops)
-        flops = (counted.main_record() or None) if counted else None
-        if flops is not None and flops.flops_per_step and self.report.timing.ref is not None:
-            self.report.timing.ref.flops_per_step = flops.flops_per_step
-            if self.report.timing.target is not None:
-                self.report.timing.target.flops_per_step = flops.flops_per_step
+        if record is not None and record.flops_per_step and self.report.timing.ref is not None:
+            for t in (self.report.timing.ref, self.report.timing.target):
+                if t is not None:
+                    t.flops_per_step = record.flops_per_step  # the reference's count, as on the workload path
+            self.report.timing.notes.append(
+                f"the reference's step {record.counted_step} ran under the FLOP counter (PyTorch's formulas, each op run "
+                "as called): left out of its step figures, inside its whole-run time")
+        elif record is not None and record.flops_skipped:
+            self.report.timing.notes.append(f"FLOPs not counted: {record.flops_skipped}")
         if record is not None and not record.steps and record.backwards:
             self.report.timing.step_unit = "backward calls"
             self.report.timing.notes.append("the script steps no optimizer: its steps are its backward calls")
