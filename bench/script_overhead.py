@@ -5,14 +5,20 @@ same seed and steps), on the CPU and on the built-in neuron device (where the re
 the rehearsal's counters every step). Each process times its own steps with a hook of this
 benchmark's (present in both conditions, so it cancels out): an optimizer post-step hook, or, for
 a script without an optimizer, the end of each backward call. The recorders are switched on
-exactly as `ferry check` does, by TORCHFERRY_RECORD in the child's environment. The figures: the
+exactly as `ferry check` does, by TORCHFERRY_RECORD in the child's environment. Each process runs one
+intra-op thread by default (--threads): what the recorders add is Python work per step, the same at any
+thread count, while two threads on this project's 2-vCPU machine made the same script's steady step vary
+by about 20% from one process to the next (9.4 to 13.5 ms for loop on neuron), more than the effect. The figures: the
 ratio of the medians of the steady steps (after the first quarter) over all rounds, and the ratio
 of the median host peak RSS (``ru_maxrss``) of the processes. Targets: at most +3% time and +10%
 memory (PASS/FAIL printed; NOISY when a machine this busy cannot tell), and the time the recorders add to
 a step in milliseconds (a fixed cost per step: a loss read and a gradient norm), which is what a step of a
-real model, far longer than these, pays.
+real model, far longer than these, pays. Beside it, measured inside the processes with the recorders on,
+so that a machine whose speed drifts from one process to the next cannot hide it: the time spent in the
+recorders' own per-step hooks (loss read, backward end, before and after each optimizer step) per steady
+step, as a share of that step ("own"): the direct cost, a lower bound of the A/B difference.
 
-    python bench/script_overhead.py [--steps 40] [--rounds 2] [--devices cpu,neuron] [--scripts loop,lm]
+    python bench/script_overhead.py [--steps 40] [--rounds 2] [--devices cpu,neuron] [--scripts loop,lm] [--threads 1]
 
 Needs the recorder entry point installed (`pip install --no-build-isolation -e .`).
 """
@@ -43,17 +49,33 @@ NOISY = 0.15  # the spread (IQR / median) of the steady steps above which a miss
 
 def child(out: str, script: str, steps: int, workdir: str) -> None:
     """Run a script unchanged, timing each step with a hook of its own; report the steps and the peak RSS."""
+    own = [0.0]  # seconds spent inside the recorders' per-step hooks so far
+    if os.environ.get("TORCHFERRY_RECORD"):  # wrapped before `import torch` installs them
+        from torchferry.check.script import recorder
+
+        for name in ("_loss", "_backward_done", "_before_step", "_after_step"):
+            def timed(*args, _method=getattr(recorder.ScriptRecorder, name), **kwargs):  # noqa: ANN002, ANN003, ANN202
+                start = time.perf_counter()
+                try:
+                    return _method(*args, **kwargs)
+                finally:
+                    own[0] += time.perf_counter() - start
+
+            setattr(recorder.ScriptRecorder, name, timed)
     import torch
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     ends: list[float] = []
-    register_optimizer_step_post_hook(lambda *_: ends.append(time.perf_counter()))
+    owns: list[float] = []
+    register_optimizer_step_post_hook(lambda *_: (ends.append(time.perf_counter()), owns.append(own[0])))
     backward_ends: list[float] = []
+    backward_owns: list[float] = []
     original = torch.autograd.backward
 
     def backward(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202 - a pass-through with a clock
         result = original(*args, **kwargs)
         backward_ends.append(time.perf_counter())
+        backward_owns.append(own[0])
         return result
 
     torch.autograd.backward = backward
@@ -61,13 +83,15 @@ def child(out: str, script: str, steps: int, workdir: str) -> None:
     Path(workdir).mkdir(parents=True, exist_ok=True)
     sys.argv = [str(path), *arguments(steps, workdir)]
     runpy.run_path(str(path), run_name="__main__")
-    marks = ends or backward_ends
+    marks, own_marks = (ends, owns) if ends else (backward_ends, backward_owns)
     Path(out).write_text(json.dumps({"steps": [b - a for a, b in zip(marks, marks[1:])],
+                                     "own": [b - a for a, b in zip(own_marks, own_marks[1:])],
                                      "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 
 
-def run(script: str, device: str, recorders: bool, steps: int, tmp: Path) -> dict:
+def run(script: str, device: str, recorders: bool, steps: int, tmp: Path, threads: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHFERRY_RECORD", "TORCHFERRY_DEVICE")}
+    env["OMP_NUM_THREADS"] = str(threads)
     if device != "cpu":
         env["TORCHFERRY_DEVICE"] = device
     if recorders:
@@ -81,6 +105,7 @@ def run(script: str, device: str, recorders: bool, steps: int, tmp: Path) -> dic
                  + done.stderr[-4000:])
     measured = json.loads(out.read_text())
     measured["steps"] = measured["steps"][len(measured["steps"]) // 4:]
+    measured["own"] = measured["own"][len(measured["own"]) // 4:]
     return measured
 
 
@@ -95,6 +120,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--devices", default="cpu,neuron")
     parser.add_argument("--scripts", default=",".join(SCRIPTS))
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of each process (OMP_NUM_THREADS)")
     parser.add_argument("--child")
     parser.add_argument("--script")
     parser.add_argument("--workdir")
@@ -103,27 +129,31 @@ def main() -> None:
         child(args.child, args.script, args.steps, args.workdir)
         return
     failed = False
+    print(f"intra-op threads per process: {args.threads}")
     print(f"{'script':<7}{'device':<8}{'step off':>11}{'step on':>11}{'time':>8}{'peak off':>11}{'peak on':>11}"
-          f"{'memory':>8}{'added':>9}  verdict (time <= +{TIME_TARGET:.0%}, memory <= +{MEMORY_TARGET:.0%})")
+          f"{'memory':>8}{'added':>9}{'own':>16}  verdict (time <= +{TIME_TARGET:.0%}, memory <= +{MEMORY_TARGET:.0%})")
     for script in args.scripts.split(","):
         for device in args.devices.split(","):
             times: dict[bool, list[float]] = {False: [], True: []}
+            owns: list[float] = []
             peaks: dict[bool, list[int]] = {False: [], True: []}
             with tempfile.TemporaryDirectory() as tmp:
                 for r in range(args.rounds):
                     for recorders in ((False, True) if r % 2 == 0 else (True, False)):
-                        measured = run(script, device, recorders, args.steps, Path(tmp))
+                        measured = run(script, device, recorders, args.steps, Path(tmp), args.threads)
                         times[recorders] += measured["steps"]
+                        owns += measured["own"] if recorders else []
                         peaks[recorders].append(measured["peak_kib"])
             off, on = statistics.median(times[False]), statistics.median(times[True])
             peak_off, peak_on = statistics.median(peaks[False]), statistics.median(peaks[True])
             time_over, memory_over = on / off - 1, peak_on / peak_off - 1
+            own = f"{statistics.median(owns) * 1e3:.2f}ms {statistics.median(owns) / on:+.1%}" if owns else "n/a"
             noisy = max(spread(times[False]), spread(times[True])) > NOISY
             ok = time_over <= TIME_TARGET and memory_over <= MEMORY_TARGET
             verdict = "PASS" if ok else "NOISY" if noisy and memory_over <= MEMORY_TARGET else "FAIL"
             failed |= verdict == "FAIL"
             print(f"{script:<7}{device:<8}{off * 1e3:>9.2f}ms{on * 1e3:>9.2f}ms{time_over:>+8.1%}"
-                  f"{peak_off / 1024:>9.0f}MB{peak_on / 1024:>9.0f}MB{memory_over:>+8.1%}{(on - off) * 1e3:>+7.2f}ms  {verdict} "
+                  f"{peak_off / 1024:>9.0f}MB{peak_on / 1024:>9.0f}MB{memory_over:>+8.1%}{(on - off) * 1e3:>+7.2f}ms{own:>16}  {verdict} "
                   f"({len(times[False])} + {len(times[True])} steady steps)")
     sys.exit(1 if failed else 0)
 

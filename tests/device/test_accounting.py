@@ -23,6 +23,17 @@ def test_executed_ops_are_counted_per_op(neuron):
     assert neuron.get_executed_ops() == {}
 
 
+def test_the_executed_op_count_is_the_sum_of_the_per_op_table(neuron):
+    torch.neuron.clear_op_tracking()
+    assert torchferry.device.executed_op_count() == 0
+    x = torch.ones(4, 4, device="neuron")
+    (x @ x + 1).relu().sum()
+    table = torch.neuron.get_executed_ops()
+    assert sum(table.values()) >= 4 and torchferry.device.executed_op_count() == sum(table.values())
+    torch.neuron.clear_op_tracking()
+    assert torchferry.device.executed_op_count() == 0
+
+
 def test_views_are_counted_and_stay_views_of_the_device_storage(neuron):
     x = torch.arange(12.0, device="neuron")
     neuron.clear_op_tracking()

@@ -28,6 +28,7 @@ from typing import Any
 from torchferry.device.target import (
     EagerCompiles,
     eager_compiles,
+    executed_op_count,
     fallback_reasons,
     fallback_summary,
     forget_eager_signatures,
@@ -158,6 +159,7 @@ def _autoload() -> None:
 
 
 __all__ = [
-    "DEVICE_NAME", "EagerCompiles", "compile_metrics", "eager_compiles", "enable", "fallback_reasons", "fallback_summary",
+    "DEVICE_NAME", "EagerCompiles", "compile_metrics", "eager_compiles", "enable", "executed_op_count",
+    "fallback_reasons", "fallback_summary",
     "forget_eager_signatures", "host_syncs", "is_enabled", "known_issues", "numerics", "parse_bytes", "real_neuron_installed",
 ]

@@ -124,6 +124,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return adopt_host_results(hosts, static_cast<c10::DeviceIndex>(index));
   });
   m.def("_executed_ops", &executed_ops);
+  m.def("_executed_op_count", &executed_op_count);
   m.def("_fallback_ops", &fallback_ops);
   m.def("_clear_op_tracking", &clear_op_tracking);
   m.def("_fallback_reasons", &fallback_reasons_seen);

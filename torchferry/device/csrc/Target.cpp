@@ -517,6 +517,13 @@ std::unordered_map<std::string, int64_t> executed_ops() {
   return out;
 }
 
+int64_t executed_op_count() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  int64_t total = 0;
+  for (const auto& [schema, entry] : g_ops) total += entry.executed;
+  return total;
+}
+
 std::unordered_map<std::string, int64_t> fallback_ops() {
   std::lock_guard<std::mutex> lock(g_mutex);
   std::unordered_map<std::string, int64_t> out;

@@ -356,6 +356,7 @@ void set_target(const std::unordered_map<std::string, int>& codes,
                 const std::string& default_reason, FallbackMode mode, const std::string& profile,
                 bool target_numerics, int rules);
 std::unordered_map<std::string, int64_t> executed_ops();
+int64_t executed_op_count();  // the sum of executed_ops(), without building it (read at every step)
 std::unordered_map<std::string, int64_t> fallback_ops();
 // op -> the warning its first call gives: the target vendor's known issue with the op.
 // dtypes: op -> the dtypes its issue is scoped to; such an op warns (and counts) only when it
