@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,3 +54,17 @@ def ferry_report(*argv: str, output: Path, report: str) -> FerryRun:
     path = output / report
     run.report, run.report_dir = (json.loads(path.read_text()) if path.is_file() else None), output
     return run
+
+
+def signal_ferry_when(argv: list[str], cwd: Path, log: Path, marker: str, signum: int) -> tuple[int, str, str]:
+    """`python -m torchferry ARGV` as its own process (signals reach a real process, not this one): once ``log`` holds
+    ``marker`` (the script waits there), send it ``signum``; its exit status and what it printed."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "torchferry", *argv], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not (log.is_file() and marker in log.read_text()):
+        time.sleep(0.5)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    return proc.returncode, out, err

@@ -8,11 +8,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from ferryrun import ferry
+from ferryrun import ferry, signal_ferry_when
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,16 +67,9 @@ def test_a_script_that_ignores_sigterm_keeps_its_steps_when_it_is_stopped(tmp_pa
 @pytest.mark.timeout(900)
 def test_sigterm_to_ferry_is_named_as_sigterm_and_the_report_is_written(tmp_path):
     script(tmp_path, "for _ in range(2):\n    step()\nprint('waiting', flush=True)\nwhile True:\n    time.sleep(0.1)\n")
-    proc = subprocess.Popen([sys.executable, "-m", "torchferry", "check", "--target", "neuron", "-o", "rep", "--",
-                             "python", "train.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    log = tmp_path / "rep" / "work" / "ref.log"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and not (log.is_file() and "waiting" in log.read_text()):
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, out + err
+    code, out, err = signal_ferry_when(["check", "--target", "neuron", "-o", "rep", "--", "python", "train.py"], tmp_path,
+                                       tmp_path / "rep" / "work" / "ref.log", "waiting", signal.SIGTERM)
+    assert code == 130, out + err
     r = report(tmp_path)
     assert r["failure"]["kind"] == "interrupted" and "SIGTERM" in r["failure"]["message"]
     assert "Ctrl-C" not in r["failure"]["message"]

@@ -181,14 +181,13 @@ WARMUP_SHARE = 0.5  # a script's steady step is the median of the steps after th
 
 def script_timing(device: str, run_s: float | None, step_ends_s: list[float], peak: Memory | None,
                   ops: tuple[int, dict[str, int]] | None, emulates: str | None,
-                  left_out_step: int | None = None) -> DeviceTiming:
+                  left_out_steps: range = range(0)) -> DeviceTiming:
     """A script run's times, from its step ends (seconds from the spawn): to the first step, the warm-up, the steady
     step (the median of the later steps) and the whole run; ``ops``: (executed, fallback by op) where the device
-    counts them; ``left_out_step``: a step (from 1) whose duration the step figures leave out (it ran under the FLOP
-    tally), though the times to the first and the last step include it."""
-    durations = [b - a for a, b in zip(step_ends_s, step_ends_s[1:])]  # durations[i]: step i + 2's
-    if left_out_step is not None and 0 <= left_out_step - 2 < len(durations):
-        del durations[left_out_step - 2]
+    counts them; ``left_out_steps``: steps (from 1) whose durations the step figures leave out (they ran under the
+    FLOP counter), though the times to the first and the last step include them."""
+    durations = [b - a for i, (a, b) in enumerate(zip(step_ends_s, step_ends_s[1:]))
+                 if i + 2 not in left_out_steps]  # the i-th duration is step i + 2's
     steady = durations[int(len(durations) * WARMUP_SHARE):] if durations else []
     figures = StepFigures(cold_start_s=step_ends_s[0] if step_ends_s else None,
                           time_to_n_s=step_ends_s[-1] if step_ends_s else None,

@@ -91,6 +91,20 @@ for step in range(3):
     assert plain["flops_per_step"] is None and counted["flops_per_step"] > 0
     # counted, step 2 ran every op as called: the same losses and final parameters bit for bit
     assert counted["losses"] == plain["losses"] and counted["parameters"] == plain["parameters"]
+    # two optimizers (a GAN's pattern): one iteration is counted, each optimizer's step once, then per step.
+    # A's step: Linear(4, 1) 64 + 64; B's: Linear(4, 3) 192 + 192. Steps 2 (B) and 3 (A): (384 + 128) / 2
+    two = """
+a, b = torch.nn.Linear(4, 1), torch.nn.Linear(4, 3)
+opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
+x = torch.randn(8, 4)
+for step in range(3):
+    for model, opt in ((a, opt_a), (b, opt_b)):
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+"""
+    _, [r] = run_script(tmp_path / "two", two, env={rec.FLOPS_ENV: "1"})
+    assert r["flops_per_step"] == 256 and r["counted_step"] == 2 and r["steps_counted"] == 2
 
 
 @pytest.mark.timeout(300)

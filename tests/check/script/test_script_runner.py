@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ferryrun import ferry
+from ferryrun import ferry, signal_ferry_when
 
 from torchferry.check.convergence import curve, shape_difference
 from torchferry.check.exit import CheckpointWrite, checkpoints
@@ -401,22 +401,12 @@ def test_torchrun_fsdp2_example(tmp_path):
 def test_ctrl_c_stops_the_children_and_writes_the_report(tmp_path):
     """SIGINT to ferry (a terminal's Ctrl-C): the running child is stopped (SIGTERM: its recorders write what they
     have) and the report is written with it."""
-    import os
     import signal
-    import subprocess
-    import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "torchferry", "check", "--target", "neuron", "-o", str(tmp_path / "rep"),
-                             "--", "python", str(PLANTED / "reads_stdin.py")], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
-    log = tmp_path / "rep" / "work" / "ref.log"
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and not (log.is_file() and "waiting for input" in log.read_text()):
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, out + err
+    code, out, err = signal_ferry_when(["check", "--target", "neuron", "-o", str(tmp_path / "rep"), "--", "python",
+                                        str(PLANTED / "reads_stdin.py")], tmp_path,
+                                       tmp_path / "rep" / "work" / "ref.log", "waiting for input", signal.SIGINT)
+    assert code == 130, out + err
     report = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert report["verdict"] == "stopped" and report["failure"]["kind"] == "interrupted"
     [record] = [json.loads(p.read_text()) for p in (tmp_path / "rep" / "work" / "ref").glob("record-*.json")]

@@ -64,8 +64,9 @@ class ScriptRecord(Record):
     waiting_at: str | None = None  # the user's line the main thread was at when the parent asked for the record
     first_backward_shapes: list[list] | None = None
     modules: ModuleTrace | None = None  # the first forward's module outputs and the first backward's gradients
-    flops_per_step: float | None = None  # the second step's FLOPs, in a run asked to count them (the step counter)
-    counted_step: int | None = None  # the step the FLOPs were counted in (its time is the tally's too)
+    flops_per_step: float | None = None  # FLOPs per step over one iteration after step 1, in a run asked to count them
+    counted_step: int | None = None  # the first step the FLOPs were counted in (its time is the counter's too)
+    steps_counted: int = 0  # the steps the count spanned: one per optimizer that steps in an iteration
     flops_skipped: str | None = None  # why a run asked to count did not
 
     @property

@@ -140,7 +140,8 @@ class ScriptRecorder:
     def __init__(self, folder: Path, stop_after: int | None, seed: int | None, noise: bool = False,
                  count_flops: bool = False) -> None:
         self.folder, self.stop_after, self.seed, self.noise = folder, stop_after, seed, noise
-        self.flop_counter: Any = None  # the step counter, over the second step of a run asked to count
+        self.flop_counter: Any = None  # the step counter, from the end of step 1 over one iteration, in a run asked to count
+        self.counted_optimizers: set[int] = set()  # the optimizers that stepped while it counted
         self.count_flops = count_flops
         self.t0 = float(os.environ.get(T0_ENV) or time.time())
         self.path = folder / f"record-{os.getpid()}.json"
@@ -389,7 +390,7 @@ class ScriptRecorder:
         r.step_ends_s.append(now)
         if id(optimizer) not in self.stepped:
             self.stepped[id(optimizer)] = [p for group in optimizer.param_groups for p in group["params"]]
-        self._count_flops(r.steps)
+        self._count_flops(r.steps, id(optimizer))
         if self.rehearsal is not None:
             if r.steps == 1:  # steps counted per backward call so far (no optimizer had stepped): step 1 starts anew
                 self.rehearsal.restart_steps()
@@ -402,26 +403,33 @@ class ScriptRecorder:
         if time.monotonic() - self.last_write > FLUSH_S:
             self.write()
 
-    def _count_flops(self, steps: int) -> None:
-        """Count the second step's FLOPs (the first builds what it needs once), from the end of the first step to the
-        end of the second, with the step counter `ferry plan` counts with (workloads/footprint/counting.py: PyTorch's
-        formulas, each op run as called, where PyTorch's FlopCounterMode decomposes the ops it has no formula for and
-        so runs other kernels than the target would). Not in a script that compiled (under a dispatch mode its
-        compiled code would run eagerly), nor in one stopped at its first step."""
+    def _count_flops(self, steps: int, optimizer: int | None = None) -> None:
+        """Count the FLOPs of one iteration after the first step (the first builds what it needs once): from the end of
+        step 1 until each optimizer that has stepped has stepped once more (one step with one optimizer; a GAN's
+        generator step and then its discriminator's), per step. With the step counter `ferry plan` counts with
+        (workloads/footprint/counting.py: PyTorch's formulas, each op run as called, where PyTorch's FlopCounterMode
+        decomposes the ops it has no formula for and so runs other kernels than the target would). Not in a script
+        that compiled (under a dispatch mode its compiled code would run eagerly), nor in one stopped before the
+        iteration ends. ``optimizer``: id of the one that made this step (None: a backward call is the step)."""
         if not self.count_flops:
             return
+        r = self.record
         if steps == 1:
             dynamo = sys.modules.get("torch._dynamo.utils")
             if dynamo is not None and dynamo.counters["frames"]["ok"]:
-                self.record.flops_skipped = "the script ran torch.compile'd code, which would run eagerly while counted"
+                r.flops_skipped = "the script ran torch.compile'd code, which would run eagerly while counted"
             elif self.stop_after is None or self.stop_after >= 2:
                 from torchferry.workloads.footprint.counting import step_counter
 
                 self.flop_counter = step_counter()
                 self.flop_counter.__enter__()
-        elif steps == 2 and self.flop_counter is not None:
-            self.record.flops_per_step = float(self._stop_counting())
-            self.record.counted_step = 2
+        elif self.flop_counter is not None:
+            r.steps_counted += 1
+            if optimizer is not None:
+                self.counted_optimizers.add(optimizer)
+            if optimizer is None or self.counted_optimizers >= set(self.stepped):
+                r.flops_per_step = self._stop_counting() / r.steps_counted
+                r.counted_step = 2
 
     def _stop_counting(self) -> int:
         """Leave the step counter (at the second step's end, or at the end of a run that made no second step)."""

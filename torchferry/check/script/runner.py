@@ -354,7 +354,7 @@ class ScriptPipeline:
         self.target_files = self.keep_target_files(target_record)
         # what needs no timing runs side by side: the exit reload, the reference's noise run, the scan
         self.phase = "exit, noise run and scan"
-        with ThreadPoolExecutor(max_workers=4) as pool:
+        with ThreadPoolExecutor(max_workers=3) as pool:
             exit_result = pool.submit(self.check_exit, target, target_record)
             noise = pool.submit(self.run_noise) if not self.exact else None
             scanned = pool.submit(self.scan_findings) if not self.report.script.scan_findings else None
@@ -473,6 +473,10 @@ class ScriptPipeline:
         def ends(record: ScriptRecord | None) -> list[float]:
             return [] if record is None else record.step_ends_s if record.steps else record.backward_ends_s
 
+        def counted(record: ScriptRecord | None) -> range:
+            first = record.counted_step if record is not None else None
+            return range(first, first + record.steps_counted) if first is not None else range(0)
+
         def side(run: ChildRun | None) -> timing.DeviceTiming | None:
             record = run.main_record() if run else None
             if run is None:
@@ -481,7 +485,7 @@ class ScriptPipeline:
             return timing.script_timing(run.device, run.wall_s, ends(record),
                                         record.peak_memory if record else None,
                                         (r.executed_calls, r.fallback_ops) if r is not None and r.read else None,
-                                        r.emulates if r is not None else None, record.counted_step if record else None)
+                                        r.emulates if r is not None else None, counted(record))
 
         ref, target = self.runs.get("ref"), self.runs.get("target")
         record = ref.main_record() if ref else None
@@ -491,9 +495,11 @@ class ScriptPipeline:
             for t in (self.report.timing.ref, self.report.timing.target):
                 if t is not None:
                     t.flops_per_step = record.flops_per_step  # the reference's count, as on the workload path
+            steps = counted(record)
+            span = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}-{steps[-1]}"
             self.report.timing.notes.append(
-                f"the reference's step {record.counted_step} ran under the FLOP counter (PyTorch's formulas, each op run "
-                "as called): left out of its step figures, inside its whole-run time")
+                f"the reference's {span} ran under the FLOP counter (PyTorch's formulas, each op run as called; one step per optimizer that "
+                "steps): left out of its step figures, inside its whole-run time")
         elif record is not None and record.flops_skipped:
             self.report.timing.notes.append(f"FLOPs not counted: {record.flops_skipped}")
         if record is not None and not record.steps and record.backwards:
