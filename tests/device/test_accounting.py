@@ -34,6 +34,28 @@ def test_the_executed_op_count_is_the_sum_of_the_per_op_table(neuron):
     assert torchferry.device.executed_op_count() == 0
 
 
+def test_work_inside_uncounted_is_neither_counted_nor_warned_about(neuron, fallback_mode):
+    # the recorders' loss read and gradient norm inside a user's script: not the user's ops, syncs or fallbacks
+    fallback_mode("warn")
+    x = torch.tensor([3.0, 1.0, 3.0, 2.0], device="neuron")
+    neuron.clear_op_tracking()
+    before = torchferry.device.eager_compiles()
+    with warnings.catch_warnings(record=True) as caught, torchferry.device.uncounted():
+        warnings.simplefilter("always")
+        with torchferry.device.uncounted():  # spans nest
+            float((x * 2).sum())
+        torch.unique(x)  # a host fallback: no count, no warning
+        x.cpu()
+    assert not [w for w in caught if "_unique2" in str(w.message)]
+    assert neuron.get_executed_ops() == {} and neuron.get_fallback_ops() == {}
+    assert torchferry.device.host_syncs() == {}
+    assert torchferry.device.eager_compiles().since(before).calls == 0
+    float((x * 2).sum())  # after the span, the same work counts again
+    assert neuron.get_executed_ops()["aten::mul.Tensor"] == 1
+    assert torchferry.device.host_syncs() == {"aten::_local_scalar_dense": 1}
+    assert torchferry.device.eager_compiles().since(before).calls >= 2
+
+
 def test_views_are_counted_and_stay_views_of_the_device_storage(neuron):
     x = torch.arange(12.0, device="neuron")
     neuron.clear_op_tracking()

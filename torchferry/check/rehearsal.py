@@ -165,11 +165,11 @@ class Recorder:
 
     One measurement window (torchferry/harness/window.py) stays open from the recorder's start to the end
     of the run. A step's counts are the difference of the window's cheap counters (``Window.counts``)
-    between two step boundaries, less the spans the harness excluded (``excluded``: its own device work
-    inside a user's process). The worker pipeline marks a boundary before each timed step (``boundary``),
-    so its own work between steps is not counted; the script pipeline does not, so a step counts
-    everything from the previous step's end (the script's data loading on the device included). After
-    the run (``finish``): the totals, less every excluded span. A placement error is recorded with its op
+    between two step boundaries; the harness's own device work inside a user's process (``excluded``) is
+    never counted (``Window.uncounted``). The worker pipeline marks a boundary before each timed step
+    (``boundary``), so its own work between steps is not counted; the script pipeline does not, so a step
+    counts everything from the previous step's end (the script's data loading on the device included).
+    After the run (``finish``): the totals, less the spans between boundaries. A placement error is recorded with its op
     and the user's line (``failed``). The record is written atomically whatever ends the run.
     """
 
@@ -184,7 +184,7 @@ class Recorder:
         self.record = RehearsalRecord(emulates=predictions.profile, capacity_bytes=predictions.capacity_bytes,
                                       numerics=predictions.numerics)
         self.opened = self.last = self.window.counts()
-        self.skipped: list[Any] = []  # the excluded spans of the current step
+        self.skipped: list[Any] = []  # the spans before the current step's boundary, not its own
         self.all_skipped: list[Any] = []
         self.write()
 
@@ -199,16 +199,9 @@ class Recorder:
             path.unlink(missing_ok=True)
         return cls(path, device) if devices.emulates(device) else None
 
-    @contextlib.contextmanager
-    def excluded(self) -> Iterator[None]:
-        """Work inside this block (the harness's own) is taken out of the counts."""
-        before = self.window.counts()
-        try:
-            yield
-        finally:
-            span = self.window.counts().minus(before)
-            self.skipped.append(span)
-            self.all_skipped.append(span)
+    def excluded(self) -> contextlib.AbstractContextManager[None]:
+        """Work inside this context (the harness's own) is not counted."""
+        return self.window.uncounted()
 
     def restart_steps(self) -> None:
         """Forget the steps closed so far: the next ``step`` is step 1 again, counting from the recorder's start."""
@@ -222,7 +215,7 @@ class Recorder:
         self.last, self.skipped = now, []
 
     def step(self, inputs: dict[str, list[int]] | None = None) -> None:
-        """Close one step: its counts since the last boundary, less the excluded spans."""
+        """Close one step: its counts since the last boundary."""
         now = self.window.counts()
         p = now.minus(self.last, *self.skipped)
         self.record.steps.append(StepCounts(signatures=p.signatures, compilations=p.compilations,
@@ -239,7 +232,7 @@ class Recorder:
         self.step(shapes_of(batch))
 
     def finish(self, profiled_step: Callable[[], Any] | None = None, reading: Reading | None = None) -> None:
-        """The run's totals: op counts less the excluded spans; reasons, known issues, memory and compiled graphs from
+        """The run's totals: op counts less the spans between boundaries; reasons, known issues, memory and compiled graphs from
         ``reading`` (the worker's window around its timed run) or this recorder's own window.
 
         ``profiled_step``: one step of a fresh model, profiled when there are host fallbacks (for their share of

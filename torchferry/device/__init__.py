@@ -35,6 +35,7 @@ from torchferry.device.target import (
     host_syncs,
     known_issues,
     numerics,
+    uncounted,
 )
 from torchferry.device._settings import parse_bytes
 from torchferry.errors import DeviceConflictError, UsageError
@@ -162,4 +163,5 @@ __all__ = [
     "DEVICE_NAME", "EagerCompiles", "compile_metrics", "eager_compiles", "enable", "executed_op_count",
     "fallback_reasons", "fallback_summary",
     "forget_eager_signatures", "host_syncs", "is_enabled", "known_issues", "numerics", "parse_bytes", "real_neuron_installed",
+    "uncounted",
 ]

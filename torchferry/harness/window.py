@@ -35,6 +35,7 @@ last reset the user (or nobody) made.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 from collections import Counter
@@ -234,6 +235,12 @@ class Window:
         if self._ops0 is not None:
             ops = Ops(executed - self._ops0[0], _since(fallback, self._ops0[1]))
         return Reading(str(self.device), ops, peak_memory(self.device), self._compiled(), self._predictions(ops))
+
+    def uncounted(self) -> contextlib.AbstractContextManager[None]:
+        """The harness's own device work inside this context stays out of every counter this window reads (an
+        emulating device's documented ``torchferry.device.uncounted``). A device without that API has no rehearsal to
+        keep clean: there the work counts."""
+        return self._api().uncounted() if self.profile else contextlib.nullcontext()
 
     def counts(self) -> Counts:
         """The cheap counters, cumulative since this process's last clear (difference two of them)."""

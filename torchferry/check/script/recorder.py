@@ -44,7 +44,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -439,14 +439,9 @@ class ScriptRecorder:
         counter.__exit__(None, None, None)
         return counter.flops
 
-    @contextlib.contextmanager
-    def _excluded(self) -> Iterator[None]:
+    def _excluded(self) -> contextlib.AbstractContextManager[None]:
         """Run the recorder's own device work outside the rehearsal's counts."""
-        if self.rehearsal is None:
-            yield
-            return
-        with self.rehearsal.excluded():
-            yield
+        return contextlib.nullcontext() if self.rehearsal is None else self.rehearsal.excluded()
 
     def _keep_users_file(self, f: Any) -> None:
         """Before the script overwrites a file that was there before the check started (the user's own), copy it to

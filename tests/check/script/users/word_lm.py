@@ -9,6 +9,7 @@ import torch.nn as nn
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--bptt", type=int, default=7)
+parser.add_argument("--epochs", type=int, default=1)
 parser.add_argument("--save", default="model.pt")
 parser.add_argument("--device", default=None, help="cpu, cuda, neuron, ... (default: the accelerator, if any)")
 args = parser.parse_args()
@@ -63,16 +64,17 @@ model = TransformerModel(50, 16, 2, 32, 2).to(device)
 criterion = nn.NLLLoss()
 lr = 5.0
 model.train()
-for batch, i in enumerate(range(0, train_data.size(0) - 1, args.bptt)):
-    seq_len = min(args.bptt, len(train_data) - 1 - i)
-    data, targets = train_data[i:i + seq_len], train_data[i + 1:i + 1 + seq_len].view(-1)
-    model.zero_grad()
-    output = model(data)
-    loss = criterion(output.view(-1, 50), targets)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
-    for p in model.parameters():
-        p.data.add_(p.grad, alpha=-lr)
-    print(f"batch {batch} loss {loss.item():.3f}")
+for epoch in range(args.epochs):
+    for batch, i in enumerate(range(0, train_data.size(0) - 1, args.bptt)):
+        seq_len = min(args.bptt, len(train_data) - 1 - i)
+        data, targets = train_data[i:i + seq_len], train_data[i + 1:i + 1 + seq_len].view(-1)
+        model.zero_grad()
+        output = model(data)
+        loss = criterion(output.view(-1, 50), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25)
+        for p in model.parameters():
+            p.data.add_(p.grad, alpha=-lr)
+        print(f"epoch {epoch} batch {batch} loss {loss.item():.3f}")
 with open(args.save, "wb") as f:
     torch.save(model, f)
