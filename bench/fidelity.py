@@ -35,7 +35,10 @@ another size than the result, which the samples here (no `out=`) never make; its
 `compiled_out_written_after` changes only calls with an `out=` (a resize warning dropped, an `out=`
 that shares memory with an input let through), which the samples here never make; likewise.
 `compiled_results_row_major` changes only the strides of a torch-mlir op's result for a permuted input
-(the values stay the CPU's); its tests are there too.
+(the values stay the CPU's); its tests are there too. `host_index_writes` changes only indexed writes
+given an index tensor on the host, and `int_arguments_as_int32` only calls with a Python int beyond
+int32, which the samples here (inputs on the device, small numbers) never make; their tests are there too,
+and the conformance tier (tests/conformance) runs every OpInfo sample with both on.
 
     python bench/fidelity.py                      # every OpInfo and ModuleInfo, 2 samples each per dtype
     python bench/fidelity.py -k "add,mul,nn.Conv2d" --samples 4 --json fidelity.json

@@ -64,6 +64,8 @@ class Tables:
     cpu_fallback: dict[str, str] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     not_registered: dict[str, str] = field(default_factory=dict)
+    # registered torch-mlir op -> its static arguments (`static_arguments`), for the ops whose [native] source is there
+    torch_mlir_static: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
 class Snapshot:
@@ -103,6 +105,30 @@ def decorated_names(source: str) -> list[str]:
             values = arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]
             names += [v.value for v in values if isinstance(v, ast.Constant) and isinstance(v.value, str)]
     return names
+
+
+def static_arguments(source: str) -> dict[str, dict[str, list]]:
+    """aten name -> the `static_argnums` and `static_argnames` of its `@register_aten(...)`: the arguments
+    TorchNeuron's torch-mlir kernel keeps as Python values; it passes every other int as an int32 tensor
+    (python_ops/processors/argument_processor.py, preprocess_inputs and preprocess_kwargs)."""
+    found: dict[str, dict[str, list]] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            continue
+        for dec in node.decorator_list:
+            if not (isinstance(dec, ast.Call) and getattr(dec.func, "id", None) == "register_aten" and dec.args):
+                continue
+            spec = {"argnums": [], "argnames": []}
+            for keyword in dec.keywords:
+                if keyword.arg in ("static_argnums", "static_argnames"):
+                    value = ast.literal_eval(keyword.value)
+                    spec[keyword.arg.removeprefix("static_")] = list(value if isinstance(value, (tuple, list))
+                                                                     else (value,))
+            arg = dec.args[0]
+            for v in arg.elts if isinstance(arg, (ast.List, ast.Tuple)) else [arg]:
+                if isinstance(v, ast.Constant) and isinstance(v.value, str):
+                    found[qualified(v.value)] = spec
+    return found
 
 
 def impl_calls(source: str) -> list[str]:
@@ -191,6 +217,10 @@ def generate(snapshot: Snapshot, aten_ops: set[str]) -> Tables:
         tables.metadata[name] = f"{BINDINGS_FILE} (VIEW_OPS_WHITELIST: metadata only, not reported as a fallback)"
     for op in tables.native:
         tables.not_registered.pop(op, None)
+    for path in sorted({path for path in tables.native.values() if path.startswith(PYTHON_OPS + "torch_mlir/")}):
+        for op, spec in static_arguments(snapshot.read(path)).items():
+            if tables.native.get(op) == path and (spec["argnums"] or spec["argnames"]):
+                tables.torch_mlir_static[op] = spec
     return tables
 
 
@@ -211,7 +241,12 @@ torch_version = "{torch_version}"
 """
     body = "\n\n".join(toml_table(name, getattr(tables, name))
                        for name in ("native", "cpu_fallback", "metadata", "not_registered"))
-    return header + "\n" + body + "\n"
+    static = ["# The torch-mlir ops' static arguments (@register_aten static_argnums / static_argnames): kept as",
+              "# Python values; the kernel passes every other int argument as an int32 tensor.",
+              "[torch_mlir_static]"]
+    static += [f'"{op}" = {{ argnums = {json.dumps(spec["argnums"])}, argnames = {json.dumps(spec["argnames"])} }}'
+               for op, spec in sorted(tables.torch_mlir_static.items())]
+    return header + "\n" + body + "\n\n" + "\n".join(static) + "\n"
 
 
 # --- the vendor's known issues (tests/vertical/skip_xfail_ops.py and the spec skips) ------------

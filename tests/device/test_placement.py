@@ -54,9 +54,10 @@ ALLOWED = {
     "CPU index tensor": (lambda: torch.arange(4.0, device="neuron")[torch.tensor([0, 2])], [0.0, 2.0]),
     "CPU boolean mask": (lambda: torch.arange(4.0, device="neuron")[torch.tensor([True, False, True, False])],
                          [0.0, 2.0]),
-    "index_put_ with CPU indices": (
-        lambda: torch.zeros(3, device="neuron").index_put_((torch.tensor([1]),), torch.tensor([7.0], device="neuron")),
+    "index_put_ with a 0-dim CPU index": (
+        lambda: torch.zeros(3, device="neuron").index_put_((torch.tensor(1),), torch.tensor(7.0, device="neuron")),
         [0.0, 7.0, 0.0]),
+    # a non-0-dim CPU index of a write is refused there (the host_index_writes rule, tests/device/test_target_rules.py)
     "copy_ from the CPU": (lambda: dev(3).copy_(torch.full((3,), 4.0)), [4.0] * 3),
     "copy_ to the CPU": (lambda: torch.zeros(3).copy_(dev(3)), [1.0] * 3),
     ".to() both ways": (lambda: torch.full((3,), 2.0).to("neuron").cpu(), [2.0] * 3),

@@ -525,3 +525,76 @@ def test_the_row_major_rule_says_once_per_op_when_it_changed_a_results_strides(r
     """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "1", "True", "True", "0", "0"]
+
+
+# ------------------------------------------------------------------ indexed writes with host indices
+def test_an_indexed_write_with_a_host_index_raises_torchneurons_error_with_the_fix(neuron):
+    # PyTorch's own test_dstack writes `x[torch.randn(shape) > 0.5] = 0` into a device tensor: it fails on Trainium
+    import torch
+
+    x = torch.zeros(4, 3, device="neuron")
+    mask, rows = torch.tensor([True, False, True, False]), torch.tensor([0, 2])
+    for write in (lambda: x.__setitem__(mask, 1.0), lambda: x.index_put_((rows,), torch.ones(3, device="neuron")),
+                  lambda: x.index_put_((rows,), torch.ones(3, device="neuron"), accumulate=True)):
+        with pytest.raises(RuntimeError) as error:
+            write()
+        message = str(error.value)
+        assert "Non-scalar tensor arg1[0] is on cpu device, expected neuron" in message
+        assert "mask.to(x.device)" in message and "host_index_writes" in message
+    assert torch.equal(x.cpu(), torch.zeros(4, 3))  # nothing was written
+
+
+def test_clean_twins_of_host_index_writes_device_indices_0_dim_indices_and_reads_work(neuron):
+    import torch
+
+    x = torch.zeros(4, 3, device="neuron")
+    mask = torch.tensor([True, False, True, False])
+    x[mask.to("neuron")] = 1.0  # the fix
+    x[torch.tensor(3)] = 2.0  # a 0-dim host index: a scalar, as on the target
+    expected = torch.zeros(4, 3)
+    expected[mask], expected[3] = 1.0, 2.0
+    assert torch.equal(x.cpu(), expected)
+    assert torch.equal(x[mask].cpu(), expected[mask])  # a read takes host indices (IndexMLIRImpl)
+    assert torch.equal(x[torch.tensor([0, 3])].cpu(), expected[[0, 3]])
+
+
+def test_a_profile_without_the_host_index_writes_rule_takes_host_indices_as_cuda_does(rules):
+    import torch
+
+    rules(host_index_writes=False)
+    x = torch.zeros(4, 3, device="neuron")
+    x[torch.tensor([True, False, True, False])] = 1.0
+    assert x.cpu()[:, 0].tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
+# ------------------------------------------------------------------ int arguments beyond int32
+def test_an_int_argument_beyond_int32_of_a_torch_mlir_op_fails_as_on_torchneuron(neuron):
+    # PyTorch's test_random_to / _from_to / _full_range compare draws with bounds such as 2**62 on the device
+    import torch
+
+    x = torch.arange(4, device="neuron")
+    for call, argument in ((lambda: x < 2**40, "other"), (lambda: x.float() >= -2**53, "other"),
+                           (lambda: torch.full((3,), 2**40, device="neuron"), "fill_value")):
+        with pytest.raises(RuntimeError) as error:
+            call()
+        message = str(error.value)
+        assert "value cannot be converted to type int32 without overflow" in message
+        assert f"argument `{argument}`" in message and "int_arguments_as_int32" in message
+
+
+def test_clean_twins_of_int32_arguments_ints_within_int32_static_arguments_and_wrapped_numbers_work(neuron):
+    import torch
+
+    x = torch.arange(4, device="neuron")
+    assert (x < 2**31 - 1).all().item() and (x > -2**31).all().item()
+    # fill_.Scalar keeps its value static: no error (its int64 then computes as int32, the 64-bit numerics' business)
+    assert x.clone().fill_(2**40).device.type == "neuron"
+    assert x.add(x, alpha=3).cpu().tolist() == [0, 4, 8, 12]  # alpha: a static argument of add.Tensor
+    assert (x.float() < 2.0**40).all().item()  # a float: a float32 tensor there, no int32 conversion
+
+
+def test_a_profile_without_the_int32_rule_computes_what_the_cpu_computes(rules):
+    import torch
+
+    rules(int_arguments_as_int32=False)
+    assert (torch.arange(4, device="neuron") < 2**40).all().item()

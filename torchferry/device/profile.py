@@ -18,6 +18,7 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
+from typing import Any
 
 from torchferry.errors import UsageError
 
@@ -78,6 +79,22 @@ RULES = {
                                    "torch_neuronx/python_ops/torch_mlir/kernel.py (_create_output_tensors_from_"
                                    "original: io_tensor.empty(shape, dtype, device) for one result, empty_like(..., "
                                    "memory_format=torch.contiguous_format) for several)"),
+    "host_index_writes": (512, "an indexed write (x[idx] = v, index_put_) with a non-0-dim index tensor on the host "
+                          "raises 'Non-scalar tensor arg1[0] is on cpu device, expected neuron' in every build (no "
+                          "fallback); reads (x[idx]) take host indices, as CUDA's do",
+                          "torch_neuronx/python_ops/base.py (OperationImplementation.can_handle, called outside the "
+                          "try of Operation.__call__), python_ops/torch_mlir/ops/indexing.py (_index_put_impl_), "
+                          "python_ops/torch_mlir/ops/index.py (IndexMLIRImpl.can_handle: the indexed tensor only); "
+                          "tests/pytorch_tests/failing_test_methods/TestTensorCreation.json (test_dstack, "
+                          "test_hstack_column_stack, test_vstack_row_stack: x[cpu_mask] = 0 on a device tensor)"),
+    "int_arguments_as_int32": (1024, "an op TorchNeuron runs through its torch-mlir kernel, given a Python int beyond "
+                               "int32 in an argument its registration does not keep static (`x < 2**40`, "
+                               "`torch.full(shape, 2**40)`), raises 'value cannot be converted to type int32 without "
+                               "overflow' (the snapshot's build: its fallback-only-for-unimplemented default)",
+                               "torch_neuronx/python_ops/processors/argument_processor.py (preprocess_inputs, "
+                               "preprocess_kwargs: torch.tensor(v, dtype=torch.int32)), python_ops/torch_mlir/kernel.py "
+                               "(TorchMlirKernel.__call__), python_ops/base.py (Operation.__call__), _build_config.py; "
+                               "the ops' static arguments: @register_aten in python_ops/torch_mlir/ops/*.py"),
     # torch.compile(backend="neuron"): what TorchNeuron's lowering refuses (compile/lowering.py).
     "compiled_no_outputs": (0, "a compiled graph with no tensor output (after None outputs are dropped) fails to "
                             "compile: 'No outputs found in the module, expected at least one output'",
@@ -184,6 +201,8 @@ class NativeOps:
     native: dict[str, str]
     cpu_fallback: dict[str, str]
     metadata: dict[str, str]
+    # torch-mlir op -> {"argnums": [...], "argnames": [...]}: the arguments its registration keeps static
+    torch_mlir_static: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
 KNOWN_ISSUE_KINDS = {
@@ -299,6 +318,12 @@ class DeviceProfile:
     def _codes(self) -> tuple[dict[str, int], dict[str, str], int, str]:
         return self.op_codes()
 
+    def int32_arguments(self) -> dict[str, int]:
+        """op -> the arguments the int_arguments_as_int32 rule checks (`int32_argument_masks`); none without a native table."""
+        if self.native_ops is None:
+            return {}
+        return int32_argument_masks(self.native_ops.native, self.native_ops.torch_mlir_static)
+
     def op_codes(self) -> tuple[dict[str, int], dict[str, str], int, str]:
         """(op -> code, op -> host reason, default code, default reason) for the C++ core."""
         codes: dict[str, int] = {}
@@ -380,6 +405,32 @@ def row_major_ops(native: dict[str, str]) -> list[str]:
     return found
 
 
+def int32_argument_masks(native: dict[str, str], static: dict[str, dict[str, list]]) -> dict[str, int]:
+    """op -> the arguments (bit i: schema argument i) in which the target turns a Python int into an int32 tensor,
+    so that one beyond int32 fails (int_arguments_as_int32 rule): those of an op it registers from its torch-mlir
+    kernel (or reaches through such a structured delegate) but the ones the registration keeps static
+    (`static_argnums`, positions of the registered overload's positional arguments, and `static_argnames`)."""
+    import torch
+
+    def schema(op: str) -> Any:
+        name, _, overload = op.partition(".")
+        return torch._C._get_schema(name, overload)
+
+    registered = {full: op for op, source in native.items() if TORCH_MLIR_SOURCES in source for full in expand(op)}
+    statics = {full: spec for op, spec in static.items() for full in expand(op)}
+    delegates = structured_delegates()
+    masks = {}
+    for op in sorted(aten_ops()):
+        via = op if op in registered else delegates.get(op)
+        if via not in registered:
+            continue
+        spec = statics.get(via, {"argnums": [], "argnames": []})
+        positional = [a.name for a in schema(via).arguments if not a.kwarg_only]
+        kept = {positional[i] for i in spec["argnums"] if i < len(positional)} | set(spec["argnames"])
+        masks[op] = sum(1 << i for i, a in enumerate(schema(op).arguments) if a.name not in kept and i < 64)
+    return masks
+
+
 @cache
 def aten_ops() -> frozenset[str]:
     """Every operator name in this torch, with overload ("aten::add.Tensor", "aten::relu")."""
@@ -441,6 +492,8 @@ def load_native_ops(path: Path) -> NativeOps:
             native=dict(data["native"]),
             cpu_fallback=dict(data.get("cpu_fallback", {})),
             metadata=dict(data.get("metadata", {})),
+            torch_mlir_static={op: {"argnums": list(spec["argnums"]), "argnames": list(spec["argnames"])}
+                               for op, spec in data.get("torch_mlir_static", {}).items()},
         )
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(

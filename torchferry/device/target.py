@@ -2,6 +2,8 @@
 TorchNeuron's own API (`torch.neuron.get_fallback_ops()`, ...) does not cover:
 
 - `executed_op_count()`: the device's op calls so far, one number, cheap to read at every step;
+- `uncounted()`: a span of this thread's device work left out of every count and warning (a
+  harness's own reads inside a user's process: its loss read is not the user's host sync);
 - `host_syncs()`: where the host waits for a device value (`item()`, `bool(t)`,
   `.cpu()`/`.tolist()`, the output size of data-dependent ops, boolean-mask indexing);
 - `eager_compiles()`: the NEFF compilations TorchNeuron's eager mode would pay for, one
@@ -103,7 +105,7 @@ def configure(core: ModuleType, profile: DeviceProfile, fallback: str, numerics:
     codes, reasons, default, default_reason = profile.op_codes()
     numerics = numerics or _numerics
     core._set_target(codes, reasons, default, default_reason, _settings.fallback_code(fallback), profile.name,
-                     numerics == "target", profile.rules_mask())
+                     numerics == "target", profile.rules_mask(), profile.int32_arguments())
     _fallback_mode, _numerics = fallback, numerics
     _op_codes, _default_code = codes, default
     _rules = frozenset(name for name, on in profile.rules.items() if on)
@@ -193,9 +195,12 @@ def _mark_first_optimizer_step() -> None:
 
 
 def _core() -> ModuleType:
-    from torchferry.device import _runtime
+    core = sys.modules["torchferry.device._runtime"]._C  # read by the recorders several times a step: no import
+    if core is None:
+        from torchferry.device import _runtime
 
-    return _runtime.core()
+        return _runtime.core()  # its error: the device is not enabled
+    return core
 
 
 def eager_compiles() -> EagerCompiles:
@@ -225,6 +230,20 @@ def executed_op_count() -> int:
     `torch.neuron.get_executed_ops()` without building that table (about 35 us), for a harness that
     reads it several times a step."""
     return int(_core()._executed_op_count())
+
+
+class uncounted:  # noqa: N801 - a context manager used as a function, like torch.no_grad
+    """Run this thread's device work inside the block outside the accounting: no op, host sync, eager
+    signature or known-issue call counted, no fallback warning. For a harness's own work inside a user's
+    process (a loss read, a gradient norm), which would otherwise count as the user's: two calls into the
+    core (a class, not a generator: entered a few times a step), where subtracting counter readings taken
+    around the block cost about 50 us a step."""
+
+    def __enter__(self) -> None:
+        _core()._enter_uncounted()
+
+    def __exit__(self, *exc: object) -> None:
+        _core()._exit_uncounted()
 
 
 def host_syncs() -> dict[str, int]:

@@ -238,6 +238,8 @@ class HostCall {
       c10::IValue& iv = (*stack)[begin + i];
       const bool writes = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
       arg_ = &args[i];
+      arg_index_ = i;
+      if ((info_.int32_args >> i) & 1) [[unlikely]] check_int32(iv);
       if (info_.compiles) signature_.add(iv, args[i]);
       if (iv.isTensor()) {
         // TorchNeuron's torch-mlir kernel looks at its positional tensor arguments only.
@@ -390,6 +392,42 @@ class HostCall {
     foreign_argument_ = arg_->name();
   }
 
+  // int_arguments_as_int32 rule: TorchNeuron's torch-mlir kernel makes each int argument its registration
+  // does not keep static an int32 tensor (python_ops/processors/argument_processor.py, preprocess_inputs:
+  // torch.tensor(value, dtype=torch.int32)), int lists item by item.
+  void check_int32(const c10::IValue& iv) const {
+    if (iv.isInt()) {
+      if (!fits_int32(iv.toInt())) throw_int32_overflow(iv.toInt());
+    } else if (iv.isIntList()) {
+      for (int64_t v : iv.toIntVector()) {
+        if (!fits_int32(v)) throw_int32_overflow(v);
+      }
+    }
+  }
+
+  [[noreturn]] void throw_int32_overflow(int64_t value) const {
+    TORCH_CHECK(false, "CPU fallback disabled because TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1. Operation ",
+                info_.name, " failed to execute on Neuron (last implementation: TorchMlirOpImpl). Details: "
+                "TorchMlirOpImpl: value cannot be converted to type int32 without overflow (argument `", arg_->name(),
+                "` = ", value, ": TorchNeuron's torch-mlir kernel passes every int argument its registration does "
+                "not keep static as an int32 tensor, torch_neuronx/python_ops/processors/argument_processor.py "
+                "preprocess_inputs; the snapshot's build raises here, a build with "
+                "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=0 would run the op on the host CPU). Next step: keep "
+                "the value within int32 (-2147483648 to 2147483647), e.g. torch.iinfo(torch.int32).max as a "
+                "sentinel, or pass it as a float; int_arguments_as_int32 = false in a profile lets it through "
+                "(docs/device/fidelity.md).");
+  }
+
+  // host_index_writes rule: TorchNeuron's OperationImplementation.can_handle (python_ops/base.py).
+  [[noreturn]] void throw_host_index(const at::Tensor& index, size_t position) const {
+    TORCH_CHECK(false, "Non-scalar tensor arg", arg_index_, "[", position, "] is on ", index.device().type(),
+                " device, expected neuron (", info_.name, ": TorchNeuron's indexed write checks that every index "
+                "tensor is on the device before it runs, torch_neuronx/python_ops/base.py "
+                "OperationImplementation.can_handle; reads such as x[idx] take host indices). Next step: move the "
+                "index to the device first, e.g. x[mask.to(x.device)] = value; host_index_writes = false in a "
+                "profile lets it through as CUDA does (docs/device/fidelity.md).");
+  }
+
   [[noreturn]] void throw_placement_error() const {
     TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least two devices, ",
                 *neuron_device_, " and ", foreign_device_, "! (when checking argument for argument ",
@@ -470,18 +508,24 @@ class HostCall {
 
   void convert_list(c10::IValue& iv, bool writes) {
     c10::List<c10::IValue> list = iv.toList();
-    const bool indices = info_.placement == Placement::HostIndices && arg_->name() == "indices";
+    const bool named_indices = arg_->name() == "indices";
+    const bool indices = info_.placement == Placement::HostIndices && named_indices;
+    const bool device_indices = info_.placement == Placement::DeviceIndices && named_indices;
     bool any = false;
-    for (const c10::IValue& e : list) {
+    for (size_t j = 0; j < list.size(); ++j) {
+      const c10::IValue e = list.get(j);
       if (!e.isTensor()) continue;
       const at::Tensor& t = e.toTensor();
-      if (indices && t.defined() && (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte)) {
+      if ((indices || device_indices) && t.defined() &&
+          (t.scalar_type() == at::kBool || t.scalar_type() == at::kByte)) {
         index_mask_ = true;
       }
       if (is_neuron(t)) {
         any = true;
+      } else if (device_indices && t.defined() && t.dim() != 0) {
+        throw_host_index(t, j);
       } else if (t.defined()) {
-        check_placement(t, writes, indices);
+        check_placement(t, writes, indices || device_indices);
       }
     }
     if (!any) return;
@@ -597,6 +641,7 @@ class HostCall {
   const OpInfo& info_;
   const bool copy_inputs_;
   const c10::Argument* arg_ = nullptr;  // the argument being converted
+  size_t arg_index_ = 0;                // its place in the schema
   std::optional<c10::Device> neuron_device_;
   std::string foreign_device_, foreign_argument_;
   Signature signature_;

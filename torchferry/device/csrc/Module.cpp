@@ -79,9 +79,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_set_target", [](const std::unordered_map<std::string, int>& codes,
                           const std::unordered_map<std::string, std::string>& reasons,
                           int default_code, const std::string& default_reason, int mode,
-                          const std::string& profile, bool target_numerics, int rules) {
+                          const std::string& profile, bool target_numerics, int rules,
+                          const std::unordered_map<std::string, int64_t>& int32_args) {
     set_target(codes, reasons, default_code, default_reason, static_cast<FallbackMode>(mode),
-               profile, target_numerics, rules);
+               profile, target_numerics, rules, int32_args);
   });
   m.def("_register_cpu_kernels", &register_cpu_kernels);
   m.def("_register_native_composites", &register_native_composites);
@@ -125,6 +126,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("_executed_ops", &executed_ops);
   m.def("_executed_op_count", &executed_op_count);
+  m.def("_enter_uncounted", &enter_uncounted);
+  m.def("_exit_uncounted", &exit_uncounted);
   m.def("_fallback_ops", &fallback_ops);
   m.def("_clear_op_tracking", &clear_op_tracking);
   m.def("_fallback_reasons", &fallback_reasons_seen);

@@ -28,6 +28,7 @@ struct TargetConfig {
   FallbackMode mode = FallbackMode::Warn;
   std::string profile;
   bool target_numerics = false;
+  std::unordered_map<std::string, int64_t> int32_args;  // op -> OpInfo::int32_args
   std::unordered_set<std::string> warned;
 };
 std::atomic<int> g_rules{0};
@@ -56,6 +57,10 @@ namespace {
 
 std::mutex g_mutex;
 std::unordered_map<const c10::FunctionSchema*, OpEntry> g_ops;
+// The sums of the entries' counters since clear_op_tracking: a harness reads them every step,
+// where a walk of g_ops (hundreds of entries, out of the cache by then) cost about 20 us a read.
+std::atomic<int64_t> g_executed_total{0};
+std::atomic<int64_t> g_fallback_total{0};
 // The target vendor's known issues: op -> the warning its first call gives (one per message,
 // so the overloads of one vendor op warn once). Read only when an op is first met.
 std::unordered_map<std::string, std::string> g_known_issues;
@@ -102,7 +107,7 @@ bool is_view(const c10::FunctionSchema& schema) {
   return false;
 }
 
-Placement placement_of(const std::string& name) {
+Placement placement_of(const std::string& name, int rules) {
   static const std::unordered_set<std::string> copies = {
       "aten::_to_copy", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize",
       "aten::_has_compatible_shallow_copy_type"};
@@ -110,7 +115,14 @@ Placement placement_of(const std::string& name) {
   static const std::unordered_set<std::string> host_indices = {
       "aten::index.Tensor", "aten::index.Tensor_out", "aten::index_put", "aten::index_put_",
       "aten::_index_put_impl_", "aten::_unsafe_index.Tensor", "aten::_unsafe_index_put"};
+  // TorchNeuron's reads keep that (python_ops/torch_mlir/ops/index.py, IndexMLIRImpl.can_handle
+  // looks at the indexed tensor only); its indexed write (torch_mlir/ops/indexing.py
+  // _index_put_impl_) gets python_ops/base.py's OperationImplementation.can_handle, which
+  // raises for a non-0-dim tensor off the device, inside a list too, before any fallback.
+  static const std::unordered_set<std::string> device_indices = {
+      "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"};
   if (copies.count(name)) return Placement::Any;
+  if ((rules & kRuleHostIndexWrites) && device_indices.count(name)) return Placement::DeviceIndices;
   if (host_indices.count(name)) return Placement::HostIndices;
   return Placement::Strict;
 }
@@ -125,7 +137,8 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
   OpInfo& info = entry.info;
   info.name = full_name(op.operator_name());
   info.name_hash = fnv1a(info.name);
-  info.placement = placement_of(info.name);
+  const int rules = g_rules.load(std::memory_order_relaxed);
+  info.placement = placement_of(info.name, rules);
   auto code_it = g_config.codes.find(info.name);
   const int code = code_it == g_config.codes.end() ? g_config.default_code : code_it->second;
   info.kind = static_cast<OpKind>(code & 3);
@@ -137,7 +150,6 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
   }
   info.target_numerics = g_config.target_numerics && info.compiles;
   // Copies, views and host fallbacks move bytes; the ops the target compiles need its types.
-  const int rules = g_rules.load(std::memory_order_relaxed);
   info.refused_dtypes = !info.compiles ? 0
                                        : ((rules & kRuleComplex) ? kComplexTypes : 0) |
                                              ((rules & kRuleUnsigned) ? kUnsignedTypes : 0);
@@ -146,6 +158,10 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
   info.out_keeps_size = (rules & kRuleFallbackOutResize) && info.on_host();
   info.out_written_after = (rules & kRuleCompiledOutWrittenAfter) && info.compiles && !info.on_host();
   info.row_major_results = (rules & kRuleCompiledResultsRowMajor) && (code & kCodeRowMajor) && !info.on_host();
+  auto int32_it = g_config.int32_args.find(info.name);
+  info.int32_args = (rules & kRuleIntArgumentsAsInt32) && int32_it != g_config.int32_args.end() && !info.on_host()
+                        ? static_cast<uint64_t>(int32_it->second)
+                        : 0;
   auto unscoped = g_known_issues.find(info.name);
   info.issue_unwarned.store(unscoped != g_known_issues.end() && !g_known_issues_warned.count(unscoped->second),
                             std::memory_order_relaxed);
@@ -166,7 +182,8 @@ struct ThreadAccounting {
     const c10::FunctionSchema* schema;
     OpEntry* entry;
   };
-  // Inside a NativeCompositeScope: the op the target runs as one kernel is already counted.
+  // Inside a NativeCompositeScope (the op the target runs as one kernel is already counted) or
+  // an uncounted span (a harness's own device work inside the user's process): nothing counts.
   int composite_depth = 0;
   // The generation of the signature tables that `recent_signatures` belongs to.
   uint64_t signature_generation = 0;
@@ -215,6 +232,7 @@ OpEntry& entry_of(const c10::OperatorHandle& op) {
 [[gnu::noinline]] const OpInfo& account_fallback(OpEntry& entry) {
   const OpInfo* info = &entry.info;
   entry.fallback.fetch_add(1, std::memory_order_relaxed);
+  g_fallback_total.fetch_add(1, std::memory_order_relaxed);
   std::string reason, profile;
   FallbackMode mode;
   bool first;
@@ -242,6 +260,7 @@ const OpInfo& account_entry(OpEntry& entry) {
   if (info.issue_unwarned.load(std::memory_order_relaxed)) [[unlikely]] warn_unscoped_issue(entry);
   if (info.on_host()) [[unlikely]] return account_fallback(entry);
   entry.executed.fetch_add(1, std::memory_order_relaxed);
+  g_executed_total.fetch_add(1, std::memory_order_relaxed);
   if (info.syncs) [[unlikely]] count_sync(info.name);
   return info;
 }
@@ -258,6 +277,7 @@ const OpInfo& account(const KnownOp& op) { return account_entry(*op.entry); }
 void count_op(const KnownOp& op) { account_entry(*op.entry); }
 
 void count_sync(const std::string& what) {
+  if (t_accounting.composite_depth > 0) return;
   std::lock_guard<std::mutex> lock(g_mutex);
   ++g_syncs[what];
 }
@@ -303,9 +323,10 @@ void record_signature(uint64_t signature) {
 void set_target(const std::unordered_map<std::string, int>& codes,
                 const std::unordered_map<std::string, std::string>& reasons, int default_code,
                 const std::string& default_reason, FallbackMode mode, const std::string& profile,
-                bool target_numerics, int rules) {
+                bool target_numerics, int rules, const std::unordered_map<std::string, int64_t>& int32_args) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_rules.store(rules, std::memory_order_relaxed);
+  g_config.int32_args = int32_args;
   g_config.codes = codes;
   g_config.reasons = reasons;
   g_config.default_code = default_code;
@@ -373,6 +394,13 @@ NativeCompositeScope::NativeCompositeScope(const c10::OperatorHandle& op, uint64
 }
 
 NativeCompositeScope::~NativeCompositeScope() { --t_accounting.composite_depth; }
+
+void enter_uncounted() { ++t_accounting.composite_depth; }
+
+void exit_uncounted() {
+  TORCH_CHECK(t_accounting.composite_depth > 0, "torchferry: exit_uncounted without a matching enter_uncounted");
+  --t_accounting.composite_depth;
+}
 
 void account_ops(const std::vector<std::string>& op_names) {
   for (const std::string& name : op_names) {
@@ -517,16 +545,12 @@ std::unordered_map<std::string, int64_t> executed_ops() {
   return out;
 }
 
-int64_t executed_op_count() {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  int64_t total = 0;
-  for (const auto& [schema, entry] : g_ops) total += entry.executed;
-  return total;
-}
+int64_t executed_op_count() { return g_executed_total.load(std::memory_order_relaxed); }
 
 std::unordered_map<std::string, int64_t> fallback_ops() {
-  std::lock_guard<std::mutex> lock(g_mutex);
   std::unordered_map<std::string, int64_t> out;
+  if (g_fallback_total.load(std::memory_order_relaxed) == 0) return out;  // most steps of most runs
+  std::lock_guard<std::mutex> lock(g_mutex);
   for (const auto& [schema, entry] : g_ops) {
     if (entry.fallback > 0) out[entry.info.name] += entry.fallback;
   }
@@ -553,6 +577,8 @@ void clear_op_tracking() {
     entry.executed = 0;
     entry.fallback = 0;
   }
+  g_executed_total = 0;
+  g_fallback_total = 0;
   for (ScopedIssue& issue : g_scoped_issues) issue.calls = 0;
   g_graph_issue_calls.clear();
   g_syncs.clear();

@@ -128,6 +128,11 @@ class UnboxedCall {
   }
   // A `dtype=` the target refuses: the boxed path raises the target's error.
   bool takes(const std::optional<at::ScalarType>& dtype) { return !dtype || !info_.refuses(*dtype); }
+  // An int beyond int32 where the int_arguments_as_int32 rule may look: the boxed path judges it.
+  bool takes(const c10::Scalar& number) {
+    return info_.int32_args == 0 || !number.isIntegral(/*includeBool=*/false) || number.isSymbolic() ||
+           fits_int32(number.toLong());
+  }
   template <class T>
   bool takes(const T& /*not a tensor*/) {
     return true;

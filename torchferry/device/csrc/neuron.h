@@ -244,8 +244,9 @@ enum class FallbackMode { Warn = 0, Silent = 1, Error = 2 };
 // HostCopy: a host fallback on the explicit copy path. HostPredicted: not implemented
 // by the target, so it would run on the host; executed zero-copy, counted as a fallback.
 enum class OpKind : uint8_t { Native = 0, Metadata = 1, HostCopy = 2, HostPredicted = 3 };
-// Which non-device tensors an op may take besides 0-dim CPU inputs (as on CUDA).
-enum class Placement : uint8_t { Strict, HostIndices, Any };
+// Which non-device tensors an op may take besides 0-dim CPU inputs (as on CUDA). DeviceIndices:
+// an indexed write whose index tensors must be on the device too (host_index_writes rule).
+enum class Placement : uint8_t { Strict, HostIndices, DeviceIndices, Any };
 struct OpInfo {
   uint64_t name_hash = 0;  // of `name`
   OpKind kind = OpKind::Native;
@@ -279,6 +280,9 @@ struct OpInfo {
   bool out_written_after = false;
   // The target's kernel allocates the op's fresh result row-major (compiled_results_row_major rule).
   bool row_major_results = false;
+  // Bit i set: schema argument i holding an int beyond int32 fails, as the target's torch-mlir kernel
+  // makes every non-static int argument an int32 tensor (int_arguments_as_int32 rule).
+  uint64_t int32_args = 0;
   // Last: a call reads the fields above (they share a cache line with the op's counter,
   // Target.cpp's OpEntry); the name only where a message or a table needs it.
   std::string name;  // "aten::add.Tensor"
@@ -298,7 +302,11 @@ enum Rule : int {
   kRuleFallbackOutResize = 64,  // a host fallback's non-empty out= of another size than its result is refused
   kRuleCompiledOutWrittenAfter = 128,  // a compiled op's out= is resized silently and written after the kernel
   kRuleCompiledResultsRowMajor = 256,  // a torch-mlir op's fresh result is row-major whatever its inputs' strides
+  kRuleHostIndexWrites = 512,  // an indexed write (index_put_) refuses index tensors on the host
+  kRuleIntArgumentsAsInt32 = 1024,  // a torch-mlir op's int argument beyond int32 fails
 };
+// The range of the int32 tensors the target's torch-mlir kernel makes of int arguments.
+inline bool fits_int32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
 // Classification code bit (profile.py EMPTY_ZEROS): the op gives zeros on an empty input.
 constexpr int kCodeEmptyZeros = 16;
 // Classification code bit (profile.py ROW_MAJOR): the target allocates the op's result row-major.
@@ -324,6 +332,11 @@ class NativeCompositeScope {
   NativeCompositeScope(const NativeCompositeScope&) = delete;
   NativeCompositeScope& operator=(const NativeCompositeScope&) = delete;
 };
+// Between these, this thread's ops are neither counted (executed, fallback, host syncs, eager
+// signatures, known issues) nor warned about: a harness's own device work inside a user's
+// process (torchferry.device.uncounted). Nested spans nest.
+void enter_uncounted();
+void exit_uncounted();
 // Ops the target registers natively that PyTorch implements as composites (CompositeImplicitAutograd
 // and CompositeExplicitAutograd): counted as the op itself, not its parts (Registration.cpp).
 void register_native_composites(const std::vector<std::string>& implicit_ops,
@@ -351,10 +364,11 @@ void record_signature(uint64_t signature);
 // codes: op name -> kind | compiles << 2 | syncs << 3; reasons: why an op runs
 // on the host; ops in neither table get `default_code` and `default_reason`.
 // rules: the Rule bits in force.
+// int32_args: op -> its arguments the int_arguments_as_int32 rule checks (OpInfo::int32_args).
 void set_target(const std::unordered_map<std::string, int>& codes,
                 const std::unordered_map<std::string, std::string>& reasons, int default_code,
                 const std::string& default_reason, FallbackMode mode, const std::string& profile,
-                bool target_numerics, int rules);
+                bool target_numerics, int rules, const std::unordered_map<std::string, int64_t>& int32_args);
 std::unordered_map<std::string, int64_t> executed_ops();
 int64_t executed_op_count();  // the sum of executed_ops(), without building it (read at every step)
 std::unordered_map<std::string, int64_t> fallback_ops();
