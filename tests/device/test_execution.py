@@ -119,3 +119,17 @@ def test_lazily_conjugated_and_negated_views_copy_off_the_device(neuron):
     into = torch.empty(4, dtype=torch.complex64, device="neuron")
     into.copy_(x.conj())
     assert torch.equal(into.cpu(), x.conj())
+
+
+def test_empty_strided_with_sizes_and_strides_of_other_lengths_raises_as_the_cpu_and_torchneuron_do(neuron):
+    # PyTorch's test_new_empty_strided expects this error (it passes on Trainium): no silent contiguous tensor
+    import torch
+
+    x = torch.tensor(-4.827, dtype=torch.float64, device="neuron")
+    for make in (lambda: x.new_empty_strided((2,), ()), lambda: torch.empty_strided((1,), (), device="neuron"),
+                 lambda: torch.empty_strided((1, 2), (1,), device="neuron")):
+        with pytest.raises(RuntimeError, match=r"dimensionality of sizes \(\d\) must match dimensionality of strides"):
+            make()
+    twin = torch.empty_strided((2, 3), (1, 2), device="neuron")  # lengths that match: the strides as given
+    assert twin.shape == (2, 3) and twin.stride() == (1, 2)
+    assert torch.empty_strided((), (), device="neuron").dim() == 0

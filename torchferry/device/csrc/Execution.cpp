@@ -837,6 +837,9 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   count_op(op);
   TORCH_CHECK(!layout || *layout == c10::kStrided,
               "the neuron device supports strided tensors only, got layout ", *layout);
+  // The CPU's and TorchNeuron's (c10's) check, which empty_on's contiguous path for no strides would skip.
+  TORCH_CHECK(size.size() == stride.size(), "dimensionality of sizes (", size.size(),
+              ") must match dimensionality of strides (", stride.size(), ")");
   return empty_on(size, stride, c10::dtype_or_default(dtype), std::nullopt, index_of(device));
 }
 
