@@ -190,8 +190,7 @@ class ScriptRecorder:
 
         def clip_grad_norm_(*args: Any, **kwargs: Any) -> Any:
             total = original_clip(*args, **kwargs)
-            with self._excluded():
-                self.clipped_norm = float(total)  # the norm before clipping, as the script computed it
+            self._clipped(total)
             return total
 
         torch.nn.utils.clip_grad_norm_ = torch.nn.utils.clip_grad.clip_grad_norm_ = clip_grad_norm_
@@ -364,6 +363,11 @@ class ScriptRecorder:
                 hook = register_module_forward_pre_hook(pre_hook)
 
         self._arm_input_watch = arm
+
+    def _clipped(self, total: Any) -> None:
+        """The total norm the script's clip_grad_norm_ returned: the norm before clipping, as the script computed it."""
+        with self._excluded():
+            self.clipped_norm = float(total)
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         import torch
