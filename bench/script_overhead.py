@@ -23,6 +23,14 @@ step, as a share of that step ("own"): the direct cost, a lower bound of the A/B
 same +3% (OWN PASS/FAIL), which drift between processes cannot move.
 
     python bench/script_overhead.py [--steps 40] [--rounds 2] [--devices cpu,neuron] [--scripts loop,lm] [--threads 1]
+    python bench/script_overhead.py --instructions 14,42 --devices neuron --scripts lm
+
+`--instructions LOW,HIGH` counts instead of timing, for a machine whose speed drifts from one process to
+the next by more than the effect: each condition runs twice under valgrind's callgrind (one thread), with
+LOW and HIGH steps, and one step's instructions are the difference of the two totals over the difference
+in steps (import and warm-up cancel out). The recorders-on count includes this benchmark's clock around
+their hooks (a few calls a step), so it errs against the recorders. Instructions are not time (caches,
+branches and memory are not in them), so this is a second view beside the A/B, held to the same +3%.
 
 Needs the recorder entry point installed (`pip install --no-build-isolation -e .`).
 """
@@ -31,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import resource
 import runpy
@@ -115,6 +124,42 @@ def run(script: str, device: str, recorders: bool, steps: int, tmp: Path, thread
     return measured
 
 
+def instructions(script: str, device: str, recorders: bool, steps: int, tmp: Path) -> tuple[int, int]:
+    """(instructions callgrind collected, steps the script made) of one process on one thread."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHFERRY_RECORD", "TORCHFERRY_DEVICE")}
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    if device != "cpu":
+        env["TORCHFERRY_DEVICE"] = device
+    if recorders:
+        env["TORCHFERRY_RECORD"] = str(tmp / "records")
+    out = tmp / "measured.json"
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
+                           "--child", str(out), "--script", script, "--steps", str(steps), "--workdir", str(tmp / "w")],
+                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    collected = re.search(r"==\d+== Collected : (\d+)", done.stderr)
+    if done.returncode or collected is None:
+        sys.exit(f"{script} on {device} under callgrind exited {done.returncode}:\n" + done.stderr[-4000:])
+    return int(collected.group(1)), len(json.loads(out.read_text())["steps"]) + 1
+
+
+def count_instructions(scripts: list[str], devices: list[str], low: int, high: int) -> bool:
+    """The per-step instruction table; True when a row misses the time target."""
+    print(f"{'script':<7}{'device':<8}{'instr/step off':>16}{'on':>14}{'added':>10}  verdict (<= +{TIME_TARGET:.0%})")
+    failed = False
+    for script in scripts:
+        for device in devices:
+            per_step = {}
+            with tempfile.TemporaryDirectory() as tmp:
+                for recorders in (False, True):
+                    (a, n_a), (b, n_b) = (instructions(script, device, recorders, n, Path(tmp)) for n in (low, high))
+                    per_step[recorders] = (b - a) / (n_b - n_a)
+            added = per_step[True] / per_step[False] - 1
+            failed |= added > TIME_TARGET
+            print(f"{script:<7}{device:<8}{per_step[False] / 1e6:>14.2f}M{per_step[True] / 1e6:>13.2f}M{added:>+10.1%}  "
+                  f"{'PASS' if added <= TIME_TARGET else 'FAIL'}")
+    return failed
+
+
 def spread(values: list[float]) -> float:
     q = statistics.quantiles(values, n=4)
     return (q[2] - q[0]) / statistics.median(values)
@@ -127,6 +172,7 @@ def main() -> None:
     parser.add_argument("--devices", default="cpu,neuron")
     parser.add_argument("--scripts", default=",".join(SCRIPTS))
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of each process (OMP_NUM_THREADS)")
+    parser.add_argument("--instructions", help="LOW,HIGH: count instructions per step under callgrind instead")
     parser.add_argument("--child")
     parser.add_argument("--script")
     parser.add_argument("--workdir")
@@ -134,6 +180,9 @@ def main() -> None:
     if args.child:
         child(args.child, args.script, args.steps, args.workdir)
         return
+    if args.instructions:
+        low, high = (int(n) for n in args.instructions.split(","))
+        sys.exit(1 if count_instructions(args.scripts.split(","), args.devices.split(","), low, high) else 0)
     failed = False
     print(f"intra-op threads per process: {args.threads}")
     print(f"{'script':<7}{'device':<8}{'step off':>11}{'step on':>11}{'time':>8}{'peak off':>11}{'peak on':>11}"

@@ -173,6 +173,18 @@ def test_a_placement_error_names_the_op_and_the_users_line(device):
     assert placement_of(ValueError("the user's forward is broken")) is None
 
 
+def test_an_indexed_write_through_a_host_mask_is_a_placement_error_naming_the_op_and_the_users_line(device):
+    x = torch.zeros(4, device=device)
+    with pytest.raises(RuntimeError) as info:
+        x[torch.tensor([True, False, True, False])] = 1.0  # TorchNeuron refuses the CPU mask (host_index_writes)
+    p = placement_of(info.value)
+    assert p.op == "aten::_index_put_impl_" and p.devices == ["neuron", "cpu"] and p.argument == "arg1[0]"
+    assert p.file == __file__ and "x[torch.tensor([True, False, True, False])] = 1.0" in p.code
+    assert p.message == "Non-scalar tensor arg1[0] is on cpu device, expected neuron"
+    real = placement_of(RuntimeError("Non-scalar tensor arg1[0] is on cpu device, expected neuron"))  # TorchNeuron's own
+    assert real.op == "an op" and real.argument == "arg1[0]"
+
+
 def test_a_placement_error_under_compile_names_the_users_line_from_the_traced_frame(device, compile_env):
     w = workload("placement")
     compiled = torch.compile(copy.deepcopy(w.model).to(device), backend="neuron")

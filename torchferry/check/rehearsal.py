@@ -118,6 +118,9 @@ PLACEMENT_OP = re.compile(r"method ([\w:.]+)|call_function (.+)")
 TRACED_FRAME = re.compile(r'File "([^"]+)", line (\d+), in \S+\n\s*(\S.*)')  # Dynamo's "from user code:" frames
 PLACEMENT_ARG = re.compile(r"argument for argument (\w+)|got (\w+) is on")
 PLACEMENT_DEVICES = re.compile(r"devices?, (\S+) and (\S+?)!|is on (\S+), different from other tensors on (\S+?)[ (]")
+# TorchNeuron's own refusal of a host tensor where its op needs the device's (python_ops/base.py,
+# OperationImplementation.can_handle: an indexed write's CPU mask), with the op where the device names it.
+HOST_ARGUMENT = re.compile(r"Non-scalar tensor (arg\d+(?:\[\d+\])?) is on (\w+) device, expected (\w+)(?: \(([\w:.]+):)?")
 
 
 def placement_of(exc: BaseException) -> Placement | None:
@@ -126,15 +129,20 @@ def placement_of(exc: BaseException) -> Placement | None:
     In eager mode the user's line is a frame of the traceback; under torch.compile Dynamo raises
     while tracing and names the traced frames in its message ("from user code:")."""
     message = str(exc)
-    if not PLACEMENT.search(message):
+    host = HOST_ARGUMENT.search(message)
+    if not PLACEMENT.search(message) and host is None:
         return None
-    op, arg, devices = PLACEMENT_OP.search(message), PLACEMENT_ARG.search(message), PLACEMENT_DEVICES.search(message)
     traced = TRACED_FRAME.findall(message.split("from user code:", 1)[1]) if "from user code:" in message else []
     if traced:
         file, line, code = traced[-1][0], int(traced[-1][1]), traced[-1][2].strip()
     else:
         frame = user_frame(exc.__traceback__)
         file, line, code = (frame.filename, frame.lineno, frame.line) if frame else (None, None, None)
+    if host is not None:
+        argument, on, expected, op = host.groups()
+        return Placement(op=op or "an op", devices=[expected, on], argument=argument, file=file, line=line, code=code,
+                         message=host.group(0).split(" (")[0])
+    op, arg, devices = PLACEMENT_OP.search(message), PLACEMENT_ARG.search(message), PLACEMENT_DEVICES.search(message)
     return Placement(op=next(g for g in op.groups() if g).strip() if op else "an op",
                      devices=[d for d in devices.groups() if d] if devices else [],
                      argument=next((a for a in arg.groups() if a), None) if arg else None,
