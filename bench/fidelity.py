@@ -36,8 +36,10 @@ another size than the result, which the samples here (no `out=`) never make; its
 that shares memory with an input let through), which the samples here never make; likewise.
 `compiled_results_row_major` changes only the strides of a torch-mlir op's result for a permuted input
 (the values stay the CPU's); its tests are there too. `host_index_writes` changes only indexed writes
-given an index tensor on the host, and `int_arguments_as_int32` only calls with a Python int beyond
-int32, which the samples here (inputs on the device, small numbers) never make; their tests are there too,
+given an index tensor on the host, `int_arguments_as_int32` only calls with a Python int beyond
+int32, and `casts_to_int_round` only casts between device tensors from a float to int8/uint8/int16/int32 of
+values that are not whole, which the samples here (inputs on the device, small numbers, no casts of their
+own) never make; their tests are there too,
 and the conformance tier (tests/conformance) runs every OpInfo sample with both on.
 
     python bench/fidelity.py                      # every OpInfo and ModuleInfo, 2 samples each per dtype

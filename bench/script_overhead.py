@@ -104,21 +104,29 @@ def child(out: str, script: str, steps: int, workdir: str) -> None:
                                      "peak_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
 
 
-def run(script: str, device: str, recorders: bool, steps: int, tmp: Path, threads: int) -> dict:
+def child_env(device: str, recorders: bool, tmp: Path, threads: int) -> dict[str, str]:
+    """The environment of one measured process: the device and the recorders as `ferry check` sets them."""
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHFERRY_RECORD", "TORCHFERRY_DEVICE")}
-    env["OMP_NUM_THREADS"] = str(threads)
+    env.update(OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     if device != "cpu":
         env["TORCHFERRY_DEVICE"] = device
     if recorders:
         env["TORCHFERRY_RECORD"] = str(tmp / "records")
-    out = tmp / "measured.json"
-    done = subprocess.run([sys.executable, __file__, "--child", str(out), "--script", script, "--steps", str(steps),
-                           "--workdir", str(tmp / "w")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+    return env
+
+
+def child_command(script: str, steps: int, tmp: Path) -> list[str]:
+    return [sys.executable, __file__, "--child", str(tmp / "measured.json"), "--script", script, "--steps", str(steps),
+            "--workdir", str(tmp / "w")]
+
+
+def run(script: str, device: str, recorders: bool, steps: int, tmp: Path, threads: int) -> dict:
+    done = subprocess.run(child_command(script, steps, tmp), env=child_env(device, recorders, tmp, threads),
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode:  # the script's own output stays out of the table unless it failed
         sys.exit(f"{script} on {device} (recorders {'on' if recorders else 'off'}) exited {done.returncode}:\n"
                  + done.stderr[-4000:])
-    measured = json.loads(out.read_text())
+    measured = json.loads((tmp / "measured.json").read_text())
     measured["steps"] = measured["steps"][len(measured["steps"]) // 4:]
     measured["own"] = measured["own"][len(measured["own"]) // 4:]
     return measured
@@ -126,20 +134,14 @@ def run(script: str, device: str, recorders: bool, steps: int, tmp: Path, thread
 
 def instructions(script: str, device: str, recorders: bool, steps: int, tmp: Path) -> tuple[int, int]:
     """(instructions callgrind collected, steps the script made) of one process on one thread."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TORCHFERRY_RECORD", "TORCHFERRY_DEVICE")}
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    if device != "cpu":
-        env["TORCHFERRY_DEVICE"] = device
-    if recorders:
-        env["TORCHFERRY_RECORD"] = str(tmp / "records")
-    out = tmp / "measured.json"
-    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
-                           "--child", str(out), "--script", script, "--steps", str(steps), "--workdir", str(tmp / "w")],
-                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                           *child_command(script, steps, tmp)],
+                          env=child_env(device, recorders, tmp, threads=1), stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)
     collected = re.search(r"==\d+== Collected : (\d+)", done.stderr)
     if done.returncode or collected is None:
         sys.exit(f"{script} on {device} under callgrind exited {done.returncode}:\n" + done.stderr[-4000:])
-    return int(collected.group(1)), len(json.loads(out.read_text())["steps"]) + 1
+    return int(collected.group(1)), len(json.loads((tmp / "measured.json").read_text())["steps"]) + 1
 
 
 def count_instructions(scripts: list[str], devices: list[str], low: int, high: int) -> bool:

@@ -258,6 +258,68 @@ def test_clean_twins_of_empty_inputs_keep_the_cpus_results(neuron):
     assert torch.equal(y.cpu(), torch.ones(3))
 
 
+def test_empty_input_zeros_come_in_the_default_dtype_as_torchneuron_makes_them(neuron):
+    """`_create_zeros_like_original` calls torch.zeros(shape, device=...) with no dtype: a float64 op's
+    result comes back float32; an out= tensor keeps its dtype (the zeros are copied into it)."""
+    import torch
+
+    bias, x, w = (torch.ones(3, dtype=torch.float64), torch.empty(4, 0, dtype=torch.float64),
+                  torch.empty(0, 3, dtype=torch.float64))
+    assert torch.addmm(bias, x, w).dtype == torch.float64  # the CPU
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        on_device = torch.addmm(bias.to("neuron"), x.to("neuron"), w.to("neuron"))
+    assert on_device.dtype == torch.float32 and torch.equal(on_device.cpu(), torch.zeros(4, 3))
+    (warning,) = [str(c.message) for c in caught if "empty tensor input" in str(c.message)]
+    assert "in torch's default dtype" in warning
+    out = torch.full((4, 3), 7.0, dtype=torch.float64, device="neuron")
+    torch.addmm(bias.to("neuron"), x.to("neuron"), w.to("neuron"), out=out)
+    assert out.dtype == torch.float64 and torch.equal(out.cpu(), torch.zeros(4, 3, dtype=torch.float64))
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:  # the default dtype, whatever it is
+        assert torch.addmm(bias.to("neuron"), x.to("neuron"), w.to("neuron")).dtype == torch.float64
+    finally:
+        torch.set_default_dtype(previous)
+
+
+def test_a_reduction_without_an_identity_raises_on_an_empty_input_where_the_cpu_gives_an_empty_result(neuron):
+    """ReductionOps.NO_IDENTITY_OPS (python_ops/shared/config.py): TorchNeuron's kernel raises "Cannot perform
+    ... on empty tensor (no identity value)" and the snapshot's build passes it on instead of falling back."""
+    import torch
+
+    empty = torch.empty(0, 3)
+    assert empty.amax(1).shape == (0,) and empty.max(dim=1).values.shape == (0,)  # the CPU
+    for reduce in (lambda t: t.amax(1), lambda t: t.max(dim=1), lambda t: t.amin(1)):
+        with pytest.raises(RuntimeError, match=r"^CPU fallback disabled because TORCH_NEURONX_FALLBACK_ONLY_FOR_"
+                                               r"UNIMPLEMENTED_OPS=1\. Operation aten::.*no identity value"):
+            reduce(empty.to("neuron"))
+    with pytest.raises(RuntimeError) as raised:
+        empty.to("neuron").amax(1)
+    assert "aten::amax on empty tensor (no identity value)" in str(raised.value)
+    assert "if x.numel() == 0" in str(raised.value) and "empty_inputs = false" in str(raised.value)
+
+
+def test_clean_twins_of_reductions_without_an_identity_run(neuron):
+    import torch
+
+    x = torch.randn(4, 3)
+    assert torch.equal(x.to("neuron").amax(1).cpu(), x.amax(1))  # nothing empty
+    assert torch.equal(x.to("neuron").max(dim=0).values.cpu(), x.max(dim=0).values)
+    assert torch.equal(torch.empty(0, 3, device="neuron").sum(1).cpu(), torch.empty(0))  # an identity: the CPU's
+
+
+def test_a_profile_without_the_empty_inputs_rule_runs_an_empty_reduction_as_the_cpu(rules):
+    import torch
+
+    rules(empty_inputs=False)
+    assert torch.empty(0, 3, device="neuron").amax(1).shape == (0,)
+    d = torch.addmm(torch.ones(3, dtype=torch.float64, device="neuron"),
+                    torch.empty(4, 0, dtype=torch.float64, device="neuron"),
+                    torch.empty(0, 3, dtype=torch.float64, device="neuron"))
+    assert d.dtype == torch.float64
+
+
 def test_a_profile_without_the_empty_inputs_rule_computes_what_the_cpu_computes(rules):
     import torch
 
@@ -265,6 +327,60 @@ def test_a_profile_without_the_empty_inputs_rule_computes_what_the_cpu_computes(
     bias = torch.tensor([1.0, 2.0, 3.0])
     d = torch.addmm(bias.to("neuron"), torch.empty(4, 0, device="neuron"), torch.empty(0, 3, device="neuron"))
     assert torch.equal(d.cpu(), bias.expand(4, 3))
+
+
+# ------------------------------------------------------------------ float-to-int casts on the device
+# TorchNeuron casts between device tensors of 32 bits or fewer on the device (python_ops/cast_policy.py
+# write_neuron_to_neuron, device_cast.py) and its CI lists test_float_to_int_conversion_finite as failing
+# for int8, uint8, int16 and int32 (values like -1.5 and 0.5): the device rounds where the CPU truncates.
+CAST_VALUES = [-2.0, -1.7, -1.5, -0.5, 0.0, 0.5, 1.5, 1.7, 2.0]
+
+
+@pytest.mark.parametrize("to", ["int32", "int16", "int8"])
+@pytest.mark.parametrize("source", ["float32", "bfloat16", "float16"])
+def test_a_float_to_int_cast_between_device_tensors_rounds_to_nearest(neuron, source, to):
+    import torch
+
+    x = torch.tensor(CAST_VALUES, dtype=getattr(torch, source))
+    assert x.to(getattr(torch, to)).tolist() == [-2, -1, -1, 0, 0, 0, 1, 1, 2]  # the CPU truncates
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cast = x.to("neuron").to(getattr(torch, to))
+    assert cast.dtype == getattr(torch, to) and cast.cpu().tolist() == [-2, -2, -2, 0, 0, 0, 2, 2, 2]
+    warned = [str(c.message) for c in caught if "rounded to the nearest integer" in str(c.message)]
+    assert len(warned) <= 1 and all("casts_to_int_round = false" in w for w in warned)
+
+
+def test_the_cast_rounding_warns_once_per_pair_and_names_the_fix(neuron):
+    import torch
+
+    x = torch.tensor([0.5, 2.5, 3.7], dtype=torch.bfloat16, device="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert torch.empty(3, dtype=torch.uint8, device="neuron").copy_(x).cpu().tolist() == [0, 2, 4]
+        x.to(torch.uint8)
+    (warning,) = [str(c.message) for c in caught if "a cast from torch.bfloat16 to torch.uint8" in str(c.message)]
+    assert "cast_policy.py" in warning and "x.trunc()" in warning
+
+
+def test_clean_twins_of_device_casts_truncate_as_the_cpu(neuron):
+    import torch
+
+    x = torch.tensor(CAST_VALUES)
+    truncated = [-2, -1, -1, 0, 0, 0, 1, 1, 2]
+    assert x.to("neuron").long().cpu().tolist() == truncated  # to 64 bits: through the CPU there
+    assert x.double().to("neuron").int().cpu().tolist() == truncated  # from 64 bits: likewise
+    assert x.to("neuron", torch.int32).cpu().tolist() == truncated  # cast on the host, then moved
+    assert x.to("neuron").to("cpu", torch.int32).tolist() == truncated  # moved, then cast on the host
+    assert x.to("neuron").bool().cpu().tolist() == x.bool().tolist()
+    assert torch.tensor([1.0, 2.0], device="neuron").int().cpu().tolist() == [1, 2]  # whole values: no difference
+
+
+def test_a_profile_without_the_cast_rule_truncates_on_the_device(rules):
+    import torch
+
+    rules(casts_to_int_round=False)
+    assert torch.tensor(CAST_VALUES, device="neuron").int().cpu().tolist() == [-2, -1, -1, 0, 0, 0, 1, 1, 2]
 
 
 # ------------------------------------------------------------------ overlapping writes

@@ -45,11 +45,9 @@ def _tail(rule: str, source: str, fix: str) -> str:
 
 
 def _unhandled(op_name: str, details: str, rule: str, source: str, fix: str) -> RuntimeError:
-    """TorchNeuron's error for a collective none of its implementations can handle."""
-    return RuntimeError(
-        "CPU fallback disabled because TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1. Operation "
-        f"{op_name} failed to be handled by any Neuron implementation (last implementation: unknown). Details: "
-        f"{details}" + _tail(rule, source, fix))
+    """TorchNeuron's error for a collective none of its implementations can handle (the device's text for it)."""
+    message = target._core()._fallback_disabled_message(op_name, False, "unknown", details)
+    return RuntimeError(message + _tail(rule, source, fix))
 
 
 def check_point_to_point(collective: str) -> None:

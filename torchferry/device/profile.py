@@ -44,7 +44,9 @@ RULES = {
                         "(uint16/32/64 variants listed failing: test_cat_out_fast_path, test_random_*); the JAX/XLA "
                         "path's table, torch_neuronx/type_converter_base.py (TORCH_TO_JAX_BASE), has none"),
     "empty_inputs": (8, "an op the target runs through its torch-mlir kernel, called with an empty tensor input, "
-                     "returns zeros of the result's shape (reductions and scatter excepted; in-place ops untouched)",
+                     "returns zeros of the result's shape in torch's default dtype (float32), where the CPU computes "
+                     "the op; a reduction without an identity (max, amax, argmax, ..., std_mean) raises; other "
+                     "reductions and scatter give what the CPU gives; in-place ops untouched",
                      "torch_neuronx/python_ops/torch_mlir/kernel.py (TorchMlirKernel.__call__, "
                      "_handle_empty_tensors), python_ops/shared/config.py (ReductionOps, IndexOps)"),
     "overlapping_writes": (16, "an op the target compiles writes into a tensor whose elements share memory (an "
@@ -95,6 +97,16 @@ RULES = {
                                "preprocess_kwargs: torch.tensor(v, dtype=torch.int32)), python_ops/torch_mlir/kernel.py "
                                "(TorchMlirKernel.__call__), python_ops/base.py (Operation.__call__), _build_config.py; "
                                "the ops' static arguments: @register_aten in python_ops/torch_mlir/ops/*.py"),
+    "casts_to_int_round": (2048, "a cast between device tensors from float16, bfloat16 or float32 to int8, uint8, "
+                           "int16 or int32 (x.to(torch.int32), .int(), copy_) rounds to the nearest integer where the "
+                           "CPU truncates toward zero (ties to even assumed); casts to or from 64-bit types and "
+                           "casts across the host boundary truncate, as on the CPU",
+                           "torch_neuronx/python_ops/cast_policy.py (write_neuron_to_neuron: casts of 32 bits or "
+                           "fewer on the device, 64-bit ones through the CPU), python_ops/device_cast.py "
+                           "(DeviceCastMLIRImpl: a compiled x.to(dtype)), python_ops/torch_mlir/ops/to_copy.py; "
+                           "tests/pytorch_tests/failing_test_methods/TestTensorCreation.json "
+                           "(test_float_to_int_conversion_finite int8, uint8, int16, int32 listed failing; bool and "
+                           "int64, the CPU-bounced cast, not)"),
     # torch.compile(backend="neuron"): what TorchNeuron's lowering refuses (compile/lowering.py).
     "compiled_no_outputs": (0, "a compiled graph with no tensor output (after None outputs are dropped) fails to "
                             "compile: 'No outputs found in the module, expected at least one output'",
@@ -148,20 +160,22 @@ RULES = {
                          "all_reduce_xla.py, reduce_scatter_xla.py, all_gather_xla.py (can_handle)"),
 }
 
-# Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS | ROW_MAJOR.
+# Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS | ROW_MAJOR | EMPTY_RAISES.
 NATIVE, METADATA, HOST_COPY, HOST_PREDICTED = 0, 1, 2, 3
-COMPILES, SYNCS, EMPTY_ZEROS, ROW_MAJOR = 4, 8, 16, 32
+COMPILES, SYNCS, EMPTY_ZEROS, ROW_MAJOR, EMPTY_RAISES = 4, 8, 16, 32, 64
 # TorchNeuron's torch-mlir kernel skips the computation when a positional tensor argument is empty
-# (torch_mlir/kernel.py, TorchMlirKernel.__call__ -> _handle_empty_tensors): reductions return their
-# identity (sum 0, prod 1, mean/std/var NaN: what the CPU computes) or fail over to the CPU (max, min,
-# amax, amin, argmax, argmin, std_mean, var_mean: "no identity value"), scatter and scatter_add with an
-# empty index return the input (as the CPU), and every other op returns zeros of the result's shape
-# (`_create_zeros_like_original`). By base name, as python_ops/shared/config.py (ReductionOps, IndexOps)
-# matches them.
+# (torch_mlir/kernel.py, TorchMlirKernel.__call__ -> _handle_empty_tensors): reductions with an identity
+# return it in the result's dtype (sum 0, prod 1, mean/std/var NaN: what the CPU computes); those without
+# one (max, min, amax, amin, argmax, argmin, std_mean, var_mean) raise "Cannot perform ... on empty tensor
+# (no identity value)", which the snapshot's build, falling back only for unimplemented ops, passes to
+# the caller (EMPTY_RAISES); scatter and scatter_add with an empty index return the input (as the CPU);
+# every other op returns zeros of the result's shape made by `torch.zeros(shape, device=...)`, in torch's
+# default dtype whatever the op's (`_create_zeros_like_original`; EMPTY_ZEROS). By base name, as
+# python_ops/shared/config.py (ReductionOps, IndexOps) matches them.
 TORCH_MLIR_SOURCES = "python_ops/torch_mlir/"
-EMPTY_NOT_ZEROS = frozenset({"sum", "add", "prod", "product", "all", "any", "norm", "mean", "std", "var",
-                             "max", "min", "amax", "amin", "argmax", "argmin", "std_mean", "var_mean",
-                             "scatter", "scatter_add"})
+EMPTY_AS_CPU = frozenset({"sum", "add", "prod", "product", "all", "any", "norm", "mean", "std", "var",
+                          "scatter", "scatter_add"})
+EMPTY_NO_IDENTITY = frozenset({"max", "min", "amax", "amin", "argmax", "argmin", "std_mean", "var_mean"})
 
 # Ops through which this device realises an op the target implements itself; they
 # are judged as that op.
@@ -356,33 +370,37 @@ class DeviceProfile:
             for op, delegate in structured_delegates().items():
                 if op not in codes and delegate in codes:
                     codes[op] = codes[delegate]
-            for op in empty_zeros_ops(self.native_ops.native):
-                codes[op] = codes.get(op, default) | EMPTY_ZEROS
+            for op, code in empty_input_codes(self.native_ops.native).items():
+                codes[op] = codes.get(op, default) | code
             for op in row_major_ops(self.native_ops.native):
                 codes[op] = codes.get(op, default) | ROW_MAJOR
         return codes, reasons, default, default_reason
 
 
-def empty_zeros_ops(native: dict[str, str]) -> list[str]:
-    """The ops that give zeros on the target when a positional tensor argument is empty: those it runs
-    through its torch-mlir kernel (themselves, or their structured delegate: `div.Tensor` runs `div.out`),
-    but the reductions and index ops of EMPTY_NOT_ZEROS and the in-place variants (whether TorchNeuron
-    writes the zeros into `self` is not in its source)."""
+def empty_input_codes(native: dict[str, str]) -> dict[str, int]:
+    """op -> what the target does when a positional tensor argument is empty, for the ops it runs through its
+    torch-mlir kernel (themselves, or their structured delegate: `div.Tensor` runs `div.out`): EMPTY_RAISES for
+    the reductions without an identity, EMPTY_ZEROS for the rest but those of EMPTY_AS_CPU and the in-place
+    variants (whether TorchNeuron writes the zeros into `self` is not in its source)."""
     import torch
 
     mlir = {op for op, source in native.items() if TORCH_MLIR_SOURCES in source}
     delegates = structured_delegates()
-    found = []
+    found = {}
     for op in sorted(aten_ops()):
         if op not in mlir and delegates.get(op) not in mlir:
             continue
-        if op.split("::")[-1].split(".")[0].lower() in EMPTY_NOT_ZEROS:
+        base = op.split("::")[-1].split(".")[0].lower()
+        if base in EMPTY_NO_IDENTITY:
+            found[op] = EMPTY_RAISES
+            continue
+        if base in EMPTY_AS_CPU:
             continue
         name, _, overload = op.partition(".")
         schema = torch._C._get_schema(name, overload)
         if any(a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only for a in schema.arguments):
             continue  # in place
-        found.append(op)
+        found[op] = EMPTY_ZEROS
     return found
 
 

@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <memory>
 #include <typeinfo>
+#include <sstream>
 
 namespace torchferry {
 namespace {
@@ -239,11 +240,12 @@ class HostCall {
       const bool writes = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
       arg_ = &args[i];
       arg_index_ = i;
-      if ((info_.int32_args >> i) & 1) [[unlikely]] check_int32(iv);
+      if (i < 64 && ((info_.int32_args >> i) & 1)) [[unlikely]] check_int32(iv);
       if (info_.compiles) signature_.add(iv, args[i]);
       if (iv.isTensor()) {
         // TorchNeuron's torch-mlir kernel looks at its positional tensor arguments only.
-        if (info_.empty_zeros && !args[i].kwarg_only() && iv.toTensor().defined() && iv.toTensor().numel() == 0) {
+        if ((info_.empty_zeros || info_.empty_raises) && !args[i].kwarg_only() && iv.toTensor().defined() &&
+            iv.toTensor().numel() == 0) {
           empty_input_ = true;
         }
         // A host fallback's out= that is not empty must keep its size (fallback_out_resize rule).
@@ -406,16 +408,16 @@ class HostCall {
   }
 
   [[noreturn]] void throw_int32_overflow(int64_t value) const {
-    TORCH_CHECK(false, "CPU fallback disabled because TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1. Operation ",
-                info_.name, " failed to execute on Neuron (last implementation: TorchMlirOpImpl). Details: "
-                "TorchMlirOpImpl: value cannot be converted to type int32 without overflow (argument `", arg_->name(),
-                "` = ", value, ": TorchNeuron's torch-mlir kernel passes every int argument its registration does "
-                "not keep static as an int32 tensor, torch_neuronx/python_ops/processors/argument_processor.py "
-                "preprocess_inputs; the snapshot's build raises here, a build with "
-                "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=0 would run the op on the host CPU). Next step: keep "
-                "the value within int32 (-2147483648 to 2147483647), e.g. torch.iinfo(torch.int32).max as a "
-                "sentinel, or pass it as a float; int_arguments_as_int32 = false in a profile lets it through "
-                "(docs/device/fidelity.md).");
+    std::ostringstream details;
+    details << "TorchMlirOpImpl: value cannot be converted to type int32 without overflow (argument `" << arg_->name()
+            << "` = " << value << ": TorchNeuron's torch-mlir kernel passes every int argument its registration "
+            << "does not keep static as an int32 tensor, torch_neuronx/python_ops/processors/argument_processor.py "
+            << "preprocess_inputs; the snapshot's build raises here, a build with "
+            << "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=0 would run the op on the host CPU). Next step: "
+            << "keep the value within int32 (-2147483648 to 2147483647), e.g. torch.iinfo(torch.int32).max as a "
+            << "sentinel, or pass it as a float; int_arguments_as_int32 = false in a profile lets it through "
+            << "(docs/device/fidelity.md).";
+    TORCH_CHECK(false, fallback_disabled_message(info_.name, /*executed=*/true, "TorchMlirOpImpl", details.str()));
   }
 
   // host_index_writes rule: TorchNeuron's OperationImplementation.can_handle (python_ops/base.py).
@@ -583,7 +585,7 @@ class HostCall {
       }
     }
   }
-  // Whether a positional tensor argument is empty (the target returns zeros: info.empty_zeros).
+  // Whether a positional tensor argument is empty (the target returns zeros or raises: empty_inputs rule).
   bool has_empty_input() const { return empty_input_; }
   // Whether a device tensor has a dtype the op's known issue is scoped to.
   bool runs_known_issue_dtype() const { return known_issue_dtype_; }
@@ -775,15 +777,38 @@ void Signature::add(const c10::IValue& iv, const c10::Argument& arg) {
 namespace {
 // The target's result for an empty positional input: zeros of each result's shape (its
 // torch-mlir kernel computes nothing). Written through host views: not a device op.
-void zero_results(const OpInfo& info, size_t num_returns, torch::jit::Stack* stack) {
-  bool zeroed = false;
-  for (size_t i = stack->size() - num_returns; i < stack->size(); ++i) {
-    const c10::IValue& iv = (*stack)[i];
+// empty_inputs rule: the target's torch-mlir kernel computes nothing and returns torch.zeros of each
+// result's shape, in the default dtype; an out= result is the tensor given, which the zeros are copied into.
+void zero_results(const OpInfo& info, const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+  const size_t num_returns = schema.returns().size();
+  const at::ScalarType default_dtype = c10::typeMetaToScalarType(c10::get_default_dtype());
+  bool zeroed = false, dtype_changed = false;
+  for (size_t r = 0; r < num_returns; ++r) {
+    c10::IValue& iv = (*stack)[stack->size() - num_returns + r];
     if (!iv.isTensor() || !iv.toTensor().defined() || iv.toTensor().numel() == 0) continue;
+    const at::Tensor& result = iv.toTensor();
+    if (schema.returns()[r].alias_info() == nullptr && result.scalar_type() != default_dtype) {
+      iv = c10::IValue(empty_on(result.sizes(), {}, default_dtype, std::nullopt, result.device().index()));
+      dtype_changed = true;
+    }
     host_view_of(iv.toTensor()).zero_();
     zeroed = true;
   }
-  if (zeroed) warn_empty_zeros(info);
+  if (zeroed) warn_empty_zeros(info, dtype_changed);
+}
+
+// empty_inputs rule: a reduction without an identity (`ReductionOps.NO_IDENTITY_OPS`) raises in the
+// target's torch-mlir kernel, and the snapshot's build passes the error on rather than falling back.
+[[noreturn]] void throw_empty_no_identity(const OpInfo& info) {
+  TORCH_CHECK(false, fallback_disabled_message(
+                         info.name, /*executed=*/true, "TorchMlirOpImpl",
+                         "TorchMlirOpImpl: Cannot perform " + info.name + " on empty tensor (no identity value) "
+                         "(TorchNeuron's torch-mlir kernel computes nothing when a tensor argument is empty and has "
+                         "no value to give for this reduction, torch_neuronx/python_ops/torch_mlir/kernel.py "
+                         "_handle_empty_tensors, python_ops/shared/config.py ReductionOps; where the CPU gives an "
+                         "empty result, the target raises). Next step: skip the reduction when the tensor is empty "
+                         "(if x.numel() == 0: ...); a profile with empty_inputs = false computes what the CPU "
+                         "computes (docs/device/fidelity.md)."));
 }
 }  // namespace
 
@@ -797,6 +822,7 @@ void run_on_host_kernels(const c10::OperatorHandle& op, const OpInfo& info, torc
   const auto& schema = op.schema();
   HostCall call(info);
   call.convert_arguments(schema, stack);
+  if (info.empty_raises && call.has_empty_input()) throw_empty_no_identity(info);
   ProfiledOp profiled(op, info.on_host(), call.device());
   if (info.compiles) record_signature(call.signature() ^ info.name_hash);
   if (call.runs_known_issue_dtype()) note_known_issue(info);
@@ -816,7 +842,7 @@ void run_on_host_kernels(const c10::OperatorHandle& op, const OpInfo& info, torc
   call.check_out_sizes();
   call.write_back_mutations();
   call.convert_results(schema.returns().size(), stack);
-  if (call.has_empty_input()) zero_results(info, schema.returns().size(), stack);
+  if (info.empty_zeros && call.has_empty_input()) zero_results(info, schema, stack);
 }
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
@@ -900,13 +926,20 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
 
 namespace {
 // The CPU's copy between the bytes of `src` and `dst`, either of which may be a device tensor
-// (then seen through a pooled host view, as an op's arguments are).
-void copy_on_host(const at::Tensor& src, const at::Tensor& dst) {
+// (then seen through a pooled host view, as an op's arguments are); `rounded`: of src.round().
+void copy_on_host(const at::Tensor& src, const at::Tensor& dst, bool rounded = false) {
   at::Tensor host_dst = is_neuron(dst) ? take_host_view(dst) : dst;
   at::Tensor host_src = is_neuron(src) ? take_host_view(src) : src;
-  host_dst.copy_(host_src);
+  host_dst.copy_(rounded ? host_src.round() : host_src);
   recycle_host_view(host_src);
   recycle_host_view(host_dst);
+}
+// casts_to_int_round rule: the casts TorchNeuron runs on the device (32 bits or fewer, python_ops/cast_policy.py)
+// from a float to an integer type other than bool.
+bool rounds_to_int(at::ScalarType from, at::ScalarType to) {
+  const bool float32_or_narrower = from == at::kFloat || from == at::kHalf || from == at::kBFloat16;
+  const bool int32_or_narrower = to == at::kInt || to == at::kShort || to == at::kChar || to == at::kByte;
+  return float32_or_narrower && int32_or_narrower;
 }
 }  // namespace
 
@@ -917,7 +950,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   count_op(op);
   // .cpu(), .tolist(), .numpy() and printing wait for the device: a host sync.
   if (dst.device().type() != kNeuron) count_sync("aten::_copy_from (device to host)");
-  copy_on_host(self, dst);
+  const bool rounds = is_neuron(self) && is_neuron(dst) && rounds_to_int(self.scalar_type(), dst.scalar_type()) &&
+                      rule_on(kRuleCastsToIntRound);
+  copy_on_host(self, dst, rounds);
+  if (rounds) [[unlikely]] warn_cast_rounds(self.scalar_type(), dst.scalar_type());
   return dst;
 }
 

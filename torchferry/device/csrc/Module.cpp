@@ -131,6 +131,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_fallback_ops", &fallback_ops);
   m.def("_clear_op_tracking", &clear_op_tracking);
   m.def("_fallback_reasons", &fallback_reasons_seen);
+  m.def("_fallback_disabled_message", &fallback_disabled_message);
   m.def("_set_known_issues", &set_known_issues);
   m.def("_known_issue_calls", &known_issue_calls);
   m.def("_note_graph_known_issues", &with_python_warnings<note_graph_known_issues>);

@@ -154,6 +154,7 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
                                        : ((rules & kRuleComplex) ? kComplexTypes : 0) |
                                              ((rules & kRuleUnsigned) ? kUnsignedTypes : 0);
   info.empty_zeros = (rules & kRuleEmptyInputs) && (code & kCodeEmptyZeros) && !info.on_host();
+  info.empty_raises = (rules & kRuleEmptyInputs) && (code & kCodeEmptyRaises) && !info.on_host();
   info.writes_through_overlap = (rules & kRuleOverlappingWrites) && info.compiles && !info.on_host();
   info.out_keeps_size = (rules & kRuleFallbackOutResize) && info.on_host();
   info.out_written_after = (rules & kRuleCompiledOutWrittenAfter) && info.compiles && !info.on_host();
@@ -353,6 +354,13 @@ const char* python_name(at::ScalarType type) {
     case at::kUInt16: return "torch.uint16";
     case at::kUInt32: return "torch.uint32";
     case at::kUInt64: return "torch.uint64";
+    case at::kFloat: return "torch.float32";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kInt: return "torch.int32";
+    case at::kShort: return "torch.int16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
     default: return c10::toString(type);
   }
 }
@@ -461,14 +469,37 @@ void warn_overlapping_write(const OpInfo& info) {
             "overlapping_writes = false restores the CPU's error (docs/device/fidelity.md).");
 }
 
-void warn_empty_zeros(const OpInfo& info) {
-  warn_once("empty " + info.name,
-            info.name + " was called with an empty tensor input and gave zeros, as TorchNeuron's torch-mlir "
-            "kernel does on '" + g_config.profile + "' (torch_neuronx/python_ops/torch_mlir/kernel.py, "
-            "_handle_empty_tensors: no computation, zeros of the result's shape), where the CPU computes the "
-            "op (addmm gives its bias, nll_loss NaN, index_add its input). Next step: skip the op when an "
-            "input is empty (if x.numel() == 0: ...), or compute it on the CPU; a profile with "
-            "empty_inputs = false computes what the CPU computes (docs/device/fidelity.md).");
+void warn_empty_zeros(const OpInfo& info, bool dtype_changed) {
+  // A result in another dtype is news of its own, after zeros in the op's dtype.
+  warn_once((dtype_changed ? "empty dtype " : "empty ") + info.name,
+            info.name + " was called with an empty tensor input and gave zeros" +
+                std::string(dtype_changed ? " in torch's default dtype (float32 unless set), not the op's," : "") +
+                " as TorchNeuron's torch-mlir kernel does on '" + g_config.profile +
+                "' (torch_neuronx/python_ops/torch_mlir/kernel.py, _handle_empty_tensors: no computation, "
+                "torch.zeros of the result's shape), where the CPU computes the op (addmm gives its bias, nll_loss "
+                "NaN, index_add its input). Next step: skip the op when an input is empty (if x.numel() == 0: "
+                "...), or compute it on the CPU; a profile with empty_inputs = false computes what the CPU "
+                "computes (docs/device/fidelity.md).");
+}
+
+std::string fallback_disabled_message(const std::string& op, bool executed, const std::string& implementation,
+                                      const std::string& details) {
+  return "CPU fallback disabled because TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1. Operation " + op +
+         (executed ? " failed to execute on Neuron" : " failed to be handled by any Neuron implementation") +
+         " (last implementation: " + implementation + "). Details: " + details;
+}
+
+void warn_cast_rounds(at::ScalarType from, at::ScalarType to) {
+  const std::string pair = std::string(python_name(from)) + " to " + python_name(to);
+  warn_once("cast " + pair,
+            "a cast from " + pair + " between device tensors rounded to the nearest integer (ties to even), as "
+            "TorchNeuron casts of 32 bits or fewer run on the device on '" + g_config.profile +
+            "' (torch_neuronx/python_ops/cast_policy.py write_neuron_to_neuron, python_ops/device_cast.py), where "
+            "the CPU truncates toward zero (1.7 gives 2 there, 1 on the CPU; its CI lists PyTorch's "
+            "test_float_to_int_conversion_finite as failing for int8, uint8, int16 and int32). The tie rule is "
+            "assumed, not in the source. Next step: say which you mean before the cast (x.trunc(), x.floor() or "
+            "x.round()); a profile with casts_to_int_round = false truncates as the CPU does "
+            "(docs/device/fidelity.md).");
 }
 
 void warn_row_major(const OpInfo& info, c10::IntArrayRef cpu_strides) {

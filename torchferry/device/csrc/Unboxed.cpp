@@ -205,7 +205,8 @@ class UnboxedCall {
     if ((info_.unboxed_looks_at >> static_cast<int>(type)) & 1) [[unlikely]] {
       if (!takes_dtype(type)) return false;
     }
-    if (info_.empty_zeros && impl.numel() == 0) [[unlikely]] return false;  // the boxed path gives the target's zeros
+    // The boxed path gives the target's zeros, or its error.
+    if ((info_.empty_zeros || info_.empty_raises) && impl.numel() == 0) [[unlikely]] return false;
     const c10::DeviceIndex index = impl.device().index();
     if (device_ < 0) device_ = index;
     storages_.push_back(impl.storage().unsafeGetStorageImpl());

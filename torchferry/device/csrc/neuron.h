@@ -269,6 +269,9 @@ struct OpInfo {
   int known_issue = -1;  // its dtype-scoped known issue (Target.cpp), or -1
   // The target returns zeros when a positional tensor argument is empty (empty_inputs rule).
   bool empty_zeros = false;
+  // The target raises when a positional tensor argument is empty: a reduction without an
+  // identity (empty_inputs rule).
+  bool empty_raises = false;
   // The target writes into a written argument whose elements share memory where the CPU
   // refuses (overlapping_writes rule): ops it compiles.
   bool writes_through_overlap = false;
@@ -304,6 +307,7 @@ enum Rule : int {
   kRuleCompiledResultsRowMajor = 256,  // a torch-mlir op's fresh result is row-major whatever its inputs' strides
   kRuleHostIndexWrites = 512,  // an indexed write (index_put_) refuses index tensors on the host
   kRuleIntArgumentsAsInt32 = 1024,  // a torch-mlir op's int argument beyond int32 fails
+  kRuleCastsToIntRound = 2048,  // a device-to-device float -> int8/uint8/int16/int32 cast rounds to nearest
 };
 // The range of the int32 tensors the target's torch-mlir kernel makes of int arguments.
 inline bool fits_int32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
@@ -311,10 +315,19 @@ inline bool fits_int32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
 constexpr int kCodeEmptyZeros = 16;
 // Classification code bit (profile.py ROW_MAJOR): the target allocates the op's result row-major.
 constexpr int kCodeRowMajor = 32;
+// Classification code bit (profile.py EMPTY_RAISES): the op raises on an empty input.
+constexpr int kCodeEmptyRaises = 64;
+// TorchNeuron's error when an op it implements fails and its build falls back only for
+// unimplemented ops (python_ops/base.py, Operation.__call__): `executed` for an implementation that
+// ran and failed, else none could handle the call. One text for the device and the process group.
+std::string fallback_disabled_message(const std::string& op, bool executed, const std::string& implementation,
+                                      const std::string& details);
 // Once per op: the call wrote into a tensor whose elements share memory (the CPU refuses).
 void warn_overlapping_write(const OpInfo& info);
-// Once per op: an empty input gave zeros, as on the target.
-void warn_empty_zeros(const OpInfo& info);
+// Once per op: an empty input gave zeros, as on the target (`dtype_changed`: in the default dtype).
+void warn_empty_zeros(const OpInfo& info, bool dtype_changed);
+// Once per pair of dtypes: a device-to-device cast rounded where the CPU truncates (casts_to_int_round).
+void warn_cast_rounds(at::ScalarType from, at::ScalarType to);
 // Once per op: the row-major rule gave a result other strides than the CPU's (`cpu_strides`).
 void warn_row_major(const OpInfo& info, c10::IntArrayRef cpu_strides);
 bool rule_on(Rule rule);
