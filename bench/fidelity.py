@@ -38,7 +38,8 @@ that shares memory with an input let through), which the samples here never make
 (the values stay the CPU's); its tests are there too. `host_index_writes` changes only indexed writes
 given an index tensor on the host, `int_arguments_as_int32` only calls with a Python int beyond
 int32, and `casts_to_int_round` only casts between device tensors from a float to int8/uint8/int16/int32 of
-values that are not whole, which the samples here (inputs on the device, small numbers, no casts of their
+values that are not whole, `cat_of_empty_tensors_1d` only a cat whose tensors are all empty, and `fallback_unmarked_writes_lost` only
+BatchNorm's running statistics in training mode (the modules here run in eval mode), which the samples here (inputs on the device, small numbers, no casts of their
 own) never make; their tests are there too,
 and the conformance tier (tests/conformance) runs every OpInfo sample with both on.
 

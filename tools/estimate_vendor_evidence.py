@@ -63,6 +63,13 @@ in) and counts the failing tests, and failing test functions, whose name carries
   (overflow); float16's bounds fit and it is not listed; the uint32 variants count as unsigned_dtypes;
 - casts_to_int_round: `test_float_to_int_conversion_finite` int8, uint8, int16, int32 (float32 values
   -1.5, -0.5, 0.5, 1.5 cast on the device round there; bool and int64, cast through the CPU, are not listed);
+- cat_of_empty_tensors_1d: `test_cat_empty` (`cat([empty, empty], dim=1)` of (4, 0, 32, 32) tensors must keep
+  that shape; TorchNeuron's torch_cat returns torch.empty(0); `test_cat_empty_legacy`, whose empties are (0,), is
+  not listed);
+- fallback_unmarked_writes_lost: `test_batchnorm_update_stats`, `test_batchnorm_simple_average` float32,
+  `test_InstanceNorm1d/2d/3d_general` (each checks the running statistics after a training-mode forward;
+  `native_batch_norm` runs with PyTorch's CPU fallback there, which copies back only the arguments its schema
+  marks as written; `test_batchnorm_affine` and `test_batchnorm_eval`, which check none, are not listed);
 - overlapping_writes: `silu_inplace_overlap`, `threshold_inplace_overlap`,
   `softplus_inplace_overlap`, `cat_mem_overlap` (PyTorch's tests that expect the CPU's error for
   a write into an expanded tensor, for ops the native table lists as compiled: `cat.out` into an
@@ -173,6 +180,10 @@ PATTERNS = {
         r"^test_random_(to_neuron_(int32|int64|float32|float64|bfloat16)|from_to_neuron_int(32|64)"
         r"|(default|full_range)_neuron_(int64|float64))$"),
     "casts_to_int_round": re.compile(r"^test_float_to_int_conversion_finite_neuron_(int8|uint8|int16|int32)$"),
+    "cat_of_empty_tensors_1d": re.compile(r"^test_cat_empty_neuron$"),
+    "fallback_unmarked_writes_lost": re.compile(
+        r"^test_(batchnorm_update_stats_neuron|batchnorm_simple_average_neuron_float32"
+        r"|InstanceNorm[123]d_general_neuron)$"),
 }
 MODELLED = {
     "fused_rnn_cells": re.compile(

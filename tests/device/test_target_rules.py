@@ -383,6 +383,96 @@ def test_a_profile_without_the_cast_rule_truncates_on_the_device(rules):
     assert torch.tensor(CAST_VALUES, device="neuron").int().cpu().tolist() == [-2, -1, -1, 0, 0, 0, 1, 1, 2]
 
 
+# ------------------------------------------------------------------ cat of empty tensors
+# TorchNeuron's torch_cat (python_ops/torch_mlir/ops/tensor_ops.py) drops the empty tensors and returns
+# torch.empty(0) when none is left; PyTorch's test_cat_empty fails there, test_cat_empty_legacy does not.
+def test_a_cat_of_empty_tensors_gives_shape_0_with_one_warning(neuron):
+    import torch
+
+    empty = torch.randn(4, 0, 32, 32)
+    assert torch.cat([empty, empty], dim=1).shape == (4, 0, 32, 32)  # the CPU
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        on_device = torch.cat([empty.to("neuron"), empty.to("neuron")], dim=1)
+        again = torch.cat([empty.to("neuron"), empty.to("neuron").half()], dim=1)
+    assert on_device.shape == (0,) and on_device.dtype == torch.float32 and on_device.device.type == "neuron"
+    assert again.shape == (0,) and again.dtype == torch.float32  # the first tensor's dtype
+    (warning,) = [str(c.message) for c in caught if "aten::cat of tensors that are all empty" in str(c.message)]
+    assert "[4, 0, 32, 32]" in warning and "cat_of_empty_tensors_1d = false" in warning
+
+
+def test_clean_twins_of_cat_keep_the_cpus_shapes(neuron):
+    import torch
+
+    x, empty = torch.randn(4, 3, 2, 2), torch.randn(4, 0, 2, 2)
+    got = torch.cat([x.to("neuron"), empty.to("neuron")], dim=1)  # one part not empty
+    assert got.shape == (4, 3, 2, 2) and torch.equal(got.cpu(), x)
+    legacy = torch.randn(0)  # already 1-D: the same shape on both
+    assert torch.cat([legacy.to("neuron"), legacy.to("neuron")]).shape == (0,)
+    assert torch.stack([empty.to("neuron"), empty.to("neuron")]).shape == (2, 4, 0, 2, 2)  # not cat
+
+
+def test_a_profile_without_the_cat_rule_keeps_the_cpus_shape(rules):
+    import torch
+
+    rules(cat_of_empty_tensors_1d=False)
+    empty = torch.empty(4, 0, 2, device="neuron")
+    assert torch.cat([empty, empty], dim=1).shape == (4, 0, 2)
+
+
+# ------------------------------------------------------------------ a host fallback's unmarked writes
+# TorchNeuron has no native_batch_norm kernel: PyTorch's at::native::cpu_fallback runs it on copies and copies
+# back only the arguments its schema marks as written, which running_mean and running_var are not.
+def test_a_batchnorm_in_training_keeps_its_running_statistics_with_one_warning(neuron):
+    import torch
+
+    torch.manual_seed(0)
+    data = torch.rand(4, 3)
+    cpu = torch.nn.BatchNorm1d(3)
+    cpu(data)
+    assert not torch.equal(cpu.running_mean, torch.zeros(3))  # the CPU updates them
+    module = torch.nn.BatchNorm1d(3).to("neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = module(data.to("neuron"))
+        module(data.to("neuron"))
+    assert torch.equal(module.running_mean.cpu(), torch.zeros(3))
+    assert torch.equal(module.running_var.cpu(), torch.ones(3))
+    assert module.num_batches_tracked.item() == 2  # a compiled add_ on the device: it moves
+    torch.testing.assert_close(out.cpu(), cpu.train()(data))  # the batch's own statistics: the CPU's output
+    (warning,) = [str(c.message) for c in caught if "ran as a host fallback and its CPU kernel updated" in str(c.message)]
+    assert "running_mean, running_var" in warning and "update_bn" in warning
+    from torchferry.device import _runtime  # the reason the rehearsal's host-fallback condition gives
+
+    assert "running_mean and running_var do not move" in _runtime.profile().host_reason("aten::native_batch_norm")
+
+
+def test_clean_twins_of_batchnorm_keep_the_cpus_results(neuron):
+    import torch
+
+    data = torch.rand(4, 3)
+    module = torch.nn.BatchNorm1d(3)
+    module.running_mean.fill_(0.5)
+    on_device = torch.nn.BatchNorm1d(3).to("neuron")
+    on_device.running_mean.fill_(0.5)
+    module.eval(), on_device.eval()  # eval: the statistics are read, not written
+    torch.testing.assert_close(on_device(data.to("neuron")).cpu(), module(data))
+    free = torch.nn.BatchNorm1d(3, track_running_stats=False).to("neuron")  # nothing to keep
+    torch.testing.assert_close(free(data.to("neuron")).cpu(), torch.nn.BatchNorm1d(3, track_running_stats=False)(data))
+    drawn = torch.zeros(2, 2, device="neuron")
+    drawn.normal_()  # a host fallback (normal_) whose write its schema marks: kept
+    assert "aten::normal_" in neuron.get_fallback_ops() and bool((drawn.cpu() != 0).all())
+
+
+def test_a_profile_without_the_unmarked_writes_rule_updates_the_statistics(rules):
+    import torch
+
+    rules(fallback_unmarked_writes_lost=False)
+    module = torch.nn.BatchNorm1d(3).to("neuron")
+    module(torch.rand(4, 3, device="neuron"))
+    assert not torch.equal(module.running_mean.cpu(), torch.zeros(3))
+
+
 # ------------------------------------------------------------------ overlapping writes
 # The CPU refuses to write into a tensor whose elements share memory; TorchNeuron has no such check, so
 # PyTorch's own tests that expect the error (test_silu_inplace_overlap, ...) fail on Trainium.

@@ -507,6 +507,11 @@ def _estimator():
     ("test_float_to_int_conversion_finite_neuron_uint8", "casts_to_int_round"),
     ("test_float_to_int_conversion_finite_neuron_int64", None),  # not listed: cast through the CPU there
     ("test_float_to_int_conversion_finite_neuron_bool", None),  # not listed
+    ("test_cat_empty_neuron", "cat_of_empty_tensors_1d"),
+    ("test_cat_empty_legacy_neuron", None),  # not listed: its empty tensors are already (0,)
+    ("test_batchnorm_update_stats_neuron", "fallback_unmarked_writes_lost"),
+    ("test_InstanceNorm2d_general_neuron", "fallback_unmarked_writes_lost"),
+    ("test_batchnorm_affine_neuron_float32", None),  # not listed: checks no running statistics
     # variants TorchNeuron does not list (they pass on Trainium) and the device passes
     ("test_upsamplingBiMode2d_nonsupported_dtypes_antialias_False_num_channels_3_mode_bilinear_float32_neuron_float32",
      None),

@@ -107,6 +107,24 @@ RULES = {
                            "tests/pytorch_tests/failing_test_methods/TestTensorCreation.json "
                            "(test_float_to_int_conversion_finite int8, uint8, int16, int32 listed failing; bool and "
                            "int64, the CPU-bounced cast, not)"),
+    "cat_of_empty_tensors_1d": (4096, "torch.cat of tensors that are all empty returns a 1-D empty tensor, shape "
+                                "(0,), in the first tensor's dtype, where the CPU keeps their shape ((4, 0, 32, 32))",
+                                "torch_neuronx/python_ops/torch_mlir/ops/tensor_ops.py (torch_cat: drops the empty "
+                                "tensors, returns torch.empty(0) when none is left), python_ops/torch_mlir/kernel.py "
+                                "(TorchMlirKernel: results inferred by running torch_cat on meta tensors, "
+                                "infer_outputs_from_meta; all of them empty: _create_zeros_like_original); "
+                                "tests/pytorch_tests/failing_test_methods/TestTensorCreation.json (test_cat_empty "
+                                "listed; test_cat_empty_legacy, whose empty tensors are already (0,), not)"),
+    "fallback_unmarked_writes_lost": (8192, "an op the target runs with PyTorch's CPU fallback works on copies of "
+                                      "its arguments and copies back only those its schema marks as written: the "
+                                      "running_mean and running_var a BatchNorm updates in training mode "
+                                      "(native_batch_norm, whose schema does not mark them) keep their values",
+                                      "torch_neuronx/csrc/core/NeuronBindings.cpp (neuron_cpu_fallback: "
+                                      "at::native::cpu_fallback, whose copy-back takes the arguments with a write "
+                                      "alias), no native_batch_norm kernel in the native table (trn2_ops.toml); "
+                                      "tests/pytorch_tests/failing_test_methods/TestNNDeviceType.json "
+                                      "(test_batchnorm_update_stats, test_batchnorm_simple_average float32, "
+                                      "test_InstanceNorm1d/2d/3d_general: the running statistics)"),
     # torch.compile(backend="neuron"): what TorchNeuron's lowering refuses (compile/lowering.py).
     "compiled_no_outputs": (0, "a compiled graph with no tensor output (after None outputs are dropped) fails to "
                             "compile: 'No outputs found in the module, expected at least one output'",
@@ -160,9 +178,14 @@ RULES = {
                          "all_reduce_xla.py, reduce_scatter_xla.py, all_gather_xla.py (can_handle)"),
 }
 
-# Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS | ROW_MAJOR | EMPTY_RAISES.
+# Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS | ROW_MAJOR | EMPTY_RAISES |
+# UNMARKED_WRITES.
 NATIVE, METADATA, HOST_COPY, HOST_PREDICTED = 0, 1, 2, 3
-COMPILES, SYNCS, EMPTY_ZEROS, ROW_MAJOR, EMPTY_RAISES = 4, 8, 16, 32, 64
+COMPILES, SYNCS, EMPTY_ZEROS, ROW_MAJOR, EMPTY_RAISES, UNMARKED_WRITES = 4, 8, 16, 32, 64, 128
+# CPU kernels that write into arguments their schema does not mark as written (native_functions.yaml:
+# native_batch_norm updates running_mean and running_var in training mode, `Tensor? running_mean` without
+# `(a!)`); a backend's at::native::cpu_fallback copies back only the marked ones (CPUFallback.cpp).
+UNMARKED_WRITERS = frozenset({"aten::native_batch_norm", "aten::native_batch_norm.out"})
 # TorchNeuron's torch-mlir kernel skips the computation when a positional tensor argument is empty
 # (torch_mlir/kernel.py, TorchMlirKernel.__call__ -> _handle_empty_tensors): reductions with an identity
 # return it in the result's dtype (sum 0, prod 1, mean/std/var NaN: what the CPU computes); those without
@@ -372,6 +395,12 @@ class DeviceProfile:
                     codes[op] = codes[delegate]
             for op, code in empty_input_codes(self.native_ops.native).items():
                 codes[op] = codes.get(op, default) | code
+            for op in UNMARKED_WRITERS:
+                codes[op] = codes.get(op, default) | UNMARKED_WRITES
+                if self.rules.get("fallback_unmarked_writes_lost") and codes[op] & 3 in (HOST_COPY, HOST_PREDICTED):
+                    reasons[op] = (reasons.get(op, default_reason) + "; the fallback copies back only the arguments "
+                                   "its schema marks as written, so a BatchNorm's running_mean and running_var do "
+                                   "not move in training mode there (fallback_unmarked_writes_lost)")
             for op in row_major_ops(self.native_ops.native):
                 codes[op] = codes.get(op, default) | ROW_MAJOR
         return codes, reasons, default, default_reason

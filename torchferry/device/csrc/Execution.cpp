@@ -217,7 +217,8 @@ HostViewPool& host_views() {
 // One op call on the CPU kernels: the bookkeeping between device and host tensors.
 class HostCall {
  public:
-  explicit HostCall(const OpInfo& info) : info_(info), copy_inputs_(info.kind == OpKind::HostCopy) {}
+  explicit HostCall(const OpInfo& info)
+      : info_(info), copy_inputs_(info.kind == OpKind::HostCopy || info.loses_unmarked_writes) {}
   HostCall(const HostCall&) = delete;
   HostCall& operator=(const HostCall&) = delete;
   // The pool takes back the host views the kernel did not keep (views_ holds the last copies).
@@ -502,7 +503,10 @@ class HostCall {
       if (writes) rounded_writes_.emplace_back(rounded, t);
       return rounded;
     }
-    if (copy_inputs_) host = host.clone(at::MemoryFormat::Preserve);
+    if (copy_inputs_) {
+      host = host.clone(at::MemoryFormat::Preserve);
+      if (info_.loses_unmarked_writes && !writes) unmarked_.push_back({host, t, arg_->name()});
+    }
     views_.emplace_back(host, t);
     if (writes) mutated_.emplace_back(host, t);
     return host;
@@ -585,6 +589,18 @@ class HostCall {
       }
     }
   }
+  // fallback_unmarked_writes_lost rule: the arguments the kernel wrote into without its schema saying so,
+  // whose copies are dropped as the target's CPU fallback drops them (native_batch_norm's running stats).
+  std::string lost_writes() const {
+    std::string names;
+    for (const UnmarkedCopy& u : unmarked_) {
+      at::Tensor device_bytes = take_host_view(u.original);
+      const bool changed = !at::equal(u.copy, device_bytes);
+      recycle_host_view(device_bytes);
+      if (changed) names += (names.empty() ? "" : ", ") + u.name;
+    }
+    return names;
+  }
   // Whether a positional tensor argument is empty (the target returns zeros or raises: empty_inputs rule).
   bool has_empty_input() const { return empty_input_; }
   // Whether a device tensor has a dtype the op's known issue is scoped to.
@@ -662,6 +678,12 @@ class HostCall {
     at::Tensor result;  // the fresh tensor the kernel writes instead
   };
   c10::SmallVector<LaterOut, 1> later_outs_;
+  struct UnmarkedCopy {
+    at::Tensor copy;      // the host copy the kernel was given
+    at::Tensor original;  // the device tensor, which keeps its bytes
+    std::string name;     // the schema argument
+  };
+  c10::SmallVector<UnmarkedCopy, 2> unmarked_;
   c10::DeviceIndex device_ = -1;
   c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 4> aliases_;  // host alias, device
   c10::SmallVector<std::pair<c10::Storage, c10::Storage>, 2> adopted_;  // kernel output, device
@@ -741,6 +763,23 @@ namespace {
 // TorchNeuron turns a boolean mask into indices with `nonzero`, whose size the host
 // reads back (torch_mlir/ops/indexing.py convert_indices), except `x[mask] = scalar`,
 // which it runs as a `where` on the device (index_put's masked-fill path there).
+// cat_of_empty_tensors_1d rule: the first argument of aten::cat, a list whose tensors are all empty.
+bool all_empty_list(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+  const c10::IValue& tensors = stack[stack.size() - schema.arguments().size()];
+  if (!tensors.isTensorList() || tensors.toTensorList().empty()) return false;
+  for (const at::Tensor& t : tensors.toTensorList()) {
+    if (t.numel() != 0) return false;
+  }
+  return true;
+}
+
+// cat_of_empty_tensors_1d rule: TorchNeuron's torch_cat returns torch.empty(0) in the first tensor's dtype.
+void make_cat_result_1d(const at::ScalarType dtype, torch::jit::Stack* stack) {
+  const at::Tensor cpu_shaped = stack->back().toTensor();
+  stack->back() = c10::IValue(empty_on({0}, {}, dtype, std::nullopt, cpu_shaped.device().index()));
+  if (cpu_shaped.dim() != 1) warn_cat_of_empties(cpu_shaped.sizes());
+}
+
 bool is_masked_fill(const OpInfo& info, const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
   if (info.name.find("index_put") == std::string::npos) return false;
   const size_t begin = stack.size() - schema.arguments().size();
@@ -823,6 +862,10 @@ void run_on_host_kernels(const c10::OperatorHandle& op, const OpInfo& info, torc
   HostCall call(info);
   call.convert_arguments(schema, stack);
   if (info.empty_raises && call.has_empty_input()) throw_empty_no_identity(info);
+  const std::optional<at::ScalarType> cat_of_empties =
+      info.cat_of_empties_1d && all_empty_list(schema, *stack)
+          ? std::optional(stack->at(stack->size() - schema.arguments().size()).toTensorList().get(0).scalar_type())
+          : std::nullopt;
   ProfiledOp profiled(op, info.on_host(), call.device());
   if (info.compiles) record_signature(call.signature() ^ info.name_hash);
   if (call.runs_known_issue_dtype()) note_known_issue(info);
@@ -841,8 +884,12 @@ void run_on_host_kernels(const c10::OperatorHandle& op, const OpInfo& info, torc
   call.write_later_outs(schema.returns().size(), stack);
   call.check_out_sizes();
   call.write_back_mutations();
+  if (info.loses_unmarked_writes) [[unlikely]] {
+    if (const std::string lost = call.lost_writes(); !lost.empty()) warn_lost_writes(info, lost);
+  }
   call.convert_results(schema.returns().size(), stack);
   if (info.empty_zeros && call.has_empty_input()) zero_results(info, schema, stack);
+  if (cat_of_empties) [[unlikely]] make_cat_result_1d(*cat_of_empties, stack);
 }
 
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,

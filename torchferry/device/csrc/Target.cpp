@@ -155,6 +155,9 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
                                              ((rules & kRuleUnsigned) ? kUnsignedTypes : 0);
   info.empty_zeros = (rules & kRuleEmptyInputs) && (code & kCodeEmptyZeros) && !info.on_host();
   info.empty_raises = (rules & kRuleEmptyInputs) && (code & kCodeEmptyRaises) && !info.on_host();
+  info.cat_of_empties_1d = (rules & kRuleCatOfEmptyTensors1d) && info.name == "aten::cat" && !info.on_host();
+  info.loses_unmarked_writes =
+      (rules & kRuleFallbackUnmarkedWritesLost) && (code & kCodeUnmarkedWrites) && info.on_host();
   info.writes_through_overlap = (rules & kRuleOverlappingWrites) && info.compiles && !info.on_host();
   info.out_keeps_size = (rules & kRuleFallbackOutResize) && info.on_host();
   info.out_written_after = (rules & kRuleCompiledOutWrittenAfter) && info.compiles && !info.on_host();
@@ -487,6 +490,31 @@ std::string fallback_disabled_message(const std::string& op, bool executed, cons
   return "CPU fallback disabled because TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1. Operation " + op +
          (executed ? " failed to execute on Neuron" : " failed to be handled by any Neuron implementation") +
          " (last implementation: " + implementation + "). Details: " + details;
+}
+
+void warn_lost_writes(const OpInfo& info, const std::string& arguments) {
+  warn_once("lost writes " + info.name,
+            info.name + " ran as a host fallback and its CPU kernel updated " + arguments +
+                ", which its schema does not mark as written: TorchNeuron's CPU fallback on '" + g_config.profile +
+                "' (torch_neuronx/csrc/core/NeuronBindings.cpp neuron_cpu_fallback: PyTorch's at::native::cpu_fallback) "
+                "runs the kernel on copies and copies back only the marked arguments, so the device tensors keep "
+                "their values there (a BatchNorm's running_mean and running_var do not move in training mode; "
+                "num_batches_tracked does). Next step: recompute the statistics after training with a pass in "
+                "training mode on the CPU (torch.optim.swa_utils.update_bn), or use track_running_stats=False, "
+                "GroupNorm or LayerNorm; a profile with fallback_unmarked_writes_lost = false keeps the CPU's "
+                "update (docs/device/fidelity.md).");
+}
+
+void warn_cat_of_empties(c10::IntArrayRef cpu_sizes) {
+  std::ostringstream sizes;
+  sizes << cpu_sizes;
+  warn_once("cat of empties",
+            "aten::cat of tensors that are all empty gave a 1-D empty tensor of shape [0], as TorchNeuron's torch_cat "
+            "does on '" + g_config.profile + "' (torch_neuronx/python_ops/torch_mlir/ops/tensor_ops.py: it drops the "
+            "empty tensors and returns torch.empty(0) when none is left), where the CPU gives shape " + sizes.str() +
+            ": a later .view(), .size(d) or shape check sees another shape there. Next step: skip the cat when every "
+            "part is empty (if all(t.numel() == 0 for t in parts): ...); a profile with cat_of_empty_tensors_1d = "
+            "false keeps the CPU's shape (docs/device/fidelity.md).");
 }
 
 void warn_cast_rounds(at::ScalarType from, at::ScalarType to) {

@@ -272,6 +272,11 @@ struct OpInfo {
   // The target raises when a positional tensor argument is empty: a reduction without an
   // identity (empty_inputs rule).
   bool empty_raises = false;
+  // aten::cat: the target gives shape (0,) when every tensor is empty (cat_of_empty_tensors_1d rule).
+  bool cat_of_empties_1d = false;
+  // A host fallback whose kernel writes into arguments its schema does not mark as written: the target's
+  // CPU fallback works on copies and drops those writes (fallback_unmarked_writes_lost rule).
+  bool loses_unmarked_writes = false;
   // The target writes into a written argument whose elements share memory where the CPU
   // refuses (overlapping_writes rule): ops it compiles.
   bool writes_through_overlap = false;
@@ -308,6 +313,8 @@ enum Rule : int {
   kRuleHostIndexWrites = 512,  // an indexed write (index_put_) refuses index tensors on the host
   kRuleIntArgumentsAsInt32 = 1024,  // a torch-mlir op's int argument beyond int32 fails
   kRuleCastsToIntRound = 2048,  // a device-to-device float -> int8/uint8/int16/int32 cast rounds to nearest
+  kRuleCatOfEmptyTensors1d = 4096,  // cat of tensors that are all empty gives shape (0,)
+  kRuleFallbackUnmarkedWritesLost = 8192,  // a host fallback's writes into unmarked arguments are dropped
 };
 // The range of the int32 tensors the target's torch-mlir kernel makes of int arguments.
 inline bool fits_int32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
@@ -317,6 +324,9 @@ constexpr int kCodeEmptyZeros = 16;
 constexpr int kCodeRowMajor = 32;
 // Classification code bit (profile.py EMPTY_RAISES): the op raises on an empty input.
 constexpr int kCodeEmptyRaises = 64;
+// Classification code bit (profile.py UNMARKED_WRITES): the CPU kernel writes into arguments its
+// schema does not mark as written.
+constexpr int kCodeUnmarkedWrites = 128;
 // TorchNeuron's error when an op it implements fails and its build falls back only for
 // unimplemented ops (python_ops/base.py, Operation.__call__): `executed` for an implementation that
 // ran and failed, else none could handle the call. One text for the device and the process group.
@@ -326,6 +336,10 @@ std::string fallback_disabled_message(const std::string& op, bool executed, cons
 void warn_overlapping_write(const OpInfo& info);
 // Once per op: an empty input gave zeros, as on the target (`dtype_changed`: in the default dtype).
 void warn_empty_zeros(const OpInfo& info, bool dtype_changed);
+// Once per op: a host fallback's writes into `arguments` (unmarked in its schema) were dropped.
+void warn_lost_writes(const OpInfo& info, const std::string& arguments);
+// Once: a cat of empty tensors gave shape (0,) where the CPU's result has `cpu_sizes`.
+void warn_cat_of_empties(c10::IntArrayRef cpu_sizes);
 // Once per pair of dtypes: a device-to-device cast rounded where the CPU truncates (casts_to_int_round).
 void warn_cast_rounds(at::ScalarType from, at::ScalarType to);
 // Once per op: the row-major rule gave a result other strides than the CPU's (`cpu_strides`).
