@@ -41,8 +41,8 @@
 
 #include <algorithm>
 #include <memory>
-#include <typeinfo>
 #include <sstream>
+#include <typeinfo>
 
 namespace torchferry {
 namespace {
@@ -760,26 +760,27 @@ c10::DeviceIndex index_of(std::optional<at::Device> device) {
 
 namespace {
 
-// TorchNeuron turns a boolean mask into indices with `nonzero`, whose size the host
-// reads back (torch_mlir/ops/indexing.py convert_indices), except `x[mask] = scalar`,
-// which it runs as a `where` on the device (index_put's masked-fill path there).
-// cat_of_empty_tensors_1d rule: the first argument of aten::cat, a list whose tensors are all empty.
-bool all_empty_list(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
+// cat_of_empty_tensors_1d rule: the dtype of the first tensor of aten::cat's list when every tensor in it
+// is empty (TorchNeuron's torch_cat then returns torch.empty(0) in that dtype), else nothing.
+std::optional<at::ScalarType> all_empty_list_dtype(const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
   const c10::IValue& tensors = stack[stack.size() - schema.arguments().size()];
-  if (!tensors.isTensorList() || tensors.toTensorList().empty()) return false;
+  if (!tensors.isTensorList() || tensors.toTensorList().empty()) return std::nullopt;
   for (const at::Tensor& t : tensors.toTensorList()) {
-    if (t.numel() != 0) return false;
+    if (t.numel() != 0) return std::nullopt;
   }
-  return true;
+  return tensors.toTensorList().get(0).scalar_type();
 }
 
-// cat_of_empty_tensors_1d rule: TorchNeuron's torch_cat returns torch.empty(0) in the first tensor's dtype.
-void make_cat_result_1d(const at::ScalarType dtype, torch::jit::Stack* stack) {
+// cat_of_empty_tensors_1d rule: the result becomes a 1-D empty tensor in `dtype`.
+void make_cat_result_1d(at::ScalarType dtype, torch::jit::Stack* stack) {
   const at::Tensor cpu_shaped = stack->back().toTensor();
   stack->back() = c10::IValue(empty_on({0}, {}, dtype, std::nullopt, cpu_shaped.device().index()));
   if (cpu_shaped.dim() != 1) warn_cat_of_empties(cpu_shaped.sizes());
 }
 
+// TorchNeuron turns a boolean mask into indices with `nonzero`, whose size the host
+// reads back (torch_mlir/ops/indexing.py convert_indices), except `x[mask] = scalar`,
+// which it runs as a `where` on the device (index_put's masked-fill path there).
 bool is_masked_fill(const OpInfo& info, const c10::FunctionSchema& schema, const torch::jit::Stack& stack) {
   if (info.name.find("index_put") == std::string::npos) return false;
   const size_t begin = stack.size() - schema.arguments().size();
@@ -863,9 +864,7 @@ void run_on_host_kernels(const c10::OperatorHandle& op, const OpInfo& info, torc
   call.convert_arguments(schema, stack);
   if (info.empty_raises && call.has_empty_input()) throw_empty_no_identity(info);
   const std::optional<at::ScalarType> cat_of_empties =
-      info.cat_of_empties_1d && all_empty_list(schema, *stack)
-          ? std::optional(stack->at(stack->size() - schema.arguments().size()).toTensorList().get(0).scalar_type())
-          : std::nullopt;
+      info.cat_of_empties_1d ? all_empty_list_dtype(schema, *stack) : std::nullopt;
   ProfiledOp profiled(op, info.on_host(), call.device());
   if (info.compiles) record_signature(call.signature() ^ info.name_hash);
   if (call.runs_known_issue_dtype()) note_known_issue(info);
