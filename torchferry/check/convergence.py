@@ -15,8 +15,9 @@ docs/check/parity.md, "Unchanged scripts", states the rule and its anchors:
   the first is the reference's own rounding noise, and its growth over the steps. The target
   passes a figure when its distance to the reference is at most ``NOISE_MULTIPLE`` times that
   noise (its running maximum up to the step, so that a crossing of the two curves allows nothing
-  less), and never less than PyTorch's float32 tolerance (``FLOOR_RTOL``, ``FLOOR_ATOL``) or the
-  ``--tol`` the user gave.
+  less), and never less than PyTorch's own tolerance for the lowest precision the reference computed
+  in (``Floor``: float32's, or bfloat16's or float16's under autocast or a half-precision model) or
+  the ``--tol`` the user gave.
 
 A parity failure names the first divergent module in execution order (the reference's), with its
 class's file and line: where the two runs first differ beyond the rule.
@@ -32,10 +33,12 @@ from typing import Any
 from torchferry.harness.parity import Tolerance
 from torchferry.records import Record
 from torchferry.report.check import ParityResult, ParityStatus
-from torchferry.report.comparison import Comparison, ComparisonStatus
+from torchferry.report.comparison import FINAL_BUFFER, Comparison, ComparisonStatus
 
 NOISE_MULTIPLE = 10.0  # a figure passes within this many times the reference's own rounding noise
 FLOOR_RTOL, FLOOR_ATOL = 1.3e-6, 1e-5  # torch.testing.assert_close's float32 defaults: never less than these
+# assert_close's defaults for the half precisions: the floor of a run whose reference computed in one of them
+HALF_FLOORS = {"bfloat16": (1.6e-2, 1e-5), "float16": (1e-3, 1e-5)}
 SUMMARY_CHUNKS = 16  # a module output's summary: its mean |x|, max |x| and the means of this many contiguous chunks
 MAX_MODULES = 4096  # module outputs kept at the first forward (a model with more is traced in part, and says so)
 
@@ -43,8 +46,8 @@ MAX_MODULES = 4096  # module outputs kept at the first forward (a model with mor
 # -- records ---------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class FinalParameters(Record):
-    """The final parameters of one optimizer that stepped in a script: each tensor's digest (and name, where the
-    recorder found the module that owns it)."""
+    """The final parameters of one optimizer that stepped in a script, or the floating-point buffers of the models it
+    ran: each tensor's digest (and name, where the recorder found the module that owns it)."""
 
     count: int
     numel: int
@@ -70,6 +73,7 @@ class Summary(Record):
     values: list[float]
     module_class: str | None = None  # the module's class
     where: str | None = None  # the class's file and line
+    dtype: str | None = None  # the tensor's dtype ("bfloat16"): the precision the module computed in
 
     @classmethod
     def of(cls, name: str, tensor: Any, **about: Any) -> Summary:
@@ -78,12 +82,13 @@ class Summary(Record):
         from torchferry.harness.portable import digest
 
         x = tensor.detach().to("cpu", torch.float64).reshape(-1)
+        dtype = str(tensor.dtype).removeprefix("torch.")
         if not x.numel():
-            return cls(name=name, digest=digest(tensor), numel=0, values=[], **about)
+            return cls(name=name, digest=digest(tensor), numel=0, values=[], dtype=dtype, **about)
         chunks = [float(c.mean()) if c.numel() else 0.0 for c in torch.tensor_split(x, SUMMARY_CHUNKS)]
         absolute = x.abs()
         return cls(name=name, digest=digest(tensor), numel=int(x.numel()),
-                   values=[float(absolute.mean()), float(absolute.max()), *chunks], **about)
+                   values=[float(absolute.mean()), float(absolute.max()), *chunks], dtype=dtype, **about)
 
     def distance(self, other: Summary) -> float:
         """How far ``other`` is from this one, relative to this one's mean magnitude (inf: another size)."""
@@ -113,7 +118,8 @@ class Curves(Record):
     grad_norms: list[float | None]
     steps: int
     parameters: list[FinalParameters]
-    tensors: str | None = None  # the final parameters' tensors (one list per optimizer), when they were kept
+    buffers: FinalParameters | None = None  # the models' floating-point buffers at the end
+    tensors: str | None = None  # the final tensors ({"parameters": one list per optimizer, "buffers": one list}), kept
     shapes: list[list] | None = None  # the tensors the first backward's graph saved: [node, attribute, shape]
     modules: ModuleTrace | None = None
 
@@ -133,8 +139,8 @@ class ModuleTracer:
         self.handle = register_module_forward_hook(self._hook)
 
     def _hook(self, module: Any, inputs: Any, output: Any) -> None:
-        if id(module) in self.outputs:
-            return
+        if id(module) in self.outputs or is_compiling():
+            return  # seen; or traced by dynamo into a compiled graph, which a summary would break (and change)
         if len(self.outputs) >= MAX_MODULES:
             self.partial = True
             return
@@ -183,12 +189,60 @@ class ModuleTracer:
                 about = {"module_class": type(module).__qualname__, "where": class_location(type(module))}
                 name = names.get(id(module), type(module).__name__)
                 trace.forward.append(Summary(name=name, digest=summary.digest, numel=summary.numel,
-                                             values=summary.values, **about))
+                                             values=summary.values, dtype=summary.dtype, **about))
                 for pname, p in module.named_parameters(recurse=False):
                     full = f"{name}.{pname}" if name != "<model>" else pname
                     trace.grads.append(Summary.of(full, p.grad, **about) if p.grad is not None
                                        else Summary(name=full, digest="", numel=0, values=[], **about))
         return trace
+
+
+def model_buffers(params: list[Any]) -> tuple[list[Any], list[str]]:
+    """The floating-point buffers of the models that own ``params`` (the parameters the optimizers stepped), each named
+    by its path and its module's class: the state a model changes in place outside the optimizer (a BatchNorm's
+    running statistics), which the final parameters miss and an evaluation or a checkpoint reads.
+
+    The models are found among the modules the garbage collector tracks, once, at the end of the run: the module
+    tracer sees only what ran before the first backward (a GAN's generator first runs after its discriminator's
+    backward). A model is a module holding one of ``params`` that no other module holds; the models come in the order
+    of their first stepped parameter and their buffers in PyTorch's order, so that two runs of a script line up."""
+    import gc
+
+    from torch import nn
+
+    from torchferry.harness.case import floating
+
+    order = {id(p): i for i, p in enumerate(params)}
+    # type(), not isinstance(): isinstance reads __class__, which a lazy proxy answers with side effects
+    modules = [o for o in gc.get_objects() if issubclass(type(o), nn.Module)]
+    held = {id(child) for m in modules for child in m.children()}
+    models = []
+    for m in modules:
+        first = min((order[id(p)] for p in m.parameters() if id(p) in order), default=None) \
+            if id(m) not in held else None
+        if first is not None:
+            models.append((first, m))
+    models.sort(key=lambda item: item[0])
+    seen, tensors, names = set(), [], []
+    for _, model in models:
+        prefix = f"{type(model).__name__}." if len(models) > 1 else ""
+        owners = dict(model.named_modules())
+        for path, b in model.named_buffers():
+            if id(b) in seen or not floating(b):
+                continue
+            seen.add(id(b))
+            owner, _, _ = path.rpartition(".")
+            tensors.append(b)
+            names.append(f"{prefix}{path} ({type(owners[owner]).__name__})")
+    return tensors, names
+
+
+def is_compiling() -> bool:
+    """Whether dynamo is tracing this call into a compiled graph (``torch.compile(model)``): the recorders' global
+    module hooks then do nothing, so that the script's graphs are the ones it compiles without torchferry."""
+    import torch
+
+    return torch.compiler.is_compiling()
 
 
 def input_shapes(inputs: Any) -> dict[str, list[int]]:
@@ -218,12 +272,40 @@ def perturb(params: list) -> None:
 
 
 # -- judge (the parent) --------------------------------------------------------------------------------
-def floor(values: list[float | None] | float, tol: float | None) -> Any:
-    """The least a figure of magnitude ``values`` is allowed to move: PyTorch's float32 tolerance, or ``--tol``."""
-    def one(v: float | None) -> float:
-        magnitude = abs(v or 0.0)
-        return max(FLOOR_ATOL + FLOOR_RTOL * magnitude, (tol or 0.0) * max(1.0, magnitude))
-    return [one(v) for v in values] if isinstance(values, list) else one(values)
+@dataclass(frozen=True)
+class Floor:
+    """The least a figure is allowed to move, whatever the noise run says: torch.testing.assert_close's default
+    tolerance for the lowest precision the reference computed in, or ``--tol``. A script under bfloat16 autocast
+    rounds each module's output to 8 bits of mantissa, where the target may keep float32 (TorchNeuron's autocast runs
+    layer_norm in float32, the CPU's in bfloat16); moving every float32 parameter by one ulp, the noise run, barely
+    moves such a run, so without this floor a difference of one bfloat16 rounding would fail it."""
+
+    rtol: float = FLOOR_RTOL
+    atol: float = FLOOR_ATOL
+    tol: float | None = None  # --tol, relative: tol x max(1, |ref|)
+    precision: str = "float32"
+
+    @classmethod
+    def of(cls, modules: ModuleTrace | None, tol: float | None) -> Floor:
+        """The floor of a run whose reference's first forward is ``modules``: the lowest precision among its module
+        outputs (the reference's, not the target's: a target that computes in less precision than the reference is
+        what parity must see)."""
+        seen = {s.dtype for s in modules.forward} if modules is not None else set()
+        precision = next((p for p in HALF_FLOORS if p in seen), "float32")
+        rtol, atol = HALF_FLOORS.get(precision, (FLOOR_RTOL, FLOOR_ATOL))
+        return cls(rtol, atol, tol, precision)
+
+    def __call__(self, values: list[float | None] | float) -> Any:
+        """The floor for a figure of magnitude ``values`` (a list: one per figure)."""
+        def one(v: float | None) -> float:
+            magnitude = abs(v or 0.0)
+            return max(self.atol + self.rtol * magnitude, (self.tol or 0.0) * max(1.0, magnitude))
+        return [one(v) for v in values] if isinstance(values, list) else one(values)
+
+    def described(self) -> str:
+        why = "" if self.precision == "float32" else f" (assert_close's {self.precision} tolerance: the reference " \
+            f"computed in {self.precision})"
+        return f"rtol {self.rtol:g} and atol {self.atol:g}{why}" + (f" or --tol {self.tol:g}" if self.tol else "")
 
 
 def envelope(ref: list, noise: list | None) -> list[float]:
@@ -237,10 +319,10 @@ def envelope(ref: list, noise: list | None) -> list[float]:
     return found
 
 
-def curve(name: str, ref: list, target: list, noise: list | None, exact: bool, tol: float | None) -> dict:
+def curve(name: str, ref: list, target: list, noise: list | None, exact: bool, floor: Floor) -> dict:
     """One recorded curve judged (exact, or within the noise rule): the figures, the first step outside and why."""
     n = min(len(ref), len(target))
-    allowed = None if exact else [max(NOISE_MULTIPLE * e, f) for e, f in zip(envelope(ref[:n], noise), floor(ref[:n], tol))]
+    allowed = None if exact else [max(NOISE_MULTIPLE * e, f) for e, f in zip(envelope(ref[:n], noise), floor(ref[:n]))]
     first = None
     for i, (r, t) in enumerate(zip(ref[:n], target[:n])):
         if r is None or t is None:
@@ -294,12 +376,12 @@ def _pairs(ref: list[Summary], target: list[Summary]) -> Iterator[tuple[Summary,
 
 
 def first_divergent(ref: ModuleTrace, target: ModuleTrace, noise: ModuleTrace | None, exact: bool,
-                    tol: float | None) -> Divergence | None:
+                    floor: Floor) -> Divergence | None:
     """The first module, in the reference's execution order (outputs, then gradients in backward order), whose
     target figure differs beyond the rule; None when none does. It names where a failing run diverges, and decides
     nothing itself: even the same kernels on the same numbers may round one reduction's last bit otherwise (the
-    order a gradient is accumulated in), so a module differs only beyond ``FLOOR_RTOL`` (and, under the noise rule,
-    beyond ``NOISE_MULTIPLE`` times its own noise)."""
+    order a gradient is accumulated in), so a module differs only beyond the floor's ``rtol`` (and, under the noise
+    rule, beyond ``NOISE_MULTIPLE`` times its own noise)."""
     noise_by_name = {s.name: s for s in [*noise.forward, *noise.grads]} if noise is not None else {}
     phases = (("forward", ref.forward, target.forward), ("backward", ref.grads[::-1], target.grads))
     for phase, ref_list, target_list in phases:
@@ -310,44 +392,65 @@ def first_divergent(ref: ModuleTrace, target: ModuleTrace, noise: ModuleTrace | 
                 side = "the target" if t.numel == 0 else "the reference"
                 return Divergence(r, phase, math.inf, 0.0, f"it has no gradient on {side}")
             n = noise_by_name.get(r.name)
-            allowed = max(NOISE_MULTIPLE * (r.distance(n) if n is not None and not exact else 0.0), FLOOR_RTOL, tol or 0.0)
+            allowed = max(NOISE_MULTIPLE * (r.distance(n) if n is not None and not exact else 0.0), floor.rtol,
+                          floor.tol or 0.0)
             if (d := r.distance(t)) > allowed:
                 return Divergence(r, phase, d, allowed, None)
     return None
 
 
-def parameters(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tol: float | None) -> list[Comparison]:
-    """The final parameters, tensor by tensor: each equal (exact), else each within the noise rule. The summary first
-    (how many tensors are within the rule, the worst named), then the worst tensors outside it."""
-    a, b = ref.parameters, target.parameters
+def final_state(ref: Curves, noise: Curves | None, target: Curves, exact: bool,
+                floor: Floor) -> tuple[list[Comparison], list[Comparison]]:
+    """The final parameters and the models' final buffers, each judged tensor by tensor (``final_tensors``)."""
+    import torch
+
+    def kept(c: Curves | None) -> dict | None:
+        return torch.load(c.tensors, weights_only=True) if c is not None and c.tensors else None
+
+    rs, ts, ns = kept(ref), kept(target), kept(noise)
+    both = rs is not None and ts is not None
+    params = final_tensors("parameters", ref.parameters, target.parameters, rs["parameters"] if both else None,
+                           ts["parameters"] if both else None, ns["parameters"] if ns else None, exact, floor)
+    one = [[ref.buffers], [target.buffers]] if ref.buffers and target.buffers else [[], []]
+    buffers = final_tensors("buffers", *one, [rs["buffers"]] if both else None, [ts["buffers"]] if both else None,
+                            [ns["buffers"]] if ns else None, exact, floor)
+    return params, buffers
+
+
+def final_tensors(kind: str, a: list[FinalParameters], b: list[FinalParameters], rs: list[list] | None,
+                  ts: list[list] | None, ns: list[list] | None, exact: bool, floor: Floor) -> list[Comparison]:
+    """One kind of final tensors (``kind``: "parameters", one group per optimizer; "buffers", one group), tensor by
+    tensor: each equal (exact), else each within the noise rule; ``rs``, ``ts``, ``ns``: the reference's, target's and
+    noise run's tensors (None: too large to keep whole, the digests decide). The summary first (how many tensors are
+    within the rule, the worst named), then the worst tensors outside it."""
     if not a or not b:
         return []
+    title, single = f"final {kind}", FINAL_BUFFER if kind == "buffers" else "final parameter"
     numel, count = sum(p.numel for p in b), sum(p.count for p in b)
     if [p.count for p in a] != [p.count for p in b]:
-        return [Comparison("final parameters", False, ComparisonStatus.FAIL_SHAPE, numel=numel,
-                           note=f"{[p.count for p in a]} tensors per optimizer on the reference, {[p.count for p in b]} "
+        per = " per optimizer" if kind == "parameters" else ""
+        return [Comparison(title, False, ComparisonStatus.FAIL_SHAPE, numel=numel,
+                           note=f"{[p.count for p in a]} tensors{per} on the reference, {[p.count for p in b]} "
                                 "on the target")]
 
     def name(group: int, index: int) -> str:
         names = a[group].names
         return (names[index] if names and index < len(names) and names[index]
-                else f"optimizer {group + 1}, tensor {index + 1}")
+                else f"optimizer {group + 1}, tensor {index + 1}" if kind == "parameters" else f"tensor {index + 1}")
 
-    if not (ref.tensors and target.tensors):  # too large to keep whole: the digests alone, equal or not
+    if rs is None or ts is None:  # too large to keep whole: the digests alone, equal or not
         differing = [(g, i) for g, (x, y) in enumerate(zip(a, b)) for i, (dx, dy) in enumerate(zip(x.digests, y.digests))
                      if dx != dy]
         note = f"{count - len(differing)} of {count} tensors equal (digests: too large to keep whole)"
-        return [Comparison("final parameters", not differing, ComparisonStatus.PASS_ALLCLOSE if not differing else
+        return [Comparison(title, not differing, ComparisonStatus.PASS_ALLCLOSE if not differing else
                            ComparisonStatus.FAIL_ACCURACY, numel=numel, note=note
                            + (f"; first: {name(*differing[0])}" if differing else ""))]
     import torch
 
-    rs, ts = torch.load(ref.tensors, weights_only=True), torch.load(target.tensors, weights_only=True)
-    ns = torch.load(noise.tensors, weights_only=True) if noise is not None and noise.tensors else None
     judged: list[tuple[float, Comparison]] = []
     for g, (rg, tg) in enumerate(zip(rs, ts)):
         for i, (r, t) in enumerate(zip(rg, tg)):
-            label = f"final parameter {name(g, i)}"
+            label = f"{single} {name(g, i)}"
             if r.shape != t.shape:
                 judged.append((math.inf, Comparison(label, False, ComparisonStatus.FAIL_SHAPE, numel=int(t.numel()))))
                 continue
@@ -361,7 +464,7 @@ def parameters(ref: Curves, noise: Curves | None, target: Curves, exact: bool, t
                 allowed = 0.0
             else:
                 n = float((ns[g][i].double() - r64).abs().max()) if ns is not None and r64.numel() else 0.0
-                allowed = max(NOISE_MULTIPLE * n, floor(scale, tol))
+                allowed = max(NOISE_MULTIPLE * n, floor(scale))
             passed = d <= allowed
             judged.append(((d / allowed if allowed else d / (scale or 1.0) * 1e12) if d else 0.0,
                            Comparison(label, passed, ComparisonStatus.PASS if passed else ComparisonStatus.FAIL_ACCURACY,
@@ -370,8 +473,8 @@ def parameters(ref: Curves, noise: Curves | None, target: Curves, exact: bool, t
     failing = [c for _, c in judged if not c.passed]
     worst = judged[0][1] if judged else None
     note = (f"{len(judged) - len(failing)} of {len(judged)} tensors {'equal' if exact else 'within the rule'}"
-            + (f"; worst: {worst.name.removeprefix('final parameter ')}" if worst and worst.max_abs_diff else ""))
-    summary = Comparison("final parameters", not failing, ComparisonStatus.PASS_ALLCLOSE if not failing else
+            + (f"; worst: {worst.name.removeprefix(single + ' ')}" if worst and worst.max_abs_diff else ""))
+    summary = Comparison(title, not failing, ComparisonStatus.PASS_ALLCLOSE if not failing else
                          ComparisonStatus.FAIL_ACCURACY, numel=numel, max_abs_diff=worst.max_abs_diff if worst else None,
                          allowed=None if exact else worst.allowed if worst else None, note=note)
     return [summary, *failing[:3]]
@@ -380,30 +483,31 @@ def parameters(ref: Curves, noise: Curves | None, target: Curves, exact: bool, t
 def judge(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tolerance: Tolerance,
           tol: float | None) -> ParityResult:
     """The parity result of a script's runs (the reference, its noise run, the target); ``tol``: --tol, if given."""
+    floor = Floor.of(ref.modules, tol)
     rule = ("exact: the same kernels on the same numbers, every figure equal" if exact else
             f"noise: within {NOISE_MULTIPLE:g} x the reference's own rounding noise (a second reference run, every "
-            f"parameter moved by one unit in the last place), never less than rtol {FLOOR_RTOL:g} and atol "
-            f"{FLOOR_ATOL:g}" + (f" or --tol {tol:g}" if tol else ""))
+            f"parameter moved by one unit in the last place), never less than {floor.described()}")
     result = ParityResult(tolerance={**tolerance.described(), "rule": rule, "noise_multiple": NOISE_MULTIPLE})
-    losses = curve("loss curve", ref.losses, target.losses, noise.losses if noise else None, exact, tol)
+    losses = curve("loss curve", ref.losses, target.losses, noise.losses if noise else None, exact, floor)
     result.loss_curve = losses
     failed = [] if losses["comparison"].passed else [losses["comparison"]]
     notes = []
     if ref.steps:
         norms = curve("gradient norm curve", ref.grad_norms, target.grad_norms, noise.grad_norms if noise else None,
-                      exact, tol)
+                      exact, floor)
         result.gradients = [norms["comparison"]]
         result.grad_norm_curve = norms
         failed += [] if norms["comparison"].passed else [norms["comparison"]]
-        result.outputs = parameters(ref, noise, target, exact, tol)
-        failed += [c for c in result.outputs[:1] if not c.passed]
+        params, buffers = final_state(ref, noise, target, exact, floor)
+        result.outputs = [*params[:1], *buffers[:1], *params[1:], *buffers[1:]]
+        failed += [c for c in params[:1] + buffers[:1] if not c.passed]
     else:
         notes.append("the script made no optimizer step: parity is judged on the losses it recorded only")
     if ref.steps != target.steps:
         notes.append(f"the reference made {ref.steps} optimizer steps, the target {target.steps}")
         failed.append(Comparison("optimizer steps", False, ComparisonStatus.FAIL_SHAPE))
     if failed and ref.modules is not None and target.modules is not None:
-        divergence = first_divergent(ref.modules, target.modules, noise.modules if noise else None, exact, tol)
+        divergence = first_divergent(ref.modules, target.modules, noise.modules if noise else None, exact, floor)
         if divergence is not None:
             result.first_divergent_module = divergence.comparison()
     if any(c.status == ComparisonStatus.NON_FINITE for c in failed):
@@ -413,12 +517,27 @@ def judge(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tolera
                         f"(loss {target.losses[step] if step is not None else '?'}) where the reference's is finite")
     elif failed:
         result.status = ParityStatus.FAIL_ACCURACY
-        named = ", ".join(c.name + (f" (from {c.at})" if c.at else "") for c in failed)
+        named = ", ".join(c.name + (f" (from {c.at})" if c.at else "") + (f" ({c.note})" if c.note else "")
+                          for c in failed)
         notes.insert(0, f"{len(failed)} check(s) outside the {'exact' if exact else 'noise'} rule: {named}")
     else:
         result.status = ParityStatus.PASS
     result.notes = notes
     return result
+
+
+def precision_difference(ref: ModuleTrace | None, target: ModuleTrace | None) -> str | None:
+    """The modules whose first output has another dtype on the target than on the reference (None when none has): a
+    device's autocast policy of its own (TorchNeuron's keeps layer_norm in float32 where the CPU's computes it in
+    bfloat16), which makes the same script round otherwise without any fault."""
+    if ref is None or target is None:
+        return None
+    dtypes = {s.name: s.dtype for s in target.forward}
+    differ = [f"{s.name} ({s.module_class}): {s.dtype} on the reference, {dtypes[s.name]} on the target"
+              for s in ref.forward if s.dtype and dtypes.get(s.name) and dtypes[s.name] != s.dtype]
+    if not differ:
+        return None
+    return "; ".join(differ[:3]) + (f" and {len(differ) - 3} more" if len(differ) > 3 else "")
 
 
 def shape_difference(ref: list[list] | None, target: list[list] | None) -> str | None:

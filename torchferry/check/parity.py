@@ -1,10 +1,11 @@
 """The parity result of `ferry check`: captured in each worker, judged in the parent by the harness's parity rule.
 
 ``capture`` is the worker's half: the timed run's capture and its probe; on the reference also a second
-run (the determinism check) and the float64 golden run. ``judge`` is the parent's. The rule itself (per tensor, fp64-relative, and per-module localisation) lives in
-torchferry.harness.parity; this module assembles check's result from it: outputs, gradients (a
-gradient missing on the target fails), the loss curve, generated tokens, the determinism of the
-reference and the first divergent module.
+run (the determinism check) and the float64 golden run. ``judge`` is the parent's. The rule itself (per
+tensor, fp64-relative, and per-module localisation) lives in torchferry.harness.parity; this module
+assembles check's result from it: outputs, gradients (a gradient missing on the target fails), the
+model's buffers after training, the loss curve, generated tokens, the determinism of the reference and
+the first divergent module.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torchferry.harness.modes import Mode
 from torchferry.harness.parity import Tolerance, compare, compare_dicts, compare_tokens, localise
 from torchferry.records import Record
 from torchferry.report.check import ParityResult, ParityStatus
-from torchferry.report.comparison import Comparison, ComparisonStatus, describe
+from torchferry.report.comparison import FINAL_BUFFER, Comparison, ComparisonStatus, describe
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,6 +53,7 @@ def compare_runs(a: RunCapture, b: RunCapture, probe_a: ProbeCapture, probe_b: P
     pairs = [("loss curve", torch.tensor(a.losses), torch.tensor(b.losses))]
     pairs += [(f"output {k}", v, probe_b.outputs[k]) for k, v in probe_a.outputs.items()]
     pairs += [(f"grad {k}", v, b.grads[k]) for k, v in a.grads.items()]
+    pairs += [(f"{FINAL_BUFFER} {k}", v, b.buffers[k]) for k, v in a.buffers.items()]
     if a.tokens is not None:
         pairs.append(("tokens", a.tokens, b.tokens))
     for name, x, y in pairs:
@@ -82,6 +84,9 @@ def judge(mode: Mode, tolerance: Tolerance, ref: Capture, target: Capture, deter
         result.gradients += [Comparison(f"grad {k}", False, ComparisonStatus.MISSING)
                              for k in ref.run.grads if k not in target.run.grads]
         failed += [c for c in result.gradients if not c.passed]
+        buffers = compare_dicts(f"{FINAL_BUFFER} ", ref.run.buffers, target.run.buffers, golden.run.buffers, tol, low)
+        result.outputs += buffers
+        failed += [c for c in buffers if not c.passed]
         losses = {k: v.run.losses for k, v in (("ref", ref), ("target", target), ("fp64", golden))}
         curve = compare("loss curve", torch.tensor(losses["ref"]), torch.tensor(losses["target"]),
                         torch.tensor(losses["fp64"]), tol, low)

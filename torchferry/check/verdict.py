@@ -18,14 +18,15 @@ from torchferry.report.check import (
     RehearsalStatus,
     VerdictItem,
 )
-from torchferry.report.comparison import describe
+from torchferry.report.comparison import FINAL_BUFFER, describe
 from torchferry.report.text import span
 
 
 def _parity(report: CheckReport) -> VerdictItem:
     p = report.parity
     if p.status == "pass" and report.script is not None:
-        judged = "loss and gradient-norm curves and final parameters" if p.grad_norm_curve else "the losses"
+        buffers = " and buffers" if any(c.name.startswith(FINAL_BUFFER) for c in p.outputs) else ""
+        judged = f"loss and gradient-norm curves and final parameters{buffers}" if p.grad_norm_curve else "the losses"
         return VerdictItem("parity", GO, f"{judged} within the rule: {p.tolerance.get('rule')}")
     if p.status == "pass":
         return VerdictItem("parity", GO, f"outputs, gradients, loss curve and tokens within the fp64-relative rule (tol {p.tolerance.get('tol')})")
@@ -141,6 +142,15 @@ def next_actions(report: CheckReport) -> list[NextAction]:
         if p.status == "eager_two_runs_differ":
             actions.append(NextAction("parity", "make the reference deterministic (seed every generator; "
                                                 "torch.use_deterministic_algorithms(True)) so the target can be judged"))
+        elif buffers := [c.name.removeprefix(FINAL_BUFFER + " ") for c in p.outputs
+                         if not c.passed and c.name.startswith(FINAL_BUFFER + " ")]:
+            lost = " (an op the rehearsal predicts on the host may lose an in-place update: its section says which)" \
+                if report.rehearsal.fallbacks else ""
+            actions.append(NextAction("parity", f"find why the model's buffers end otherwise on the target: "
+                                                f"{', '.join(buffers[:3])}{' and more' if len(buffers) > 3 else ''}. A "
+                                                "buffer changes in place in the forward, outside the optimizer (a "
+                                                "BatchNorm's running statistics): an evaluation and a checkpoint read "
+                                                f"it{lost}"))
         else:
             where = f" from module {p.first_divergent_module.name}" if p.first_divergent_module else ""
             actions.append(NextAction("parity", f"find why the target diverges{where} ({p.status}; the parity section "

@@ -144,12 +144,15 @@ def is_compile_error(exc: BaseException) -> bool:
 # -- the typed capture ---------------------------------------------------------------------------
 @dataclass
 class RunCapture:
-    """One run of every step: the losses (train), the step times, the first step's gradients (train) and the
-    first call's tokens (generate); under ``StepPlan.in_process``, every step's result as it came (``outputs``)."""
+    """One run of every step: the losses (train), the step times, the first step's gradients (train), the model's
+    floating-point buffers after the last step (train: a BatchNorm's running statistics, which no loss or gradient
+    shows) and the first call's tokens (generate); under ``StepPlan.in_process``, every step's result as it came
+    (``outputs``)."""
 
     losses: list[float] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
     grads: dict[str, Any] = field(default_factory=dict)
+    buffers: dict[str, Any] = field(default_factory=dict)
     tokens: Any = None
     outputs: list[Any] = field(default_factory=list)
 
@@ -414,6 +417,8 @@ class ModelCase:
                     self.check_finite(flatten(result), f"step {index + 1}", index, fp64)
             if after_step is not None:
                 after_step(index, seconds, model, opt)
+        if self.plan.mode == Mode.TRAIN and not self.plan.in_process:
+            record.buffers = to_cpu({n: b for n, b in self.bare(model).named_buffers() if floating(b)})
         return record, opt
 
     def keep(self, record: RunCapture, model: Any, opt: Any, first: bool, result: Any) -> None:

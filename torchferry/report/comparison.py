@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 
+FINAL_BUFFER = "final buffer"  # the name of a model buffer's comparison after training: "final buffer <path>"
+
+
 class ComparisonStatus(StrEnum):
     PASS = "pass"  # outside allclose, but within the fp64-relative rule
     PASS_ALLCLOSE = "pass_allclose"

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from torchferry.check.script import recorder as rec
 
@@ -235,6 +236,70 @@ for _ in range(2):
     code, [r] = run_script(tmp_path, body)
     assert code == 0 and r["steps"] == 4 and r["backwards"] == 4
     assert [p["numel"] for p in r["parameters"]] == [4, 9]  # the discriminator stepped first, then the generator
+
+
+@pytest.mark.timeout(300)
+def test_the_floating_buffers_of_the_models_that_stepped_are_recorded_by_name_and_kept_whole(tmp_path):
+    body = """
+model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(2):
+    opt.zero_grad(); model(torch.randn(8, 4)).pow(2).mean().backward(); opt.step()
+"""
+    code, [r] = run_script(tmp_path, body)
+    assert code == 0
+    # running_mean and running_var; num_batches_tracked is an integer count, outside the float parity rule
+    assert r["buffers"]["names"] == ["1.running_mean (BatchNorm1d)", "1.running_var (BatchNorm1d)"]
+    [kept] = (tmp_path / "records").glob("record-*.pt")
+    tensors = torch.load(kept, weights_only=True)
+    assert [list(t.shape) for t in tensors["buffers"]] == [[3], [3]]
+    assert not torch.equal(tensors["buffers"][0], torch.zeros(3))  # the statistics the training moved
+    assert [len(group) for group in tensors["parameters"]] == [4]
+
+
+@pytest.mark.timeout(300)
+def test_a_gans_generator_first_run_after_the_first_backward_has_its_buffers_recorded(tmp_path):
+    body = """
+g = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.BatchNorm1d(3))
+d = torch.nn.Linear(3, 1)
+og, od = torch.optim.SGD(g.parameters(), lr=0.1), torch.optim.SGD(d.parameters(), lr=0.1)
+ema = torch.nn.BatchNorm1d(3)  # holds no parameter an optimizer steps: not a model of the run
+for _ in range(2):
+    od.zero_grad(); d(torch.randn(4, 3)).mean().backward(); od.step()
+    og.zero_grad(); d(g(torch.randn(4, 2))).mean().backward(); og.step()
+"""
+    code, [r] = run_script(tmp_path, body)
+    assert code == 0
+    assert r["buffers"]["names"] == ["Sequential.1.running_mean (BatchNorm1d)", "Sequential.1.running_var (BatchNorm1d)"]
+
+
+@pytest.mark.timeout(300)
+def test_a_script_that_only_evaluates_records_no_buffers(tmp_path):
+    body = """
+model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+loss = model(torch.randn(8, 4)).pow(2).mean()
+loss.backward()
+"""
+    code, [r] = run_script(tmp_path, body)
+    assert code == 0 and r["buffers"] is None  # no optimizer stepped: its state is not the script's result
+
+
+@pytest.mark.timeout(300)
+def test_a_compiled_model_trains_as_without_the_recorders(tmp_path):
+    """`model = torch.compile(model)`: dynamo traces the recorders' global module hooks into the graph; a summary taken
+    there (a digest reading a tensor's bytes) broke the user's compiled forward. The hooks stand aside under dynamo."""
+    body = """
+model = torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1)),
+                      backend="aot_eager")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, y = torch.randn(8, 4), torch.randn(8, 1)
+for _ in range(3):
+    opt.zero_grad(); ((model(x) - y) ** 2).mean().backward(); opt.step()
+print("trained", flush=True)
+"""
+    code, [r] = run_script(tmp_path, body)
+    assert code == 0 and r["error"] is None, r["error"]
+    assert r["steps"] == 3 and len(r["losses"]) == 3
 
 
 @pytest.mark.timeout(300)

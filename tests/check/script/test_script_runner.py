@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from ferryrun import ferry, signal_ferry_when
 
-from torchferry.check.convergence import curve, shape_difference
+from torchferry.check.convergence import Floor, ModuleTrace, Summary, curve, precision_difference, shape_difference
 from torchferry.check.exit import CheckpointWrite, checkpoints
 from torchferry.check.script.environment import script_environment
 from torchferry.check.script.recorder import graph_shapes
@@ -103,24 +103,47 @@ def test_hard_coded_cuda_is_a_portability_failure_named_by_the_scan(tmp_path, mo
 
 
 def test_curve_rules_exact_noise_and_non_finite():
-    exact = curve("loss", [1.0, 0.9], [1.0, 0.9], None, exact=True, tol=None)
+    exact = curve("loss", [1.0, 0.9], [1.0, 0.9], None, exact=True, floor=Floor())
     assert exact["comparison"].passed and exact["rule"] == "exact"
-    off = curve("loss", [1.0, 0.9], [1.0, 0.9000001], None, exact=True, tol=None)
+    off = curve("loss", [1.0, 0.9], [1.0, 0.9000001], None, exact=True, floor=Floor())
     assert not off["comparison"].passed and off["first_difference"] == 1
     # noise: 10 x the running maximum of the noise run's distance (1e-4 at step 0) allows 1e-3 at step 1 too,
     # where the noise run crossed the reference
-    noise = curve("loss", [2.0, 1.5], [2.0005, 1.5009], [2.0001, 1.5], exact=False, tol=None)
+    noise = curve("loss", [2.0, 1.5], [2.0005, 1.5009], [2.0001, 1.5], exact=False, floor=Floor())
     assert noise["comparison"].passed and noise["rule"] == "noise"
-    outside = curve("loss", [2.0, 1.5], [2.0005, 1.5011], [2.0001, 1.5], exact=False, tol=None)
+    outside = curve("loss", [2.0, 1.5], [2.0005, 1.5011], [2.0001, 1.5], exact=False, floor=Floor())
     assert not outside["comparison"].passed and outside["first_difference"] == 1
     assert outside["comparison"].allowed == pytest.approx(1e-3)
     # never less than PyTorch's float32 tolerance, or --tol
-    assert curve("loss", [2.0], [2.00001], [2.0], exact=False, tol=None)["comparison"].passed
-    assert curve("loss", [2.0], [2.01], [2.0], exact=False, tol=1e-2)["comparison"].passed
-    nan = curve("loss", [2.0, 1.5], [2.0, float("nan")], None, exact=True, tol=None)
+    assert curve("loss", [2.0], [2.00001], [2.0], exact=False, floor=Floor())["comparison"].passed
+    assert curve("loss", [2.0], [2.01], [2.0], exact=False, floor=Floor(tol=1e-2))["comparison"].passed
+    nan = curve("loss", [2.0, 1.5], [2.0, float("nan")], None, exact=True, floor=Floor())
     assert nan["comparison"].status == "non_finite"
-    short = curve("loss", [2.0, 1.5], [2.0], None, exact=True, tol=None)
+    short = curve("loss", [2.0, 1.5], [2.0], None, exact=True, floor=Floor())
     assert not short["comparison"].passed
+
+
+def _trace(*dtypes: str) -> ModuleTrace:
+    return ModuleTrace(forward=[Summary(name=str(i), digest="", numel=1, values=[1.0], module_class="M", dtype=d)
+                                for i, d in enumerate(dtypes)])
+
+
+def test_a_reference_that_computed_in_bfloat16_is_judged_within_bfloat16s_rounding():
+    """Under bfloat16 autocast the noise run (float32 parameters moved by one ulp) barely moves the figures: the floor
+    is then assert_close's bfloat16 tolerance, so one bfloat16 rounding of difference passes; in float32 it fails."""
+    floor = Floor.of(_trace("bfloat16", "float32"), None)
+    assert (floor.precision, floor.rtol) == ("bfloat16", 1.6e-2) and "bfloat16 tolerance" in floor.described()
+    assert curve("loss", [2.0], [2.004], [2.0], exact=False, floor=floor)["comparison"].passed
+    assert not curve("loss", [2.0], [2.004], [2.0], exact=False, floor=Floor.of(_trace("float32"), None))[
+        "comparison"].passed
+    assert curve("loss", [2.0], [2.04], [2.0], exact=False, floor=floor)["comparison"].passed is False  # 2%: outside
+    assert Floor.of(_trace("float16"), None).rtol == 1e-3 and Floor.of(None, 0.1).tol == 0.1
+
+
+def test_a_module_computed_in_another_precision_on_the_target_is_named():
+    assert precision_difference(_trace("bfloat16", "bfloat16"), _trace("bfloat16", "float32")) == \
+        "1 (M): bfloat16 on the reference, float32 on the target"
+    assert precision_difference(_trace("bfloat16"), _trace("bfloat16")) is None
 
 
 def test_other_shapes_on_the_target_are_named_and_equal_shapes_are_not():

@@ -55,6 +55,7 @@ class ScriptRecord(Record):
     checkpoints: list[CheckpointWrite] = field(default_factory=list)
     kept_files: list[str] = field(default_factory=list)  # files of the user's the script overwrote, copied first
     parameters: list[FinalParameters] = field(default_factory=list)  # one per optimizer that stepped
+    buffers: FinalParameters | None = None  # the floating-point buffers of the models that stepped
     device: str | None = None  # where the losses lived
     peak_memory: Memory | None = None
     stopped: str | None = None  # why the record was written: None (the process ended), --steps N, error, ...

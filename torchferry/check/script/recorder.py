@@ -12,7 +12,8 @@ own children only), the process records, without any change to the script, into 
 - the gradient norm of each step: the total norm the script's own ``clip_grad_norm_`` returned (taken
   before clipping, and no work of ours), else computed from this rank's local gradients;
 - the final parameters of every optimizer that stepped (a GAN's generator and discriminator apart),
-  each tensor's digest and name;
+  each tensor's digest and name, and the final floating-point buffers of the models they belong to (a
+  BatchNorm's running statistics: what an evaluation and a checkpoint read beside the parameters);
 - each module's output at the first forward and each parameter's gradient after the first backward
   (check/convergence.py's ``ModuleTracer``: a digest and a few numbers each), so that a parity failure
   names the first module where the two sides differ;
@@ -333,7 +334,7 @@ class ScriptRecorder:
             return
         from torch.nn.modules.module import register_module_forward_pre_hook
 
-        from torchferry.check.convergence import input_shapes
+        from torchferry.check.convergence import input_shapes, is_compiling
 
         names = tracer.names()
         # the models, not a loss module called beside them (fed their outputs; watching it would keep the hook on
@@ -347,7 +348,7 @@ class ScriptRecorder:
 
         def pre_hook(module: Any, inputs: Any) -> None:
             nonlocal hook
-            if id(module) in unseen:
+            if id(module) in unseen and not is_compiling():
                 self.step_inputs.update({f"{names[id(module)]} input {k}": v for k, v in input_shapes(inputs).items()})
                 unseen.discard(id(module))
                 if not unseen:  # every model seen: the rest of the step takes PyTorch's hook-free path (measured
@@ -522,6 +523,10 @@ class ScriptRecorder:
             names = self.parameter_names()
             r.parameters = [FinalParameters.of(params, [names.get(id(p), "") for p in params] if names else None)
                             for params in self.stepped.values()]
+        buffers: list[Any] = []
+        with contextlib.suppress(Exception):
+            buffers, buffer_names = self.final_buffers()
+            r.buffers = FinalParameters.of(buffers, buffer_names) if buffers else None
         if self.device is not None:
             from torchferry.harness import devices
 
@@ -531,7 +536,14 @@ class ScriptRecorder:
             with contextlib.suppress(Exception):
                 self.rehearsal.finish()
         self.write()
-        self._write_tensors()
+        self._write_tensors(buffers if r.buffers else [])
+
+    def final_buffers(self) -> tuple[list[Any], list[str]]:
+        """The floating-point buffers of the models whose parameters an optimizer stepped, and their names (none when
+        no optimizer stepped: a script that only evaluates changes no state of its own)."""
+        from torchferry.check.convergence import model_buffers
+
+        return model_buffers([p for params in self.stepped.values() for p in params]) if self.stepped else ([], [])
 
     def parameter_names(self) -> dict[int, str]:
         """id(parameter) -> its path in the model the first forward ran (none when no forward was traced)."""
@@ -547,14 +559,21 @@ class ScriptRecorder:
             tmp.write_text(json.dumps(self.record.to_dict()))
             os.replace(tmp, self.path)
 
-    def _write_tensors(self) -> None:
-        """The final parameters whole, beside the record, when they are small enough (the parity rule per tensor)."""
+    def _write_tensors(self, buffers: list[Any]) -> None:
+        """The final parameters and ``buffers`` whole, beside the record, when they are small enough (the parity rule
+        per tensor)."""
         import torch
 
-        if not self.stepped or sum(p.numel for p in self.record.parameters) > PARAMETER_TENSORS_LIMIT:
+        r = self.record
+        if not self.stepped or sum(p.numel for p in r.parameters) + (r.buffers.numel if r.buffers else 0) \
+                > PARAMETER_TENSORS_LIMIT:
             return
-        tensors = [[(p.to_local() if hasattr(p, "to_local") else p).detach().to("cpu") for p in params]
-                   for params in self.stepped.values()]
+
+        def host(tensors: list[Any]) -> list[Any]:
+            return [(t.to_local() if hasattr(t, "to_local") else t).detach().to("cpu") for t in tensors]
+
+        tensors = {"parameters": [host(params) for params in self.stepped.values()],
+                   "buffers": host(buffers)}
         target = self.path.with_suffix(".pt")
         with contextlib.suppress(Exception):
             torch.serialization.save(tensors, str(target) + ".tmp")

@@ -105,7 +105,7 @@ class ChildRun:
         if record is None:
             return None
         return convergence.Curves(losses=record.losses, grad_norms=record.grad_norms, steps=record.steps,
-                                  parameters=record.parameters, tensors=self.tensors(record),
+                                  parameters=record.parameters, buffers=record.buffers, tensors=self.tensors(record),
                                   shapes=record.first_backward_shapes, modules=record.modules)
 
     def load(self) -> None:
@@ -346,8 +346,12 @@ class ScriptPipeline:
         if self.exact and not other_shapes:
             exact = convergence.judge(ref.curves(), None, target.curves(), True, cfg.tolerance, tol)
             if exact.status not in (ParityStatus.PASS, ParityStatus.NON_FINITE):
-                why_noise = ("the figures are not the reference's bit for bit: even the same kernels round otherwise on "
-                             "another layout (the device's row-major results; docs/device/fidelity.md)")
+                differs = f" ({exact.notes[0]})" if exact.notes else ""
+                precision = convergence.precision_difference(ref_record.modules, target_record.modules)
+                why_noise = f"the figures are not the reference's bit for bit{differs}: " + (
+                    f"the target computes modules in another precision, its autocast policy: {precision}" if precision
+                    else "even the same kernels round otherwise on another layout (the device's row-major results; "
+                         "docs/device/fidelity.md)")
         if why_noise:
             self.exact = False
             self.note(f"{why_noise}; parity is judged within the reference's own rounding noise")
