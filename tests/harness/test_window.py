@@ -213,3 +213,19 @@ def test_known_issues_are_those_the_window_ran_with_the_windows_calls(neuron, mo
                                                        {"op": "aten::mm", "kind": "accuracy", "calls": 1})
     monkeypatch.delattr(api, "known_issues")
     assert Window(neuron, clear=False).read().predictions.known_issues is None  # a device that keeps no list
+
+
+def test_a_compile_window_over_a_process_that_never_compiles_imports_no_dynamo():
+    """An unchanged script's rehearsal opens its window with a compile backend (the script may call torch.compile
+    anywhere); in a script that never does, reading it must not import Dynamo (a second of every run) and reads 0."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch, torchferry.device; torchferry.device.enable()\n"
+            "from torchferry.harness.window import Window\n"
+            "w = Window(torch.device('neuron'), 'any', clear=False)\n"
+            "torch.ones(2, device='neuron') + 1\n"
+            "c = w.read().compiled\n"
+            "print(c.graphs, c.break_count, len(c.device_graphs), 'torch._dynamo' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.split() == ["0", "0", "0", "False"]

@@ -113,6 +113,7 @@ def shapes_of(batch: Any) -> dict[str, list[int]]:
     return {str(k): list(v.shape) for k, v in items if hasattr(v, "shape")}
 
 
+SCRIPT_COMPILES = "the script's torch.compile"  # the window's compile backend in an unchanged script: whatever it chose
 PLACEMENT = re.compile(r"Expected all tensors to be on the same device")
 PLACEMENT_OP = re.compile(r"method ([\w:.]+)|call_function (.+)")
 TRACED_FRAME = re.compile(r'File "([^"]+)", line (\d+), in \S+\n\s*(\S.*)')  # Dynamo's "from user code:" frames
@@ -185,7 +186,8 @@ class Recorder:
         from torchferry.harness.window import Window
 
         self.device, self.path = device, path
-        self.window = Window(device, clear=False)
+        # an unchanged script may call torch.compile anywhere: its graphs on the device are read as the worker's are
+        self.window = Window(device, SCRIPT_COMPILES, clear=False)
         predictions = self.window.read().predictions
         if predictions is None:
             raise ValueError(f"{device} emulates no other device: there is nothing to rehearse")
@@ -245,6 +247,7 @@ class Recorder:
 
         ``profiled_step``: one step of a fresh model, profiled when there are host fallbacks (for their share of
         device-op time; a timed run is never profiled)."""
+        own = reading is None  # an unchanged script's: it compiled only if it called torch.compile
         reading = reading or self.window.read()
         ops = self.window.counts().minus(self.opened, *self.all_skipped)
         r, predictions = self.record, reading.predictions
@@ -260,7 +263,7 @@ class Recorder:
         seen = {*dict(module.get_executed_ops()), *dict(module.get_fallback_ops())} if self.window.tracks_ops else set()
         r.random_ops = sorted(op for op in seen if any(name in op for name in RANDOM_OPS))
         compiled = reading.compiled
-        if compiled is not None and compiled.device_graphs is not None:
+        if compiled is not None and compiled.device_graphs is not None and (compiled.device_graphs or not own):
             r.compile = {"graph_breaks": [{"reason": reason, "count": n} for reason, n in compiled.counted_breaks.items()],
                          "graphs": [{k: g.get(k) for k in ("graph_name", "kind", "compile_id", "input_signature")}
                                     for g in compiled.device_graphs]}

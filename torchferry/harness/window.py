@@ -214,12 +214,14 @@ class Window:
         self._syncs0 = self._api().host_syncs() if self.profile else {}
         self._issues0 = {i["op"]: i.get("calls", 0) for i in self._known_issues() or ()}
         if compile_backend:
-            from torch._dynamo.utils import counters, graph_break_reasons
+            self._graphs0, self._recompiles0, self._counted0, self._breaks0 = 0, 0, {}, []
+            if _dynamo_imported():  # else nothing has compiled yet: every count starts at 0, and Dynamo stays unimported
+                from torch._dynamo.utils import counters, graph_break_reasons
 
-            self._graphs0 = dynamo_graphs()
-            self._recompiles0 = _dynamo_recompiles()
-            self._counted0 = dict(counters["graph_break"])
-            self._breaks0 = list(graph_break_reasons)  # kept alive, so that their ids stay theirs
+                self._graphs0 = dynamo_graphs()
+                self._recompiles0 = _dynamo_recompiles()
+                self._counted0 = dict(counters["graph_break"])
+                self._breaks0 = list(graph_break_reasons)  # kept alive, so that their ids stay theirs
             self._records0 = len(compile_records(self.module) or ())
 
     def __enter__(self) -> Window:
@@ -293,6 +295,10 @@ class Window:
     def _compiled(self) -> Compiled | None:
         if not self.backend:
             return None
+        records = compile_records(self.module)
+        device_graphs = tuple(records[self._records0:]) if records is not None else None
+        if not _dynamo_imported():  # a span that never compiled (an unchanged script that calls no torch.compile)
+            return Compiled(self.backend, 0, 0, (), {}, device_graphs)
         from torch._dynamo.utils import counters, graph_break_reasons
 
         seen = {id(r) for r in self._breaks0}
@@ -309,9 +315,8 @@ class Window:
                 places[(first_line(reason), "")] += n
         breaks = tuple(GraphBreak(reason, where, n)
                        for (reason, where), n in sorted(places.items(), key=lambda kv: (-kv[1], kv[0])))
-        records = compile_records(self.module)
         return Compiled(self.backend, dynamo_graphs() - self._graphs0, _dynamo_recompiles() - self._recompiles0,
-                        breaks, counted, tuple(records[self._records0:]) if records is not None else None)
+                        breaks, counted, device_graphs)
 
 
 # -- reading a device ------------------------------------------------------------------------
@@ -341,6 +346,11 @@ def _as_dict(record: Any) -> Mapping[str, Any]:
     if dataclasses.is_dataclass(record):
         return dataclasses.asdict(record)
     return dict(vars(record))
+
+
+def _dynamo_imported() -> bool:
+    """Whether anything in this process has imported Dynamo (torch.compile does, at its first call)."""
+    return "torch._dynamo" in sys.modules
 
 
 def dynamo_graphs() -> int:

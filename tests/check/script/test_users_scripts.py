@@ -3,9 +3,9 @@ neuron: the verdict a person would give, and the figures that decide it.
 
 Each script is tiny and written the way the PyTorch examples and user code are written, not to fit the tool: a GAN
 (two optimizers, noise drawn on the device, a BatchNorm), a CNN with BatchNorm (evaluated, saved through a file) and
-its GroupNorm twin, bfloat16 autocast, a VAE (sampling in forward), a word-level Transformer language model (the model saved whole through
-an open file, its device taken as a flag), a script whose CUDA mentions are guarded, a DataLoader with a short last
-batch, and a planted accelerator-only bug with its clean twin.
+its GroupNorm twin, bfloat16 autocast, torch.compile(model), a VAE (sampling in forward), a word-level Transformer
+language model (the model saved whole through an open file, its device taken as a flag), a script whose CUDA mentions
+are guarded, a DataLoader with a short last batch, and a planted accelerator-only bug with its clean twin.
 """
 
 from __future__ import annotations
@@ -98,6 +98,19 @@ def test_bfloat16_autocast_is_judged_within_bfloat16s_rounding_and_the_precision
     p = report["parity"]
     assert p["status"] == "pass" and "bfloat16 tolerance" in p["tolerance"]["rule"]
     assert "2 (LayerNorm): bfloat16 on the reference, float32 on the target" in " ".join(p["notes"])
+
+
+def test_a_model_compiled_with_torch_compile_rehearses_its_graphs_and_no_recompile_of_torchferrys(tmp_path):
+    """`model = torch.compile(model)`: the reference failed inside the recorders' module hook (traced by dynamo), and
+    removing that hook after the first backward recompiled the graph (a false 'one graph per input signature'). Now:
+    one forward and one backward graph, exact parity, and the rehearsal names the graphs."""
+    code, out, err, report = check(tmp_path, str(USERS / "compiled_classifier.py"))
+    assert code == 0, out + err
+    assert report["parity"]["status"] == "pass" and report["parity"]["loss_curve"]["rule"] == "exact"
+    compiled = report["rehearsal"]["compile"]
+    assert compiled["graphs"] == 2 and [f["recompiles"] for f in compiled["frames"]] == [0], compiled
+    assert not any("compiled frame" in c for c in report["rehearsal"]["conditions"])
+    assert "global hooks" not in (tmp_path / "rep" / "work" / "target.log").read_text()
 
 
 def test_a_vae_that_samples_in_forward_is_exact(tmp_path):

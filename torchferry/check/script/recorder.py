@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import importlib.abc
 import json
 import os
@@ -161,6 +162,8 @@ class ScriptRecorder:
         self.optimizers = 0  # optimizers the script made: without one, a step is a backward call
         self.step_inputs: dict[str, list[int]] = {}  # the shapes each model was first called with in the step
         self._arm_input_watch: Callable[[], None] = lambda: None  # watches them again for the next step
+        self._disarm_input_watch: Callable[[], None] = lambda: None  # stops watching, for good
+        self.compiles = False  # the script called torch.compile: the global module hooks are gone
         self.traced: Any = None  # the same, after it (it names the parameters)
 
     # installation -------------------------------------------------------------------------------
@@ -213,6 +216,13 @@ class ScriptRecorder:
         from torchferry.check.convergence import ModuleTracer, perturb
 
         self.tracer = ModuleTracer(self._excluded)
+        original_compile = torch.compile
+
+        def compile(*args: Any, **kwargs: Any) -> Any:
+            self._stand_aside_for_dynamo()
+            return original_compile(*args, **kwargs)
+
+        torch.compile = functools.wraps(original_compile)(compile)
         original_init = torch.optim.Optimizer.__init__
 
         def init(optimizer: Any, params: Any, *args: Any, **kwargs: Any) -> None:
@@ -330,7 +340,7 @@ class ScriptRecorder:
     def _watch_inputs(self, tracer: Any) -> None:
         """On a rehearsed device, from the first backward on, the shapes each model is first called with in a step (the
         rehearsal names a batch shape that changes; the first step's come from the trace)."""
-        if self.rehearsal is None:  # nothing else reads them
+        if self.rehearsal is None or self.compiles:  # nothing else reads them; or the script compiles (above)
             return
         from torch.nn.modules.module import register_module_forward_pre_hook
 
@@ -363,7 +373,26 @@ class ScriptRecorder:
             if hook is None:
                 hook = register_module_forward_pre_hook(pre_hook)
 
-        self._arm_input_watch = arm
+        def disarm() -> None:
+            nonlocal hook
+            if hook is not None:
+                hook.remove()
+                hook = None
+            self._arm_input_watch = lambda: None
+
+        self._arm_input_watch, self._disarm_input_watch = arm, disarm
+
+    def _stand_aside_for_dynamo(self) -> None:
+        """At the script's torch.compile (``torch.compile(model)``, ``model.compile()``, a decorator): Dynamo guards on
+        how many global module hooks there are, so removing the recorders' (the module trace after the first backward,
+        the input watch within each step) would recompile the script's graphs, and PyTorch warns about global hooks at
+        every call of a compiled module. They go for the rest of the run, so that the script compiles the graphs it
+        compiles without torchferry; lost with them: the first divergent module and the per-step model input shapes
+        (the compile backend's records name each graph's inputs)."""
+        self.compiles = True
+        if self.tracer is not None:
+            self.tracer.handle.remove()
+        self._disarm_input_watch()
 
     def _clipped(self, total: Any) -> None:
         """The total norm the script's clip_grad_norm_ returned: the norm before clipping, as the script computed it."""

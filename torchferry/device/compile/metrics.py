@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -101,6 +102,8 @@ def _recompiles(graphs: list[dict[str, Any]]) -> int:
 
 
 def _graph_breaks() -> list[dict[str, Any]]:
+    if "torch._dynamo" not in sys.modules:  # nothing compiled in this process: no break, and Dynamo stays unimported
+        return []
     from torch._dynamo.utils import counters
 
     breaks = []

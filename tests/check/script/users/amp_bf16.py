@@ -1,5 +1,5 @@
-"""Mixed precision as the AMP recipe writes it for any accelerator: autocast to bfloat16 on the device; the weights saved
-as CPU tensors."""
+"""Mixed precision as the AMP recipe writes it for any accelerator: autocast to bfloat16 on the device; the weights
+saved as CPU tensors."""
 import argparse
 
 import torch
