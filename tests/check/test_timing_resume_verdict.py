@@ -77,6 +77,26 @@ def test_a_target_failure_is_a_finding_and_no_go():
     assert r.verdict == "no-go"
 
 
+def test_a_target_that_failed_to_run_leads_the_next_actions_with_where_and_what_to_change():
+    """Not 'find why the target diverges', nor 'exit: not measured': the target never ran to the end."""
+    message = "missing kernel at train.py:20: ... Next step: keep the RNN on the CPU."
+    r = _report(parity=ParityResult(status="fail_to_run"),
+                failure=Failure(kind="fail_to_run", message=message, exit_status=3, finding=True))
+    verdict.decide(r)
+    assert [(a.result, a.action) for a in r.next_actions][0] == ("run", message)
+    assert not any(a.result in ("parity", "exit") for a in r.next_actions)
+
+
+def test_a_final_buffer_outside_the_rule_is_named_in_the_next_action():
+    from torchferry.report.comparison import Comparison
+
+    failing = Comparison("final buffer 1.running_mean (BatchNorm2d)", False, "fail_accuracy")
+    r = _report(parity=ParityResult(status="fail_accuracy", outputs=[failing], notes=["1 check(s) outside the rule"]))
+    verdict.decide(r)
+    [action] = [a.action for a in r.next_actions if a.result == "parity"]
+    assert "1.running_mean (BatchNorm2d)" in action and "BatchNorm's running statistics" in action
+
+
 def test_stability_from_the_coefficient_of_variation_and_the_spread_of_round_medians():
     steady = timing.stability([[1.0, 1.0], [1.0, 1.0]])
     assert (steady["cv"], steady["round_spread"], steady["stable"]) == (0.0, 0.0, True)

@@ -14,7 +14,7 @@ Two jobs, as the spec's ``kind`` says:
   rebuilt with stock torch/transformers, and its outputs on the eval batch computed at the run's
   dtype and in float64, for the parent to judge against the target's own;
 - ``checkpoints`` (an unchanged script): each checkpoint the script wrote (a file, or a Hugging Face
-  folder with its ``config.json``) is loaded, and every tensor in it reduced to its digest, for the
+  folder with its ``config.json``: a transformers model, or a diffusers one by its ``_class_name``) is loaded, and every tensor in it reduced to its digest, for the
   parent to compare with the target's final parameters.
 
 Every file is first loaded with ``torch.load(weights_only=True)`` and no ``map_location``, as a
@@ -208,6 +208,18 @@ def formats(spec, out_path):
 
 # -- checkpoints: an unchanged script ---------------------------------------------------------------
 def load_folder(path, record):
+    with open(f"{path}/config.json") as f:
+        raw = json.load(f)
+    if "_diffusers_version" in raw:  # a diffusers model (ModelMixin.save_pretrained): its class is in the config
+        import diffusers
+
+        cls = getattr(diffusers, raw.get("_class_name", ""), None)
+        if cls is None:
+            raise ValueError(f"diffusers {diffusers.__version__} has no model class {raw.get('_class_name')!r} "
+                             f"(config.json of {path})")
+        model = cls.from_pretrained(path)
+        record["how"], record["class"] = "from_pretrained", cls.__name__
+        return model
     import transformers
 
     config = transformers.AutoConfig.from_pretrained(path)

@@ -15,6 +15,7 @@ from torchferry.report.check import (
     STOPPED,
     CheckReport,
     NextAction,
+    ParityStatus,
     RehearsalStatus,
     VerdictItem,
 )
@@ -138,7 +139,10 @@ def next_actions(report: CheckReport) -> list[NextAction]:
         actions.append(NextAction("run", f"the run stopped during {f.phase or 'the run'} ({f.kind}): {f.message}"))
     by_result = {item.result: item for item in report.verdicts}
     p = report.parity
-    if by_result.get("parity") and by_result["parity"].verdict in (NO_GO, CONDITIONS):
+    target_failed = p.status == ParityStatus.FAIL_TO_RUN and f is not None and f.finding
+    if target_failed:  # the finding says where the target failed and what to change: it leads
+        actions.append(NextAction("run", f.message))
+    if by_result.get("parity") and by_result["parity"].verdict in (NO_GO, CONDITIONS) and not target_failed:
         if p.status == "eager_two_runs_differ":
             actions.append(NextAction("parity", "make the reference deterministic (seed every generator; "
                                                 "torch.use_deterministic_algorithms(True)) so the target can be judged"))
@@ -181,10 +185,10 @@ def next_actions(report: CheckReport) -> list[NextAction]:
     status = c.break_even.get("status", "")
     if c.status != NOT_RUN and status and status != "reached":
         actions.append(NextAction("cost", f"break-even {status}"))
-    if not (f and not f.finding):  # a run that completed without parity or exit cannot be a clean go
+    if not (f and not f.finding) and not target_failed:  # a run that completed without parity or exit cannot be a clean go
         actions += [NextAction(i.result, f"not measured: {i.reason}") for i in report.verdicts
                     if i.verdict == NOT_RUN and i.result in ("parity", "exit")]
-    if f and f.finding and not any(a.result in ("parity", "rehearsal") for a in actions):
+    if f and f.finding and not target_failed and not any(a.result in ("parity", "rehearsal") for a in actions):
         actions.append(NextAction("run", f.message))
     return actions
 

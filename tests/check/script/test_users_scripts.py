@@ -3,9 +3,10 @@ neuron: the verdict a person would give, and the figures that decide it.
 
 Each script is tiny and written the way the PyTorch examples and user code are written, not to fit the tool: a GAN
 (two optimizers, noise drawn on the device, a BatchNorm), a CNN with BatchNorm (evaluated, saved through a file) and
-its GroupNorm twin, bfloat16 autocast, torch.compile(model), a VAE (sampling in forward), a word-level Transformer
-language model (the model saved whole through an open file, its device taken as a flag), a script whose CUDA mentions
-are guarded, a DataLoader with a short last batch, and a planted accelerator-only bug with its clean twin.
+its GroupNorm twin, bfloat16 autocast, torch.compile(model), LoRA through Accelerate and PEFT, a diffusers UNet, a VAE
+(sampling in forward), a word-level Transformer language model (the model saved whole through an open file, its device
+taken as a flag), a script whose CUDA mentions are guarded, a DataLoader with a short last batch, and a planted
+accelerator-only bug with its clean twin.
 """
 
 from __future__ import annotations
@@ -111,6 +112,25 @@ def test_a_model_compiled_with_torch_compile_rehearses_its_graphs_and_no_recompi
     assert compiled["graphs"] == 2 and [f["recompiles"] for f in compiled["frames"]] == [0], compiled
     assert not any("compiled frame" in c for c in report["rehearsal"]["conditions"])
     assert "global hooks" not in (tmp_path / "rep" / "work" / "target.log").read_text()
+
+
+def test_lora_with_accelerate_saves_an_adapter_that_holds_every_trained_parameter(tmp_path):
+    """PEFT's save_pretrained writes the LoRA weights only: the frozen base model is not the run's result. The exit
+    result was go-with-conditions ('holds 8 of the 25 final parameters') when the frozen ones were counted."""
+    code, out, err, report = check(tmp_path, str(USERS / "lora_accelerate.py"), str(tmp_path / "lora"))
+    assert code == 0, out + err
+    assert report["parity"]["status"] == "pass" and report["script"]["optimizer_steps"] == 4
+    [adapter] = report["exit"]["formats"]
+    assert adapter["name"] == "adapter_model.safetensors (safetensors)" and adapter["parity"]["passed"]
+    assert report["exit"]["status"] == "pass", report["exit"]["notes"]
+
+
+def test_a_diffusers_unet_saved_with_save_pretrained_reloads_with_diffusers(tmp_path):
+    """A diffusers folder (config.json with _class_name) was reloaded with transformers' AutoConfig: a false no-go."""
+    code, out, err, report = check(tmp_path, str(USERS / "diffusers_unet.py"), str(tmp_path / "unet"))
+    assert code == 0, out + err
+    [unet] = report["exit"]["formats"]
+    assert unet["name"] == "unet (save_pretrained)" and unet["error"] is None and unet["parity"]["passed"]
 
 
 def test_a_vae_that_samples_in_forward_is_exact(tmp_path):

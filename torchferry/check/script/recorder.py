@@ -11,9 +11,10 @@ own children only), the process records, without any change to the script, into 
 - optimizer steps, from PyTorch's global optimizer hooks: one ``optimizer.step()`` call is a step;
 - the gradient norm of each step: the total norm the script's own ``clip_grad_norm_`` returned (taken
   before clipping, and no work of ours), else computed from this rank's local gradients;
-- the final parameters of every optimizer that stepped (a GAN's generator and discriminator apart),
-  each tensor's digest and name, and the final floating-point buffers of the models they belong to (a
-  BatchNorm's running statistics: what an evaluation and a checkpoint read beside the parameters);
+- the final parameters of every optimizer that stepped (a GAN's generator and discriminator apart; the ones
+  it can change, ``requires_grad``), each tensor's digest and name, and the final floating-point buffers
+  of the models they belong to (a BatchNorm's running statistics: what an evaluation and a checkpoint
+  read beside the parameters);
 - each module's output at the first forward and each parameter's gradient after the first backward
   (check/convergence.py's ``ModuleTracer``: a digest and a few numbers each), so that a parity failure
   names the first module where the two sides differ;
@@ -422,8 +423,10 @@ class ScriptRecorder:
         r.steps += 1
         now = time.time() - self.t0
         r.step_ends_s.append(now)
-        if id(optimizer) not in self.stepped:
-            self.stepped[id(optimizer)] = [p for group in optimizer.param_groups for p in group["params"]]
+        if id(optimizer) not in self.stepped:  # the parameters it can change: a frozen one (requires_grad False: a
+            # LoRA run's base model, which PEFT's adapter checkpoint rightly leaves out) never gets a gradient
+            self.stepped[id(optimizer)] = [p for group in optimizer.param_groups for p in group["params"]
+                                           if p.requires_grad]
         self._count_flops(r.steps, id(optimizer))
         if self.rehearsal is not None:
             if r.steps == 1:  # steps counted per backward call so far (no optimizer had stepped): step 1 starts anew
