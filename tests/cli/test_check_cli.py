@@ -60,6 +60,18 @@ def test_a_diverging_layer_fails_parity_and_is_named(check):
     assert result.stdout.count("check(s) outside tolerance") == 1
 
 
+def test_a_batchnorms_running_statistics_frozen_on_the_target_fail_parity_by_name(check):
+    """A -w workload as a script: outputs, gradients and losses equal, the BatchNorm's statistics left at 0 and 1 on
+    the target (fallback_unmarked_writes_lost). Only the buffers after training show it."""
+    result = check("--target", "neuron", "-w", f"{FIXTURES / 'batchnorm.py'}:build", *FAST)
+    assert result.exit_status == ExitStatus.NEGATIVE_RESULT, result.stdout + result.stderr
+    parity = result.report["parity"]
+    assert parity["status"] == "fail_accuracy" and parity["loss_curve"]["comparison"]["passed"]
+    assert all(g["passed"] for g in parity["gradients"])
+    failing = {c["name"] for c in parity["outputs"] if not c["passed"]}
+    assert failing == {"final buffer 1.running_mean", "final buffer 1.running_var"}, failing
+
+
 @pytest.mark.parametrize(
     ("build", "status", "failure_kind"),
     [

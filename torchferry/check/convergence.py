@@ -303,6 +303,7 @@ class Floor:
         return [one(v) for v in values] if isinstance(values, list) else one(values)
 
     def described(self) -> str:
+        """The floor as the rule's text says it, with why when it is a half precision's."""
         why = "" if self.precision == "float32" else f" (assert_close's {self.precision} tolerance: the reference " \
             f"computed in {self.precision})"
         return f"rtol {self.rtol:g} and atol {self.atol:g}{why}" + (f" or --tol {self.tol:g}" if self.tol else "")

@@ -14,8 +14,9 @@ Two jobs, as the spec's ``kind`` says:
   rebuilt with stock torch/transformers, and its outputs on the eval batch computed at the run's
   dtype and in float64, for the parent to judge against the target's own;
 - ``checkpoints`` (an unchanged script): each checkpoint the script wrote (a file, or a Hugging Face
-  folder with its ``config.json``: a transformers model, or a diffusers one by its ``_class_name``) is loaded, and every tensor in it reduced to its digest, for the
-  parent to compare with the target's final parameters.
+  folder with its ``config.json``: a transformers model, or a diffusers one by its ``_class_name``) is
+  loaded, and every tensor in it reduced to its digest, for the parent to compare with the target's
+  final parameters.
 
 Every file is first loaded with ``torch.load(weights_only=True)`` and no ``map_location``, as a
 user would; when that fails, again with a ``map_location`` that records the storages' location tags.

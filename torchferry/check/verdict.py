@@ -185,7 +185,7 @@ def next_actions(report: CheckReport) -> list[NextAction]:
     status = c.break_even.get("status", "")
     if c.status != NOT_RUN and status and status != "reached":
         actions.append(NextAction("cost", f"break-even {status}"))
-    if not (f and not f.finding) and not target_failed:  # a run that completed without parity or exit cannot be a clean go
+    if not (f and not f.finding) and not target_failed:  # a completed run without parity or exit is no clean go
         actions += [NextAction(i.result, f"not measured: {i.reason}") for i in report.verdicts
                     if i.verdict == NOT_RUN and i.result in ("parity", "exit")]
     if f and f.finding and not target_failed and not any(a.result in ("parity", "rehearsal") for a in actions):

@@ -400,7 +400,10 @@ class DeviceProfile:
                 if self.rules.get("fallback_unmarked_writes_lost") and codes[op] & 3 in (HOST_COPY, HOST_PREDICTED):
                     reasons[op] = (reasons.get(op, default_reason) + "; the fallback copies back only the arguments "
                                    "its schema marks as written, so a BatchNorm's running_mean and running_var do "
-                                   "not move in training mode there (fallback_unmarked_writes_lost)")
+                                   "not move in training mode there (fallback_unmarked_writes_lost). Fix: recompute "
+                                   "them after training in a training-mode pass on the CPU "
+                                   "(torch.optim.swa_utils.update_bn), or use track_running_stats=False, GroupNorm "
+                                   "or LayerNorm")
             for op in row_major_ops(self.native_ops.native):
                 codes[op] = codes.get(op, default) | ROW_MAJOR
         return codes, reasons, default, default_reason

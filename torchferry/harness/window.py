@@ -215,7 +215,7 @@ class Window:
         self._issues0 = {i["op"]: i.get("calls", 0) for i in self._known_issues() or ()}
         if compile_backend:
             self._graphs0, self._recompiles0, self._counted0, self._breaks0 = 0, 0, {}, []
-            if _dynamo_imported():  # else nothing has compiled yet: every count starts at 0, and Dynamo stays unimported
+            if _dynamo_imported():  # else nothing has compiled yet: the counts start at 0, Dynamo stays unimported
                 from torch._dynamo.utils import counters, graph_break_reasons
 
                 self._graphs0 = dynamo_graphs()

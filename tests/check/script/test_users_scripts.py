@@ -80,7 +80,7 @@ def test_a_cnn_whose_batchnorm_statistics_stay_frozen_on_trainium_is_no_go_namin
     actions = " ".join(a["action"] for a in report["next_actions"] if a["result"] == "parity")
     assert "1.running_mean (BatchNorm2d)" in actions and "in-place update" in actions
     [bn] = [f for f in report["rehearsal"]["fallbacks"] if f["op"] == "aten::native_batch_norm"]
-    assert "running_mean and running_var do not move" in bn["reason"]
+    assert "running_mean and running_var do not move" in bn["reason"] and "swa_utils.update_bn" in bn["reason"]
 
 
 def test_its_groupnorm_twin_keeps_parity(tmp_path):
