@@ -282,6 +282,10 @@ def check_checkpoints(writes: list[CheckpointWrite], final: list[list[str]], ste
         if models and held and item["step"] < steps:
             result.notes.append(f"{Path(item['path']).name}: written at step {item['step']} of {steps}; not compared "
                                 "with the final parameters")
+        elif models and held and not any(m & held for m in models):
+            result.notes.append(f"{Path(item['path']).name}: holds none of the final parameters, though written after "
+                                f"the last step: a state the script kept from earlier (a best-model or averaged "
+                                "copy); it reloads, and its values are not judged")
         elif models and held:
             best = max(models, key=lambda m: len(m & held))  # the model this checkpoint holds (a GAN's two apart)
             found = len(best & held)
@@ -302,7 +306,8 @@ def check_checkpoints(writes: list[CheckpointWrite], final: list[list[str]], ste
         result.status = ResultStatus.CONDITIONS
         if models and not any_final:
             result.notes.append("no checkpoint holds the target's final parameters (the script saves before its last "
-                                "step, or --steps stopped it before its save)")
+                                "step or an earlier state, or --steps stopped it before its save): each reloads, and "
+                                "whether it holds what the device held is not judged")
     else:
         result.status = ResultStatus.PASS
     if result.torchferry_absent is False:

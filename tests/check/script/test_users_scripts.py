@@ -3,10 +3,10 @@ neuron: the verdict a person would give, and the figures that decide it.
 
 Each script is tiny and written the way the PyTorch examples and user code are written, not to fit the tool: a GAN
 (two optimizers, noise drawn on the device, a BatchNorm), a CNN with BatchNorm (evaluated, saved through a file) and
-its GroupNorm twin, bfloat16 autocast, torch.compile(model), LoRA through Accelerate and PEFT, a diffusers UNet, a VAE
-(sampling in forward), a word-level Transformer language model (the model saved whole through an open file, its device
-taken as a flag), a script whose CUDA mentions are guarded, a DataLoader with a short last batch, and a planted
-accelerator-only bug with its clean twin.
+its GroupNorm twin, bfloat16 autocast, torch.compile(model), LoRA through Accelerate and PEFT, a diffusers UNet, a
+best-model checkpoint, a VAE (sampling in forward), a word-level Transformer language model (the model saved whole
+through an open file, its device taken as a flag), a script whose CUDA mentions are guarded, a DataLoader with a short
+last batch, and a planted accelerator-only bug with its clean twin.
 """
 
 from __future__ import annotations
@@ -131,6 +131,18 @@ def test_a_diffusers_unet_saved_with_save_pretrained_reloads_with_diffusers(tmp_
     assert code == 0, out + err
     [unet] = report["exit"]["formats"]
     assert unet["name"] == "unet (save_pretrained)" and unet["error"] is None and unet["parity"]["passed"]
+
+
+def test_a_best_model_saved_at_the_end_is_reloaded_not_called_a_parity_loss(tmp_path):
+    """Early stopping keeps the best state dict from an earlier step and saves it at the end: it holds none of the
+    final parameters, which is no loss of parity ('parity FAIL (missing)' before): it reloads, its values unjudged."""
+    code, out, err, report = check(tmp_path, str(USERS / "best_checkpoint.py"), str(tmp_path / "best.pt"))
+    assert code == 0, out + err
+    [best] = report["exit"]["formats"]
+    assert best["loads_plain"] and best["parity"] is None
+    assert any("holds none of the final parameters, though written after the last step" in n
+               for n in report["exit"]["notes"])
+    assert not any(a["result"] == "exit" for a in report["next_actions"])
 
 
 def test_a_vae_that_samples_in_forward_is_exact(tmp_path):
