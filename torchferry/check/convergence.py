@@ -121,6 +121,7 @@ class Curves(Record):
     buffers: FinalParameters | None = None  # the models' floating-point buffers at the end
     tensors: str | None = None  # the final tensors ({"parameters": one list per optimizer, "buffers": one list}), kept
     shapes: list[list] | None = None  # the tensors the first backward's graph saved: [node, attribute, shape]
+    dtypes: list[str] | None = None  # the floating dtypes of every tensor the first backward's graph saved
     modules: ModuleTrace | None = None
 
 
@@ -286,11 +287,13 @@ class Floor:
     precision: str = "float32"
 
     @classmethod
-    def of(cls, modules: ModuleTrace | None, tol: float | None) -> Floor:
-        """The floor of a run whose reference's first forward is ``modules``: the lowest precision among its module
-        outputs (the reference's, not the target's: a target that computes in less precision than the reference is
-        what parity must see)."""
-        seen = {s.dtype for s in modules.forward} if modules is not None else set()
+    def of(cls, ref: Curves, tol: float | None) -> Floor:
+        """The floor of a run whose reference is ``ref``: the lowest precision among its first forward's module outputs
+        and the tensors its first backward's graph saved (a compiled model's module outputs are not traced, its graph's
+        saved activations are). The reference's, not the target's: a target that computes in less precision than the
+        reference is what parity must see."""
+        seen = {s.dtype for s in ref.modules.forward} if ref.modules is not None else set()
+        seen.update(ref.dtypes or ())
         precision = next((p for p in HALF_FLOORS if p in seen), "float32")
         rtol, atol = HALF_FLOORS.get(precision, (FLOOR_RTOL, FLOOR_ATOL))
         return cls(rtol, atol, tol, precision)
@@ -484,7 +487,7 @@ def final_tensors(kind: str, a: list[FinalParameters], b: list[FinalParameters],
 def judge(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tolerance: Tolerance,
           tol: float | None) -> ParityResult:
     """The parity result of a script's runs (the reference, its noise run, the target); ``tol``: --tol, if given."""
-    floor = Floor.of(ref.modules, tol)
+    floor = Floor.of(ref, tol)
     rule = ("exact: the same kernels on the same numbers, every figure equal" if exact else
             f"noise: within {NOISE_MULTIPLE:g} x the reference's own rounding noise (a second reference run, every "
             f"parameter moved by one unit in the last place), never less than {floor.described()}")

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 from ferryrun import ferry, signal_ferry_when
 
-from torchferry.check.convergence import Floor, ModuleTrace, Summary, curve, precision_difference, shape_difference
+from torchferry.check.convergence import (Curves, Floor, ModuleTrace, Summary, curve, precision_difference,
+                                          shape_difference)
 from torchferry.check.exit import CheckpointWrite, checkpoints
 from torchferry.check.script.environment import script_environment
-from torchferry.check.script.recorder import graph_shapes
+from torchferry.check.script.recorder import graph_metadata
 from torchferry.check.sources import parse_command
 from torchferry.errors import UsageError
 
@@ -128,16 +129,45 @@ def _trace(*dtypes: str) -> ModuleTrace:
                                 for i, d in enumerate(dtypes)])
 
 
+def _ref(*dtypes: str, saved: list[str] | None = None) -> Curves:
+    """A reference run whose first forward's modules output ``dtypes`` and whose first backward saved ``saved``."""
+    return Curves(losses=[2.0], grad_norms=[], steps=0, parameters=[], modules=_trace(*dtypes) if dtypes else None,
+                  dtypes=saved)
+
+
 def test_a_reference_that_computed_in_bfloat16_is_judged_within_bfloat16s_rounding():
     """Under bfloat16 autocast the noise run (float32 parameters moved by one ulp) barely moves the figures: the floor
     is then assert_close's bfloat16 tolerance, so one bfloat16 rounding of difference passes; in float32 it fails."""
-    floor = Floor.of(_trace("bfloat16", "float32"), None)
+    floor = Floor.of(_ref("bfloat16", "float32"), None)
     assert (floor.precision, floor.rtol) == ("bfloat16", 1.6e-2) and "bfloat16 tolerance" in floor.described()
     assert curve("loss", [2.0], [2.004], [2.0], exact=False, floor=floor)["comparison"].passed
-    assert not curve("loss", [2.0], [2.004], [2.0], exact=False, floor=Floor.of(_trace("float32"), None))[
+    assert not curve("loss", [2.0], [2.004], [2.0], exact=False, floor=Floor.of(_ref("float32"), None))[
         "comparison"].passed
     assert curve("loss", [2.0], [2.04], [2.0], exact=False, floor=floor)["comparison"].passed is False  # 2%: outside
-    assert Floor.of(_trace("float16"), None).rtol == 1e-3 and Floor.of(None, 0.1).tol == 0.1
+    assert Floor.of(_ref("float16"), None).rtol == 1e-3 and Floor.of(_ref(), 0.1).tol == 0.1
+
+
+def test_a_compiled_model_under_bfloat16_autocast_is_judged_within_bfloat16s_rounding():
+    """Once a script compiles its model the module trace stands aside (no module outputs), but the compiled graph's
+    backward node saved its activations: bfloat16 under bfloat16 autocast, so the floor is bfloat16's. A compiled
+    float32 model saves float32 and keeps float32's floor. Without reading the compiled node's saved tensors the
+    first reference would keep float32's floor (a false no-go: a compiled AMP script, 0.0037 of loss apart)."""
+    import torch
+
+    def saved_dtypes(autocast: bool) -> list[str]:
+        torch.manual_seed(0)
+        model = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16),
+                                                  torch.nn.Linear(16, 2)), backend="aot_eager")
+        with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+            loss = torch.nn.functional.cross_entropy(model(torch.randn(4, 8)), torch.tensor([0, 1, 0, 1]))
+        shapes, dtypes = graph_metadata(loss)
+        loss.backward()  # the saved tensors were only read: the backward still runs
+        return dtypes
+
+    amp, plain = saved_dtypes(True), saved_dtypes(False)
+    assert "bfloat16" in amp and "bfloat16" not in plain, (amp, plain)
+    assert Floor.of(_ref(saved=amp), None).precision == "bfloat16"
+    assert Floor.of(_ref(saved=plain), None).precision == "float32"
 
 
 def test_a_module_computed_in_another_precision_on_the_target_is_named():
@@ -153,14 +183,14 @@ def test_other_shapes_on_the_target_are_named_and_equal_shapes_are_not():
     emb, lin = torch.nn.Embedding(10, 4), torch.nn.Linear(4, 2)
 
     def record(length: int) -> list:
-        return graph_shapes(lin(emb(torch.zeros(2, length, dtype=torch.long))).sum())
+        return graph_metadata(lin(emb(torch.zeros(2, length, dtype=torch.long))).sum())[0]
 
     assert shape_difference(record(5), record(5)) is None
     assert shape_difference(record(5), None) is None  # a run that recorded nothing is not judged
     said = shape_difference(record(5), record(8))
     assert "EmbeddingBackward0.indices [2, 5] on the reference, [2, 8] on the target" in said, said
     # another computation (other autograd nodes) is not "other shapes": parity judges it exactly
-    other = graph_shapes((lin(emb(torch.zeros(2, 5, dtype=torch.long))) * 2).sum())
+    other = graph_metadata((lin(emb(torch.zeros(2, 5, dtype=torch.long))) * 2).sum())[0]
     assert shape_difference(record(5), other) is None
 
 

@@ -101,6 +101,16 @@ def test_bfloat16_autocast_is_judged_within_bfloat16s_rounding_and_the_precision
     assert "2 (LayerNorm): bfloat16 on the reference, float32 on the target" in " ".join(p["notes"])
 
 
+def test_a_compiled_model_under_bfloat16_autocast_is_judged_within_bfloat16s_rounding(tmp_path):
+    """With --compile the module trace stands aside, so the precision comes from what the compiled graph saved for
+    backward (bfloat16). It was NO-GO under float32's floor: the loss 0.0037 apart, allowed 1.2e-05."""
+    code, out, err, report = check(tmp_path, str(USERS / "amp_bf16.py"), "--compile", "--out", str(tmp_path / "a.pt"))
+    assert code == 0, out + err
+    p = report["parity"]
+    assert p["status"] == "pass" and "bfloat16 tolerance" in p["tolerance"]["rule"], p["tolerance"]
+    assert report["rehearsal"]["compile"]["graphs"] == 2 and report["exit"]["status"] == "pass"
+
+
 def test_a_model_compiled_with_torch_compile_rehearses_its_graphs_and_no_recompile_of_torchferrys(tmp_path):
     """`model = torch.compile(model)`: the reference failed inside the recorders' module hook (traced by dynamo), and
     removing that hook after the first backward recompiled the graph (a false 'one graph per input signature'). Now:

@@ -64,6 +64,7 @@ class ScriptRecord(Record):
     ended_s: float | None = None
     waiting_at: str | None = None  # the user's line the main thread was at when the parent asked for the record
     first_backward_shapes: list[list] | None = None
+    first_backward_dtypes: list[str] | None = None  # floating dtypes the first backward's graph saved ("bfloat16")
     modules: ModuleTrace | None = None  # the first forward's module outputs and the first backward's gradients
     flops_per_step: float | None = None  # FLOPs per step over one iteration after step 1, in a run asked to count them
     counted_step: int | None = None  # the first step the FLOPs were counted in (its time is the counter's too)

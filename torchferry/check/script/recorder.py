@@ -84,26 +84,36 @@ def autoload() -> None:
     _recorder.install()
 
 
-def graph_shapes(loss: Any) -> list[list]:
-    """The shapes of the tensors the first backward's autograd graph saved, as ``[node, attribute, shape]``
-    sorted: what the step computed on, read once and only from metadata (no device work). Two runs of one
-    script whose lists differ computed on other shapes: a library chose them per device (TRL pads batches to
-    a multiple of 128 on ``neuron``), so equal kernels no longer mean equal results (check/parity.py)."""
+def graph_metadata(loss: Any) -> tuple[list[list], list[str]]:
+    """What the first backward's autograd graph saved, read once and only from metadata (no device work): the
+    shapes of the tensors its nodes saved, as ``[node, attribute, shape]`` sorted, and the floating dtypes of every
+    tensor it saved, compiled graphs' included.
+
+    The shapes: two runs of one script whose lists differ computed on other shapes: a library chose them per device
+    (TRL pads batches to a multiple of 128 on ``neuron``), so equal kernels no longer mean equal results
+    (check/parity.py). The dtypes: the precision the step computed in, which the module trace cannot see once the
+    script compiles its model (its hooks stand aside); a ``torch.compile``\'d forward is one node here
+    (``CompiledFunctionBackward``) whose ``saved_tensors`` hold its activations, bfloat16 under bfloat16 autocast
+    (convergence.Floor)."""
     import torch
 
-    shapes, seen, todo = [], set(), [loss.grad_fn]
+    shapes, dtypes, seen, todo = [], set(), set(), [loss.grad_fn]
     while todo and len(seen) < GRAPH_NODES_LIMIT:
         node = todo.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        for attr in dir(node):
-            if attr.startswith("_saved_"):
-                value = getattr(node, attr, None)
-                if isinstance(value, torch.Tensor):
-                    shapes.append([node.name(), attr[len("_saved_"):], list(value.shape)])
+        saved = [attr for attr in dir(node) if attr.startswith("_saved_")]
+        for attr in saved:
+            value = getattr(node, attr, None)
+            if isinstance(value, torch.Tensor):
+                shapes.append([node.name(), attr[len("_saved_"):], list(value.shape)])
+                dtypes.add(value.dtype)
+        if not saved:  # a Python autograd.Function's node (a compiled graph's among them): what it saved for backward
+            with contextlib.suppress(Exception):
+                dtypes.update(t.dtype for t in getattr(node, "saved_tensors", None) or () if isinstance(t, torch.Tensor))
         todo.extend(next_node for next_node, _ in node.next_functions)
-    return sorted(shapes)
+    return sorted(shapes), sorted(str(d).removeprefix("torch.") for d in dtypes if d.is_floating_point)
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -311,7 +321,7 @@ class ScriptRecorder:
             r.device = str(loss.device)
         if not r.losses:
             with contextlib.suppress(Exception):
-                r.first_backward_shapes = graph_shapes(loss)
+                r.first_backward_shapes, r.first_backward_dtypes = graph_metadata(loss)
         with self._excluded():
             value = float(loss.detach())  # read now: no loss tensor (and no graph) is kept alive
         r.losses.append(value)

@@ -106,7 +106,8 @@ class ChildRun:
             return None
         return convergence.Curves(losses=record.losses, grad_norms=record.grad_norms, steps=record.steps,
                                   parameters=record.parameters, buffers=record.buffers, tensors=self.tensors(record),
-                                  shapes=record.first_backward_shapes, modules=record.modules)
+                                  shapes=record.first_backward_shapes, dtypes=record.first_backward_dtypes,
+                                  modules=record.modules)
 
     def load(self) -> None:
         self.records = [ScriptRecord.from_dict(json.loads(path.read_text()))
