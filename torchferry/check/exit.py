@@ -240,20 +240,20 @@ def checkpoints(writes: list[CheckpointWrite]) -> list[dict]:
     return [c for path, c in found.items() if not (c["kind"] == "file" and str(Path(path).parent) in found)]
 
 
-def check_checkpoints(writes: list[CheckpointWrite], final: list[list[str]], steps: int, stopped: str | None,
+def check_checkpoints(saved: list[dict], final: list[list[str]], steps: int, stopped: str | None,
                       target_device: str, cfg: CheckConfig, env: dict[str, str],
-                      copies: dict[str, str] | None = None) -> ExitResult:
-    """Reload every checkpoint the target's script wrote, in a fresh reference-device process without torchferry, and
-    find in each the final parameters of the models the script trained (``final``: each optimizer's digests).
-    ``copies``: where each was copied to right after the target's run (a later run may write the same paths)."""
-    saved = checkpoints(writes)
+                      located: Callable[[str], str] = str) -> ExitResult:
+    """Reload every checkpoint the target's script wrote (``saved``: ``checkpoints()`` of its writes, listed while
+    they were where it wrote them), in a fresh reference-device process without torchferry, and find in each the final
+    parameters of the models the script trained (``final``: each optimizer's digests). ``located``: where a written
+    path lies now (set aside under work/ while another run uses the script's folder)."""
     result = ExitResult(loader_device=cfg.ref)
     if not saved:
         result.notes.append("the script wrote no checkpoint (torch.save, safetensors, save_pretrained) before it "
                             "ended" + (f" ({stopped})" if stopped else ""))
         return result
     try:
-        loaded_from = [{**item, "path": (copies or {}).get(item["path"], item["path"])} for item in saved]
+        loaded_from = [{**item, "path": located(item["path"])} for item in saved]
         summary = run_loader({"kind": "checkpoints", "device": cfg.ref, "checkpoints": loaded_from}, cfg.workdir,
                              cfg.timeout, env)
     except RuntimeError as exc:

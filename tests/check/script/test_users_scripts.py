@@ -124,6 +124,25 @@ def test_a_model_compiled_with_torch_compile_rehearses_its_graphs_and_no_recompi
     assert "global hooks" not in (tmp_path / "rep" / "work" / "target.log").read_text()
 
 
+def test_a_script_that_resumes_from_its_own_checkpoint_starts_each_run_from_the_user_s_files(tmp_path, monkeypatch):
+    """`if os.path.exists("ckpt.pt"): resume`: the target found the reference's checkpoint and ran one step (NO-GO on
+    'optimizer steps'). Each run now starts from the folder the user had; the target's checkpoint is left there."""
+    folder = tmp_path / "job"
+    folder.mkdir()
+    monkeypatch.chdir(folder)  # the script writes ckpt.pt where it runs
+    code, out, err = ferry("check", "--target", "neuron", "-o", str(tmp_path / "rep"), "--", "python",
+                           str(USERS / "resume_if_exists.py"))
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert code == 0, out + err
+    assert report["parity"]["status"] == "pass" and report["parity"]["loss_curve"]["rule"] == "exact"
+    assert report["script"]["optimizer_steps"] == 10 and "resumed" not in (tmp_path / "rep" / "work" / "target.log"
+                                                                           ).read_text()
+    [ckpt] = report["exit"]["formats"]
+    assert ckpt["name"] == "ckpt.pt (torch.save)" and ckpt["saved"] and not ckpt["error"], ckpt
+    assert (folder / "ckpt.pt").is_file() and any("are the target's" in f for f in report["script"]["files"])
+    assert (tmp_path / "rep" / "work" / "ref-files" / str(folder / "ckpt.pt").lstrip("/")).is_file()
+
+
 def test_lora_with_accelerate_saves_an_adapter_that_holds_every_trained_parameter(tmp_path):
     """PEFT's save_pretrained writes the LoRA weights only: the frozen base model is not the run's result. The exit
     result was go-with-conditions ('holds 8 of the 25 final parameters') when the frozen ones were counted."""

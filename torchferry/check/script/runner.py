@@ -28,6 +28,7 @@ from pathlib import Path
 from torchferry.check import convergence, cost, exit as exit_mod, rehearsal, timing
 from torchferry.check.config import CheckConfig
 from torchferry.check.script import environment
+from torchferry.check.script.folder import ScriptFolder
 from torchferry.check.script.record import ScriptRecord
 from torchferry.check.script.recorder import (
     FLOPS_ENV,
@@ -254,7 +255,7 @@ class ScriptPipeline:
         self.runs: dict[str, ChildRun] = {}
         self.live: set[subprocess.Popen] = set()
         self.started = time.time()  # a file older than this in the script's folder is the user's
-        self.target_files: dict[str, str] = {}  # each checkpoint the target wrote -> its copy under work/
+        self.folder = ScriptFolder(self.cwd, self.workdir)  # each run starts from the files the user had
         data = piped_stdin()
         self.stdin = self.workdir / "stdin" if data is not None else None
         if self.stdin is not None:
@@ -268,11 +269,13 @@ class ScriptPipeline:
         """Stop every child still running and keep what the children recorded in the report."""
         for proc in list(self.live):
             stop(proc)
+        self.folder.put_back("target")  # the user's folder holds the target's files, whenever the check stopped
         if self.runs:
             self.record_timing()
 
     def scratch(self) -> list[Path]:
-        return [*(p for run in self.runs.values() for p in run.folder.glob("record-*.pt")), self.workdir / "target-files"]
+        return [*(p for run in self.runs.values() for p in run.folder.glob("record-*.pt")),
+                *(self.workdir / f"{role}-files" for role in ("ref", "noise"))]
 
     # -- the children ---------------------------------------------------------------------
     def child_env(self, device: str, role: str) -> dict[str, str]:
@@ -327,6 +330,7 @@ class ScriptPipeline:
                 return
         ref_record = self.reference_ok(ref)
         self.script_facts(ref_record)
+        self.folder.set_aside("ref", ref.records)
         target = self.run_one("target", cfg.target)
         self.record_timing()
         target_record = target.main_record()
@@ -356,11 +360,12 @@ class ScriptPipeline:
         if why_noise:
             self.exact = False
             self.note(f"{why_noise}; parity is judged within the reference's own rounding noise")
-        self.target_files = self.keep_target_files(target_record)
+        saved = exit_mod.checkpoints(target_record.checkpoints)  # listed where the script wrote them, before they move
+        self.folder.set_aside("target", target.records)
         # what needs no timing runs side by side: the exit reload, the reference's noise run, the scan
         self.phase = "exit, noise run and scan"
         with ThreadPoolExecutor(max_workers=3) as pool:
-            exit_result = pool.submit(self.check_exit, target, target_record)
+            exit_result = pool.submit(self.check_exit, target, target_record, saved)
             noise = pool.submit(self.run_noise) if not self.exact else None
             scanned = pool.submit(self.scan_findings) if not self.report.script.scan_findings else None
             self.report.exit = exit_result.result()
@@ -395,40 +400,25 @@ class ScriptPipeline:
                                         "exit result reloads the checkpoints it wrote")
         self.phase = "done"
 
-    def check_exit(self, target: ChildRun, record: ScriptRecord) -> exit_mod.ExitResult:
-        """Reload what the target's script wrote, on the reference device without torchferry."""
+    def check_exit(self, target: ChildRun, record: ScriptRecord, saved: list[dict]) -> exit_mod.ExitResult:
+        """Reload what the target's script wrote (set aside under work/target-files/ meanwhile), on the reference device
+        without torchferry."""
         return exit_mod.check_checkpoints(
-            record.checkpoints, [p.digests for p in record.parameters], record.steps, record.stopped, target.device,
-            self.cfg, environment.script_environment(self.cfg.ref, {}, False), self.target_files)
-
-    def keep_target_files(self, record: ScriptRecord) -> dict[str, str]:
-        """Copy each checkpoint the target wrote to work/target-files/: the exit reloads the copies, and they are put
-        back after the last run, which may write the same paths."""
-        import shutil
-
-        kept = {}
-        for item in exit_mod.checkpoints(record.checkpoints):
-            source = Path(item["path"])
-            copy = self.workdir / "target-files" / str(source).lstrip("/")
-            shutil.rmtree(copy, ignore_errors=True) if copy.is_dir() else copy.unlink(missing_ok=True)
-            copy.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copytree(source, copy) if source.is_dir() else shutil.copy2(source, copy)
-            kept[str(source)] = str(copy)
-        return kept
+            saved, [p.digests for p in record.parameters], record.steps, record.stopped, target.device, self.cfg,
+            environment.script_environment(self.cfg.ref, {}, False), lambda path: self.folder.where("target", path))
 
     def files_left(self, target: ChildRun) -> None:
-        """Put the target's checkpoints back where the script wrote them (a later run wrote there too), and say in the
-        report whose files the folder holds, and which files of the user's the script overwrote (copied first)."""
-        import shutil
-
+        """Set the noise run's files aside and put the target's back where the script wrote them, and say in the report
+        whose files the folder holds, and which files of the user's the script overwrote (copied first)."""
         facts = self.report.script
-        if set(self.runs) - {"ref", "target"}:  # a run after the target's wrote where the script writes
-            for source, copy in self.target_files.items():
-                shutil.rmtree(source, ignore_errors=True) if Path(source).is_dir() else Path(source).unlink(missing_ok=True)
-                shutil.copytree(copy, source) if Path(copy).is_dir() else shutil.copy2(copy, source)
-        if self.target_files:
+        if "noise" in self.runs:
+            self.folder.set_aside("noise", self.runs["noise"].records)
+        if back := self.folder.put_back("target"):
             facts.files.append(f"the checkpoints left where the script writes them are the target's ({target.device}): "
-                               + ", ".join(sorted(self.target_files)))
+                               + ", ".join(back))
+        if self.folder.aside.get("ref"):
+            facts.files.append(f"each run started from the files you had: what the reference wrote is in "
+                               f"{self.workdir / 'ref-files'}")
         overwritten = sorted({p for run in self.runs.values() for r in run.records for p in r.kept_files})
         if overwritten:
             facts.files.append(f"the script overwrote {len(overwritten)} file(s) that were there before the check: "
