@@ -246,6 +246,23 @@ def test_a_known_issue_that_fails_on_the_target_is_a_condition_and_an_accuracy_o
     assert only_accuracy.status == "clean" and only_accuracy.conditions == [] and only_accuracy.known_issues
 
 
+def _steps(*new: int) -> list[dict]:
+    return [{"signatures": n, "compilations": n, "cache_hits": 0, "host_syncs": {}} for n in (20, *new)]
+
+
+def test_new_signatures_in_early_steps_only_are_one_time_compilations_not_churn():
+    """SGD's momentum and an EMA's update run new code paths at steps 2 and 3, then nothing new for five steps: a
+    warm-up, noted; it was 'shape churn' with the advice to pad inputs. New ones still appearing late are churn."""
+    record = {"emulates": "trn2", "numerics": "target", "capacity_bytes": None}
+    warm = judged({**record, "steps": _steps(5, 4, 0, 0, 0, 0, 0)})
+    assert not [c for c in warm.conditions if c.startswith("shape churn")], warm.conditions
+    assert any("in 2 of 7 steps after step 1" in n and "not churn" in n for n in warm.notes), warm.notes
+    late = judged({**record, "steps": _steps(5, 0, 0, 3, 0, 2, 0)})
+    assert any(c.startswith("shape churn: new eager op signatures in 3 of 7 steps") for c in late.conditions)
+    once = judged({**record, "steps": _steps(0, 0, 0, 0, 6, 0, 0)})  # one new path mid-run (an eval): neither
+    assert not once.conditions and not any("not churn" in n for n in once.notes)
+
+
 def test_a_graph_signature_splits_into_its_inputs():
     assert rehearsal.split_signature("neuron:float32[2, 8], neuron:int64[3], int") == [
         "neuron:float32[2, 8]", "neuron:int64[3]", "int"]

@@ -18,8 +18,9 @@ record (``judge``, ``result``). Conditions (each names what to change):
   runs (mm, addmm, div, layer norm), the vendor's skip is not a failure of the user's model, and
   parity on the real device is what measures them;
 - host syncs for data-dependent output sizes (scalar reads such as ``item()`` are shown, not judged);
-- shape churn: new eager signatures keep appearing after step 1 (each a NEFF compilation on the
-  target), named with the batch shapes that changed;
+- shape churn: new eager signatures keep appearing after step 1, in the later half of the steps (each a
+  NEFF compilation on the target), named with the batch shapes that changed; new ones in early steps
+  only (an optimizer's state created at step 1 and used from step 2) are one-time compilations, noted;
 - under ``--compile``, more than one graph per compiled frame, named with the changing input;
 - 64-bit narrowing that explains a parity failure (the target reran under host numerics);
 - peak memory at or above ``CAPACITY_SHARE`` of one device's capacity.
@@ -445,7 +446,14 @@ def _eager(r: RehearsalResult, steps: list[StepCounts], per_iteration: int = 1) 
                        f"on {r.emulates}, once. Pass drop_last=True to the DataLoader, or pad the last batch, to avoid "
                        "them")
         later, growing = later[:-1], growing - 1
-    if later and (later[-1] or growing >= 2):
+    late = later[len(later) // 2:]  # the later half of the steps: past the optimizer's and the script's first paths
+    if growing and not any(late):
+        from torchferry.report.text import series
+
+        r.notes.append(f"new eager op signatures in {growing} of {len(later)} steps after step 1 "
+                       f"({series(later, first_step=2)}) and none in the later half: compilations on {r.emulates} once, "
+                       "as code paths first run (an optimizer's state, an EMA's update), not churn")
+    elif any(late) and (later[-1] or growing >= 2):
         changed = "; ".join(r.shape_changes[:SHOWN]) or (
             "no batch shape changed: the new shapes come from inside the model (data-dependent shapes)")
         from torchferry.report.text import series
