@@ -26,6 +26,7 @@ class's file and line: where the two runs first differ beyond the rule.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,6 +123,7 @@ class Curves(Record):
     tensors: str | None = None  # the final tensors ({"parameters": one list per optimizer, "buffers": one list}), kept
     shapes: list[list] | None = None  # the tensors the first backward's graph saved: [node, attribute, shape]
     dtypes: list[str] | None = None  # the floating dtypes of every tensor the first backward's graph saved
+    forwards: int = 0  # an inference script's calls of its model (it never called backward)
     modules: ModuleTrace | None = None
 
 
@@ -137,6 +139,7 @@ class ModuleTracer:
         self.outputs: dict[int, tuple[Any, Summary]] = {}  # id(module) -> (module, its output), in execution order
         self.inputs: dict[int, dict[str, list[int]]] = {}  # id(module) -> the shapes of its tensor inputs
         self.partial = False
+        self.locations: dict[type, str | None] = {}  # each traced module class's file and line
         self.handle = register_module_forward_hook(self._hook)
 
     def _hook(self, module: Any, inputs: Any, output: Any) -> None:
@@ -153,6 +156,8 @@ class ModuleTracer:
             with self.excluded():
                 self.outputs[id(module)] = (module, Summary.of("", tensor))
             self.inputs[id(module)] = input_shapes(inputs)
+            if type(module) not in self.locations:  # now: at exit (an inference script's end) inspect finds no source
+                self.locations[type(module)] = class_location(type(module))
 
     def roots(self) -> list[Any]:
         """The traced modules no other traced module holds: the models (and losses) the script called."""
@@ -187,7 +192,7 @@ class ModuleTracer:
         trace = ModuleTrace(partial=self.partial)
         with self.excluded():
             for module, summary in self.outputs.values():
-                about = {"module_class": type(module).__qualname__, "where": class_location(type(module))}
+                about = {"module_class": type(module).__qualname__, "where": self.locations.get(type(module))}
                 name = names.get(id(module), type(module).__name__)
                 trace.forward.append(Summary(name=name, digest=summary.digest, numel=summary.numel,
                                              values=summary.values, dtype=summary.dtype, **about))
@@ -364,13 +369,35 @@ class Divergence:
     distance: float
     allowed: float
     why: str | None  # in words, where the figures alone do not say it
+    caller: Summary | None = None  # the nearest module around it whose class is not PyTorch's: the user's code
 
     def comparison(self) -> Comparison:
-        s = self.summary
+        s, c = self.summary, self.caller
+        at = f"the first {self.phase}; {s.module_class} at {s.where}" if s.where else f"the first {self.phase}"
+        if c is not None:
+            at += f", called by {c.name} ({c.module_class} at {c.where})"
         return Comparison(s.name, False, ComparisonStatus.FAIL_ACCURACY, numel=s.numel, allowed=self.allowed,
-                          relative_diff=self.distance,
-                          at=f"the first {self.phase}; {s.module_class} at {s.where}" if s.where else f"the first {self.phase}",
-                          note=self.why)
+                          relative_diff=self.distance, at=at, note=self.why)
+
+
+def caller_of(summary: Summary, trace: ModuleTrace) -> Summary | None:
+    """When ``summary``'s module is one of PyTorch's own (an nn.Linear), the nearest module around it whose class is
+    not: a divergence first seen at the output of ``blocks.0.attn.out`` comes from the code of ``blocks.0.attn`` that
+    fed it, which a line in torch/nn/modules/linear.py does not show. None when the module is the user's own."""
+    import torch
+
+    def pytorchs(where: str | None) -> bool:
+        return where is not None and where.startswith(os.path.dirname(torch.__file__) + os.sep)
+
+    if not pytorchs(summary.where):
+        return None
+    by_name = {s.name: s for s in trace.forward}
+    parts = summary.name.split(".")
+    for n in range(len(parts) - 1, 0, -1):
+        around = by_name.get(".".join(parts[:n]))
+        if around is not None and around.where and not pytorchs(around.where):
+            return around
+    return None
 
 
 def _pairs(ref: list[Summary], target: list[Summary]) -> Iterator[tuple[Summary, Summary | None]]:
@@ -399,7 +426,7 @@ def first_divergent(ref: ModuleTrace, target: ModuleTrace, noise: ModuleTrace | 
             allowed = max(NOISE_MULTIPLE * (r.distance(n) if n is not None and not exact else 0.0), floor.rtol,
                           floor.tol or 0.0)
             if (d := r.distance(t)) > allowed:
-                return Divergence(r, phase, d, allowed, None)
+                return Divergence(r, phase, d, allowed, None, caller_of(r, ref))
     return None
 
 
@@ -488,6 +515,8 @@ def judge(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tolera
           tol: float | None) -> ParityResult:
     """The parity result of a script's runs (the reference, its noise run, the target); ``tol``: --tol, if given."""
     floor = Floor.of(ref, tol)
+    if ref.forwards and not ref.losses:
+        return judge_inference(ref, noise, target, exact, tolerance, floor)
     rule = ("exact: the same kernels on the same numbers, every figure equal" if exact else
             f"noise: within {NOISE_MULTIPLE:g} x the reference's own rounding noise (a second reference run, every "
             f"parameter moved by one unit in the last place), never less than {floor.described()}")
@@ -528,6 +557,60 @@ def judge(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tolera
         result.status = ParityStatus.PASS
     result.notes = notes
     return result
+
+
+def judge_inference(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tolerance: Tolerance,
+                    floor: Floor) -> ParityResult:
+    """The parity result of an inference script (it never called backward): each module's output at the model's
+    first call, and how many times the script called its model (a generation loop that stops at another length took
+    another path)."""
+    rule = ("exact: the same kernels on the same numbers, every module's output equal" if exact else
+            f"noise: each module's output within {NOISE_MULTIPLE:g} x the reference's own rounding noise (a second "
+            f"reference run, every parameter moved by one unit in the last place), never less than {floor.described()}")
+    result = ParityResult(tolerance={**tolerance.described(), "rule": rule, "noise_multiple": NOISE_MULTIPLE})
+    outputs = module_outputs(ref.modules or ModuleTrace(), target.modules or ModuleTrace(),
+                             noise.modules if noise else None, exact, floor)
+    result.outputs = [outputs]
+    failed = [] if outputs.passed else [outputs]
+    if ref.forwards != target.forwards:
+        failed.append(Comparison("calls of the model", False, ComparisonStatus.FAIL_SHAPE,
+                                 note=f"{ref.forwards} on the reference, {target.forwards} on the target"))
+        result.outputs.append(failed[-1])
+    if failed and ref.modules is not None and target.modules is not None:
+        divergence = first_divergent(ref.modules, target.modules, noise.modules if noise else None, exact, floor)
+        if divergence is not None:
+            result.first_divergent_module = divergence.comparison()
+    result.status = ParityStatus.FAIL_ACCURACY if failed else ParityStatus.PASS
+    result.notes = [f"{len(failed)} check(s) outside the {'exact' if exact else 'noise'} rule: "
+                    + ", ".join(c.name + (f" ({c.note})" if c.note else "") for c in failed)] if failed else []
+    result.notes.append(f"inference: the script called its model {ref.forwards} times and never backward; parity is "
+                        "judged on each module's output at its first call")
+    return result
+
+
+def module_outputs(ref: ModuleTrace, target: ModuleTrace, noise: ModuleTrace | None, exact: bool,
+                   floor: Floor) -> Comparison:
+    """Each module's output at the model's first call, in the reference's order: every digest equal (exact), else each
+    within ``NOISE_MULTIPLE`` x its own noise distance, never less than the floor (``first_divergent``'s rule, here
+    deciding). The count within the rule, and the worst module named."""
+    noise_by_name = {s.name: s for s in noise.forward} if noise is not None else {}
+    judged = []
+    for r, t in _pairs(ref.forward, target.forward):
+        n = noise_by_name.get(r.name)
+        allowed = 0.0 if exact else max(NOISE_MULTIPLE * (r.distance(n) if n is not None else 0.0), floor.rtol,
+                                         floor.tol or 0.0)
+        d = math.inf if t is None else r.distance(t)
+        passed = t is not None and (r.digest == t.digest if exact else d <= allowed)
+        judged.append((d / allowed if allowed else (0.0 if passed else math.inf), d, allowed, r, passed))
+    within = sum(1 for *_, passed in judged if passed)
+    worst = max(judged, key=lambda item: item[0], default=None)
+    note = f"{within} of {len(judged)} modules {'equal' if exact else 'within the rule'}" + (
+        f"; worst: {worst[3].name} ({worst[3].module_class})" if worst and worst[1] else "")
+    ok = bool(judged) and within == len(judged)
+    return Comparison("module outputs at the model's first call", ok,
+                      ComparisonStatus.PASS_ALLCLOSE if ok else ComparisonStatus.FAIL_ACCURACY,
+                      numel=sum(r.numel for *_, r, _ in judged), relative_diff=worst[1] if worst else None,
+                      allowed=None if exact or worst is None else worst[2], note=note)
 
 
 def precision_difference(ref: ModuleTrace | None, target: ModuleTrace | None) -> str | None:

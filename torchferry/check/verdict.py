@@ -27,7 +27,8 @@ def _parity(report: CheckReport) -> VerdictItem:
     p = report.parity
     if p.status == "pass" and report.script is not None:
         buffers = " and buffers" if any(c.name.startswith(FINAL_BUFFER) for c in p.outputs) else ""
-        judged = f"loss and gradient-norm curves and final parameters{buffers}" if p.grad_norm_curve else "the losses"
+        judged = (f"loss and gradient-norm curves and final parameters{buffers}" if p.grad_norm_curve else
+                  "each module's output at the model's first call" if report.script.forward_calls else "the losses")
         return VerdictItem("parity", GO, f"{judged} within the rule: {p.tolerance.get('rule')}")
     if p.status == "pass":
         return VerdictItem("parity", GO, f"outputs, gradients, loss curve and tokens within the fp64-relative rule (tol {p.tolerance.get('tol')})")
@@ -187,10 +188,16 @@ def next_actions(report: CheckReport) -> list[NextAction]:
         actions.append(NextAction("cost", f"break-even {status}"))
     if not (f and not f.finding) and not target_failed:  # a completed run without parity or exit is no clean go
         actions += [NextAction(i.result, f"not measured: {i.reason}") for i in report.verdicts
-                    if i.verdict == NOT_RUN and i.result in ("parity", "exit")]
+                    if i.verdict == NOT_RUN and i.result in _needed(report)]
     if f and f.finding and not target_failed and not any(a.result in ("parity", "rehearsal") for a in actions):
         actions.append(NextAction("run", f.message))
     return actions
+
+
+def _needed(report: CheckReport) -> tuple[str, ...]:
+    """The results a completed run must measure to be a clean go: parity, and the exit of what it trained (an inference
+    script trains nothing, so it has no checkpoint to carry back)."""
+    return ("parity",) if report.script is not None and report.script.forward_calls else ("parity", "exit")
 
 
 def decide(report: CheckReport) -> None:
@@ -208,7 +215,7 @@ def decide(report: CheckReport) -> None:
     decided = [i.verdict for i in items if i.verdict != NOT_RUN]
     if NO_GO in decided:
         report.verdict = NO_GO
-    elif CONDITIONS in decided or any(i.verdict == NOT_RUN and i.result in ("parity", "exit") for i in items):
+    elif CONDITIONS in decided or any(i.verdict == NOT_RUN and i.result in _needed(report) for i in items):
         report.verdict = CONDITIONS
     else:
         report.verdict = GO if decided else NOT_RUN

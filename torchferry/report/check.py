@@ -310,6 +310,7 @@ class ScriptFacts:
     seeded: str = ""
     optimizer_steps: int = 0
     backward_calls: int = 0
+    forward_calls: int = 0  # an inference script's calls of its model (no backward)
     losses: int = 0
     stopped: str | None = None
     scan_findings: list[dict] = field(default_factory=list)

@@ -205,7 +205,10 @@ def _header(report: CheckReport) -> list[str]:
     lines = [f"ferry check: {report.subject}"]
     if facts is not None and facts.seeded:
         lines.append(f"  seeded: {facts.seeded}")
-    if facts is not None and (facts.optimizer_steps or facts.backward_calls):
+    if facts is not None and facts.forward_calls:
+        lines.append(f"  recorded on the reference: {facts.forward_calls} calls of the model and no backward (inference)"
+                     + (f"; stopped: {facts.stopped}" if facts.stopped else ""))
+    elif facts is not None and (facts.optimizer_steps or facts.backward_calls):
         lines.append(f"  recorded on the reference: {facts.optimizer_steps} optimizer steps, {facts.backward_calls} "
                      f"backward calls, {facts.losses} losses" + (f"; stopped: {facts.stopped}" if facts.stopped else ""))
     lines += [f"  files: {line}" for line in (facts.files if facts is not None else [])]

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from ferryrun import ferry, signal_ferry_when
 
-from torchferry.check.convergence import (Curves, Floor, ModuleTrace, Summary, curve, precision_difference,
-                                          shape_difference)
+from torchferry.check.convergence import (Curves, Floor, ModuleTrace, Summary, curve, first_divergent, judge,
+                                          precision_difference, shape_difference)
 from torchferry.check.exit import CheckpointWrite, checkpoints
 from torchferry.check.script.environment import script_environment
 from torchferry.check.script.recorder import graph_metadata
@@ -168,6 +168,54 @@ def test_a_compiled_model_under_bfloat16_autocast_is_judged_within_bfloat16s_rou
     assert "bfloat16" in amp and "bfloat16" not in plain, (amp, plain)
     assert Floor.of(_ref(saved=amp), None).precision == "bfloat16"
     assert Floor.of(_ref(saved=plain), None).precision == "float32"
+
+
+def _outputs(*values: float, names: tuple[str, ...] = ("embed", "blocks.0.attn.out", "blocks.0.attn", "<model>"),
+             where: tuple[str | None, ...] = ()) -> ModuleTrace:
+    """A first call's module outputs: one summary per name, its values ``values`` (mean |x| first)."""
+    return ModuleTrace(forward=[
+        Summary(name=n, digest=f"{v!r}", numel=4, values=[v, v], module_class="M", dtype="float32",
+                where=where[i] if i < len(where) else None) for i, (n, v) in enumerate(zip(names, values))])
+
+
+def _inference(trace: ModuleTrace, calls: int = 6) -> Curves:
+    return Curves(losses=[], grad_norms=[], steps=0, parameters=[], modules=trace, forwards=calls)
+
+
+def test_an_inference_script_is_judged_on_each_module_output_at_the_models_first_call():
+    """No loss, no optimizer: every module's output at the model's first call decides, exactly where the kernels are
+    the same; under the noise rule within 10 x each module's own noise; a different number of calls fails."""
+    from torchferry.harness.parity import Tolerance
+
+    tolerance = Tolerance(tol=0.01, source="default", dtype="float32")
+    same = judge(_inference(_outputs(1.0, 2.0, 2.0, 3.0)), None, _inference(_outputs(1.0, 2.0, 2.0, 3.0)), True,
+                 tolerance, None)
+    assert same.status == "pass" and same.outputs[0].note == "4 of 4 modules equal" and not same.loss_curve
+    ref, noise = _inference(_outputs(1.0, 2.0, 2.0, 3.0)), _inference(_outputs(1.0, 2.00001, 2.00001, 3.00001))
+    close = judge(ref, noise, _inference(_outputs(1.0, 2.00005, 2.00005, 3.00004)), False, tolerance, None)
+    assert close.status == "pass" and close.outputs[0].note.startswith("4 of 4 modules within the rule")
+    off = judge(ref, noise, _inference(_outputs(1.0, 2.2, 2.2, 3.3)), False, tolerance, None)
+    assert off.status == "fail_accuracy" and off.outputs[0].note.startswith("1 of 4 modules within the rule")
+    assert off.first_divergent_module.name == "blocks.0.attn.out"
+    fewer = judge(ref, None, _inference(_outputs(1.0, 2.0, 2.0, 3.0), calls=4), True, tolerance, None)
+    assert fewer.status == "fail_accuracy" and "6 on the reference, 4 on the target" in fewer.notes[0]
+
+
+def test_a_divergence_at_pytorchs_own_module_names_the_users_module_that_called_it():
+    """blocks.0.attn.out is an nn.Linear: its class's line in torch/nn says nothing of the bug, which is in the
+    Attention code that fed it; the user's module around it is named."""
+    import os
+
+    import torch
+
+    linear = os.path.join(os.path.dirname(torch.__file__), "nn", "modules", "linear.py") + ":53"
+    where = (linear, linear, "/home/me/model.py:21", "/home/me/model.py:40")
+    ref = _outputs(1.0, 2.0, 2.0, 3.0, where=where)
+    divergence = first_divergent(ref, _outputs(1.0, 2.5, 2.5, 3.5, where=where), None, True, Floor())
+    assert divergence.summary.name == "blocks.0.attn.out"
+    assert divergence.comparison().at.endswith("called by blocks.0.attn (M at /home/me/model.py:21)")
+    own = first_divergent(ref, _outputs(1.0, 2.0, 2.5, 3.5, where=where), None, True, Floor())
+    assert own.summary.name == "blocks.0.attn" and "called by" not in own.comparison().at
 
 
 def test_a_module_computed_in_another_precision_on_the_target_is_named():
@@ -344,9 +392,11 @@ def test_checkpoint_that_pickles_a_device_object_fails_the_exit(tmp_path):
 @needs_recorder
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # up to three runs of the script and a reload, on a loaded 2-core machine
-def test_no_backward_says_the_script_does_no_training(tmp_path):
-    code, out, err, report = check(tmp_path, "python", str(PLANTED / "no_backward.py"))
-    assert code == 2 and "does no training" in err and "--mode forward" in err
+def test_a_script_that_calls_no_model_and_no_backward_is_a_usage_error(tmp_path):
+    """Inference is judged on the model's module outputs: a script with neither a model call nor a backward has nothing
+    torchferry can judge, and says what to do instead."""
+    code, out, err, report = check(tmp_path, "python", str(PLANTED / "no_model.py"))
+    assert code == 2 and "neither trains nor runs a model" in err and "--mode forward" in err
 
 
 @needs_recorder

@@ -6,7 +6,8 @@ Each script is tiny and written the way the PyTorch examples and user code are w
 its GroupNorm twin, bfloat16 autocast, torch.compile(model), LoRA through Accelerate and PEFT, a diffusers UNet, a
 best-model checkpoint, a VAE (sampling in forward), a word-level Transformer language model (the model saved whole
 through an open file, its device taken as a flag), a script whose CUDA mentions are guarded, a DataLoader with a short
-last batch, and a planted accelerator-only bug with its clean twin.
+last batch, a planted accelerator-only bug with its clean twin, a script that resumes from its own checkpoint, and a
+generation loop (inference) with a planted bug of its own.
 """
 
 from __future__ import annotations
@@ -141,6 +142,27 @@ def test_a_script_that_resumes_from_its_own_checkpoint_starts_each_run_from_the_
     assert ckpt["name"] == "ckpt.pt (torch.save)" and ckpt["saved"] and not ckpt["error"], ckpt
     assert (folder / "ckpt.pt").is_file() and any("are the target's" in f for f in report["script"]["files"])
     assert (tmp_path / "rep" / "work" / "ref-files" / str(folder / "ckpt.pt").lstrip("/")).is_file()
+
+
+def test_a_generation_loop_is_checked_as_inference_exactly_with_its_growing_length_as_churn(tmp_path):
+    """No backward(): each call of the model is a step, parity is every module's output at its first call. It was
+    STOPPED ('the script does no training'). Resume and exit do not apply, so they make no condition."""
+    code, out, err, report = check(tmp_path, str(USERS / "generate_lm.py"))
+    assert code == 0, out + err
+    assert report["script"]["forward_calls"] == 6 and report["script"]["backward_calls"] == 0
+    p = report["parity"]
+    assert p["status"] == "pass" and p["outputs"][0]["note"] == "24 of 24 modules equal", p["outputs"]
+    churn = [c for c in report["rehearsal"]["conditions"] if c.startswith("shape churn")]
+    assert churn and "TinyLM input 0: [1, 4] -> [1, 5]" in churn[0], report["rehearsal"]["conditions"]
+    assert not [a for a in report["next_actions"] if a["result"] in ("exit", "resume")], report["next_actions"]
+
+
+def test_a_planted_accelerator_only_bug_in_inference_is_no_go_naming_the_users_module(tmp_path):
+    code, out, err, report = check(tmp_path, str(USERS / "generate_lm.py"), "--plant")
+    assert code == 3, out + err
+    module = report["parity"]["first_divergent_module"]
+    assert module["name"] == "blocks.0.attn.out", module
+    assert f"called by blocks.0.attn (Attention at {USERS / 'generate_lm.py'}:" in module["at"], module["at"]
 
 
 def test_lora_with_accelerate_saves_an_adapter_that_holds_every_trained_parameter(tmp_path):

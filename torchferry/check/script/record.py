@@ -47,6 +47,8 @@ class ScriptRecord(Record):
     script_seeded: bool = False
     steps: int = 0  # optimizer steps
     backwards: int = 0  # backward() calls on a scalar
+    forwards: int = 0  # calls of an outermost module before any backward: an inference script's steps
+    forward_ends_s: list[float] = field(default_factory=list)
     step_ends_s: list[float] = field(default_factory=list)
     backward_ends_s: list[float] = field(default_factory=list)
     losses: list[float] = field(default_factory=list)  # one per backward() on a scalar
@@ -72,5 +74,16 @@ class ScriptRecord(Record):
     flops_skipped: str | None = None  # why a run asked to count did not
 
     @property
+    def inference(self) -> bool:
+        """The script called its model and never backward: its steps are the model's calls."""
+        return bool(self.forwards and not self.backwards)
+
+    @property
+    def ends_s(self) -> list[float]:
+        """When each of the script's steps ended: optimizer steps; else backward calls; else (inference) calls of the
+        model."""
+        return self.step_ends_s if self.steps else self.backward_ends_s if self.backwards else self.forward_ends_s
+
+    @property
     def trained(self) -> bool:
-        return bool(self.losses or self.steps or self.checkpoints or self.error)
+        return bool(self.losses or self.steps or self.forwards or self.checkpoints or self.error)

@@ -174,6 +174,8 @@ class ScriptRecorder:
         self.step_inputs: dict[str, list[int]] = {}  # the shapes each model was first called with in the step
         self._arm_input_watch: Callable[[], None] = lambda: None  # watches them again for the next step
         self._disarm_input_watch: Callable[[], None] = lambda: None  # stops watching, for good
+        self._unwatch_forwards: Callable[[], None] = lambda: None  # stops counting forward calls, for good
+        self.moved: set[int] = set()  # the noise run's parameters moved by one ulp already
         self.compiles = False  # the script called torch.compile: the global module hooks are gone
         self.traced: Any = None  # the same, after it (it names the parameters)
 
@@ -227,6 +229,7 @@ class ScriptRecorder:
         from torchferry.check.convergence import ModuleTracer, perturb
 
         self.tracer = ModuleTracer(self._excluded)
+        self._watch_forwards()
         original_compile = torch.compile
 
         def compile(*args: Any, **kwargs: Any) -> Any:
@@ -243,7 +246,6 @@ class ScriptRecorder:
                 perturb([p for group in optimizer.param_groups for p in group["params"] if id(p) not in self.moved])
                 self.moved.update(id(p) for group in optimizer.param_groups for p in group["params"])
 
-        self.moved: set[int] = set()
         torch.optim.Optimizer.__init__ = init
         previous_hook = sys.excepthook
 
@@ -332,6 +334,10 @@ class ScriptRecorder:
         """After a backward on a scalar: the first completes the module trace; without an optimizer a backward call is
         the script's step (its time, its rehearsal counts, --steps)."""
         r = self.record
+        if r.backwards == 1:  # training: forward calls are no longer steps
+            self._unwatch_forwards()
+            if r.forwards and self.rehearsal is not None:
+                self.rehearsal.restart_steps()
         if self.tracer is not None:
             with contextlib.suppress(Exception):
                 r.modules = self.tracer.finish()
@@ -347,6 +353,65 @@ class ScriptRecorder:
         if self.stop_after is not None and r.backwards >= self.stop_after:
             self.finish(f"--steps {self.stop_after} (backward calls: the script makes no optimizer)")
             raise SystemExit(0)
+
+    def _watch_forwards(self) -> None:
+        """Until the first backward, each call of an outermost module (one no running module called) is a step of a
+        script that may never call backward (inference): its time, its rehearsal's counts and the shapes it was called
+        with. In the noise run, a module's parameters not yet moved (no optimizer was made yet) are moved by one ulp
+        before it runs: an inference script has no optimizer to move them at."""
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        from torchferry.check.convergence import input_shapes, is_compiling, perturb
+
+        depth = 0
+
+        def pre_hook(module: Any, inputs: Any) -> None:
+            nonlocal depth
+            if is_compiling():
+                return
+            if depth == 0:
+                if self.noise and not self.optimizers:
+                    fresh = [p for p in module.parameters() if id(p) not in self.moved]
+                    perturb(fresh)
+                    self.moved.update(id(p) for p in fresh)
+                self.step_inputs = {f"{type(module).__name__} input {k}": v for k, v in input_shapes(inputs).items()}
+            depth += 1
+
+        def hook(module: Any, inputs: Any, output: Any) -> None:
+            nonlocal depth
+            if is_compiling() or depth == 0:
+                return
+            depth -= 1
+            if depth == 0 and output is not None:
+                self._forward_done(output)
+
+        handles = [register_module_forward_pre_hook(pre_hook), register_module_forward_hook(hook, always_call=True)]
+
+        def unwatch() -> None:
+            for handle in handles:
+                handle.remove()
+            self._unwatch_forwards = lambda: None
+
+        self._unwatch_forwards = unwatch
+
+    def _forward_done(self, output: Any) -> None:
+        """An outermost module's call ended before any backward: an inference step (its device is where its output is)."""
+        import torch
+
+        r = self.record
+        if self.device is None:
+            from torchferry.harness.portable import flatten
+
+            tensor = next((t for t in flatten(output).values() if isinstance(t, torch.Tensor)), None)
+            if tensor is not None:
+                self.device = tensor.device
+                r.device = str(tensor.device)
+        r.forwards += 1
+        r.forward_ends_s.append(time.time() - self.t0)
+        if self.rehearsal is not None:
+            self.rehearsal.step(dict(self.step_inputs))
+        if time.monotonic() - self.last_write > FLUSH_S:
+            self.write()
 
     def _watch_inputs(self, tracer: Any) -> None:
         """On a rehearsed device, from the first backward on, the shapes each model is first called with in a step (the
@@ -401,6 +466,7 @@ class ScriptRecorder:
         compiles without torchferry; lost with them: the first divergent module and the per-step model input shapes
         (the compile backend's records name each graph's inputs)."""
         self.compiles = True
+        self._unwatch_forwards()
         if self.tracer is not None:
             self.tracer.handle.remove()
         self._disarm_input_watch()
@@ -559,6 +625,10 @@ class ScriptRecorder:
         r = self.record
         r.stopped = stopped
         r.ended_s = time.time() - self.t0
+        if self.tracer is not None and not r.backwards:  # an inference script: its trace ends with it
+            with contextlib.suppress(Exception):
+                r.modules = self.tracer.finish()
+            self.traced, self.tracer = self.tracer, None
         from torchferry.check.convergence import FinalParameters
 
         with contextlib.suppress(Exception):

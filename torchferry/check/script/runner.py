@@ -108,7 +108,7 @@ class ChildRun:
         return convergence.Curves(losses=record.losses, grad_norms=record.grad_norms, steps=record.steps,
                                   parameters=record.parameters, buffers=record.buffers, tensors=self.tensors(record),
                                   shapes=record.first_backward_shapes, dtypes=record.first_backward_dtypes,
-                                  modules=record.modules)
+                                  modules=record.modules, forwards=record.forwards if record.inference else 0)
 
     def load(self) -> None:
         self.records = [ScriptRecord.from_dict(json.loads(path.read_text()))
@@ -138,12 +138,13 @@ def piped_stdin() -> bytes | None:
 
 
 def progress(folder: Path) -> int:
-    """Steps and backward calls the run's records hold so far (the recorders rewrite them at most every FLUSH_S)."""
+    """Steps, backward calls and (inference) forward calls the run's records hold so far (the recorders rewrite them
+    at most every FLUSH_S)."""
     found = 0
     for path in folder.glob("record-*.json"):
         with contextlib.suppress(OSError, ValueError):
             record = json.loads(path.read_text())
-            found = max(found, record.get("steps", 0) + record.get("backwards", 0))
+            found = max(found, record.get("steps", 0) + record.get("backwards", 0) + record.get("forwards", 0))
     return found
 
 
@@ -304,9 +305,9 @@ class ScriptPipeline:
         run_child(run, argv, self.child_env(device, role), self.cwd, self.cfg.timeout, self.note, self.live,
                   self.stdin, self.stall_limit(role))
         record = run.main_record()
-        self.note(f"{role} {device}: exit status {run.returncode} after {run.wall_s:.1f} s; "
-                  f"{record.steps if record else 0} optimizer steps, {len(record.losses) if record else 0} losses "
-                  "recorded")
+        done = (f"{record.forwards} calls of the model, no backward (inference)" if record and record.inference else
+                f"{record.steps if record else 0} optimizer steps, {len(record.losses) if record else 0} losses")
+        self.note(f"{role} {device}: exit status {run.returncode} after {run.wall_s:.1f} s; {done} recorded")
         return run
 
     def stall_limit(self, role: str) -> float | None:
@@ -393,16 +394,22 @@ class ScriptPipeline:
                                           exit_status=int(ExitStatus.NEGATIVE_RESULT), phase="parity", finding=True)
         self.phase = "cost"
         self.report.cost = cost.estimate(self.report.timing, cfg.cost, load_prices(cfg.cost.prices))
+        unit = "call of the model" if ref_record.inference else "optimizer step"
         self.report.cost.assumptions.append(
-            "unit: the script's optimizer step (torchferry does not know its tokens or samples per step); --volume "
-            "counts steps per month")
-        self.report.resume.notes.append("not run for an unchanged script: its own resume code is not called; the "
-                                        "exit result reloads the checkpoints it wrote")
+            f"unit: the script's {unit} (torchferry does not know its tokens or samples per step); --volume counts "
+            "steps per month")
+        self.report.resume.notes.append(
+            "an inference script: it trains nothing, so there is nothing to resume" if ref_record.inference else
+            "not run for an unchanged script: its own resume code is not called; the exit result reloads the "
+            "checkpoints it wrote")
         self.phase = "done"
 
     def check_exit(self, target: ChildRun, record: ScriptRecord, saved: list[dict]) -> exit_mod.ExitResult:
         """Reload what the target's script wrote (set aside under work/target-files/ meanwhile), on the reference device
         without torchferry."""
+        if record.inference and not saved:
+            return exit_mod.ExitResult(loader_device=self.cfg.ref, notes=[
+                "an inference script: it trains nothing, so there is no checkpoint to carry back"])
         return exit_mod.check_checkpoints(
             saved, [p.digests for p in record.parameters], record.steps, record.stopped, target.device, self.cfg,
             environment.script_environment(self.cfg.ref, {}, False), lambda path: self.folder.where("target", path))
@@ -466,7 +473,7 @@ class ScriptPipeline:
     def record_timing(self) -> None:
         """The timing result from the runs so far (called after each, so a stop keeps what ran)."""
         def ends(record: ScriptRecord | None) -> list[float]:
-            return [] if record is None else record.step_ends_s if record.steps else record.backward_ends_s
+            return [] if record is None else record.ends_s
 
         def counted(record: ScriptRecord | None) -> range:
             first = record.counted_step if record is not None else None
@@ -527,10 +534,12 @@ class ScriptPipeline:
             raise WorkloadError(f"the script failed on the reference {run.device!r}{where} (exit status "
                                 f"{run.returncode}): this is the script's own error, not the target's.{run.collateral(failed)}"
                                 f" Its output: {run.log}", trace)
-        if record is None or not record.losses:
-            raise UsageError(f"the script does no training: no backward() on a scalar loss was recorded on the reference "
-                             f"{run.device!r} ({self.command.shown()}). For inference, check a model with "
-                             "`ferry check --mode forward -w path/to/file.py:build` (the build() protocol).")
+        if record is None or not (record.losses or record.inference and record.modules):
+            raise UsageError(f"the script neither trains nor runs a model that torchferry could see: no backward() on a "
+                             f"scalar loss and no call of an nn.Module was recorded on the reference {run.device!r} "
+                             f"({self.command.shown()}). A script that calls only torch.compile'd modules and never "
+                             "backward is not traced; check its model with `ferry check --mode forward -w "
+                             "path/to/file.py:build` (the build() protocol).")
         if not all(math.isfinite(v) for v in record.losses):
             raise NonFiniteError(f"the script's loss is not finite on the reference {run.device!r}: the script itself "
                                  "is numerically broken")
@@ -546,8 +555,12 @@ class ScriptPipeline:
         facts.seeded = ("by the script" if record.script_seeded else
                         f"by torchferry (seed {self.cfg.seed}): the script does not seed")
         facts.optimizer_steps, facts.backward_calls, facts.losses = record.steps, record.backwards, len(record.losses)
+        facts.forward_calls = record.forwards if record.inference else 0
         facts.stopped = record.stopped
-        if not record.steps:
+        if record.inference:
+            self.note("the script does inference (no backward): parity is judged on each module's output at the "
+                      "model's first call")
+        elif not record.steps:
             self.note("the script made no optimizer step: parity is judged on the losses it recorded")
 
     def target_failed(self, run: ChildRun, record: ScriptRecord | None) -> bool:
