@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,11 +168,17 @@ class ModuleTracer:
 
     def names(self) -> dict[int, str]:
         """Each traced module's path: from its model's root (a module no other traced module holds), the root named
-        by its class when several ran (a GAN's generator and discriminator)."""
+        by its class when several ran (a GAN's generator and discriminator), and numbered when several roots share a
+        class (Hugging Face's hub kernels wrap functions as modules called ``Func``: one name for three modules paired
+        each with another's output)."""
         roots = self.roots()
+        classes = Counter(type(root).__name__ for root in roots)
+        seen: Counter[str] = Counter()
         found: dict[int, str] = {}
         for root in roots:
-            prefix = type(root).__name__ if len(roots) > 1 else ""
+            cls = type(root).__name__
+            seen[cls] += 1  # roots of one class (three functions wrapped as modules) numbered in the order they ran
+            prefix = (cls if classes[cls] == 1 else f"{cls}#{seen[cls]}") if len(roots) > 1 else ""
             for name, module in root.named_modules():
                 path = ".".join(filter(None, [prefix, name])) or "<model>"
                 found.setdefault(id(module), path)
@@ -633,8 +640,6 @@ def shape_difference(ref: list[list] | None, target: list[list] | None) -> str |
     shapes, as when a library pads a batch for the target (TRL: a multiple of 128 on ``neuron``), where equal kernels
     no longer mean equal results. A graph with other nodes is another computation, not other shapes: that is
     parity's to judge, exactly."""
-    from collections import Counter
-
     if not ref or not target:
         return None
     if Counter((node, attr) for node, attr, _ in ref) != Counter((node, attr) for node, attr, _ in target):

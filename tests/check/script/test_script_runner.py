@@ -218,6 +218,24 @@ def test_a_divergence_at_pytorchs_own_module_names_the_users_module_that_called_
     assert own.summary.name == "blocks.0.attn" and "called by" not in own.comparison().at
 
 
+def test_root_modules_of_one_class_get_names_of_their_own():
+    """Hugging Face's hub kernels wrap functions as modules, each a root called ``Func``: under one name, each was
+    compared with another's output (a 0.96 'difference' the noise run happened to cover)."""
+    import contextlib
+
+    import torch
+
+    from torchferry.check.convergence import ModuleTracer
+
+    model, first, second = torch.nn.Linear(2, 2), torch.nn.Tanh(), torch.nn.Tanh()
+    tracer = ModuleTracer(contextlib.nullcontext)
+    try:
+        second(first(model(torch.ones(1, 2))) * 3)
+    finally:
+        trace = tracer.finish()
+    assert [s.name for s in trace.forward] == ["Linear", "Tanh#1", "Tanh#2"]
+
+
 def test_a_module_computed_in_another_precision_on_the_target_is_named():
     assert precision_difference(_trace("bfloat16", "bfloat16"), _trace("bfloat16", "float32")) == \
         "1 (M): bfloat16 on the reference, float32 on the target"
