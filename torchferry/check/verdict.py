@@ -110,8 +110,9 @@ def _rehearsal(report: CheckReport) -> VerdictItem:
                            + " (the rehearsal section names what to change)")
     if r.status == RehearsalStatus.CLEAN:
         graphs = f"; {r.compile.graphs} compiled graphs, one per frame" if r.compile else ""
-        return VerdictItem("rehearsal", GO, f"on {r.emulates}: no predicted host fallback; {r.signatures_step1} eager "
-                                            f"signatures in step 1, {sum(r.new_signatures)} new after{graphs}")
+        steps = (f"{r.signatures_step1} eager signatures in step 1, {sum(r.new_signatures)} new after"
+                 if r.signatures_step1 is not None else "no step completed")
+        return VerdictItem("rehearsal", GO, f"on {r.emulates}: no predicted host fallback; {steps}{graphs}")
     return VerdictItem("rehearsal", NOT_RUN, "; ".join(r.notes) or "not rehearsed")
 
 

@@ -165,6 +165,31 @@ def test_a_planted_accelerator_only_bug_in_inference_is_no_go_naming_the_users_m
     assert f"called by blocks.0.attn (Attention at {USERS / 'generate_lm.py'}:" in module["at"], module["at"]
 
 
+@pytest.mark.multiproc
+def test_a_gloo_group_chosen_where_cuda_is_not_is_no_go_naming_the_line_that_chose_it(tmp_path):
+    """The target fails in DDP's constructor ('No backend type associated with device type neuron'), eight lines after
+    the cause; the finding names the line that chose "gloo" and the fix (it named only the constructor, and the scan
+    result said 'no line names CUDA': the scan had not run)."""
+    code, out, err = ferry("check", "--target", "neuron", "-o", str(tmp_path / "rep"), "--", "torchrun",
+                           "--nproc-per-node", "2", str(USERS / "ddp_gloo.py"))
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert code == 3, out + err
+    [finding] = report["parity"]["notes"]
+    assert finding.startswith("portability failure: the script names CUDA") and "ddp_gloo.py:15: TF006" in finding
+    assert "get_default_backend_for_device" in finding and "No safe rewrite exists" in finding
+    assert any(f["rule_id"] == "TF006" for f in report["script"]["scan_findings"])
+
+
+@pytest.mark.multiproc
+def test_its_fix_runs_ddp_on_the_target_with_exact_parity(tmp_path, monkeypatch):
+    monkeypatch.setenv("DDP_OUT", str(tmp_path / "ddp.pt"))
+    code, out, err = ferry("check", "--target", "neuron", "-o", str(tmp_path / "rep"), "--", "torchrun",
+                           "--nproc-per-node", "2", str(USERS / "ddp_gloo.py"), "--portable")
+    report = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert code == 0, out + err
+    assert report["parity"]["status"] == "pass" and report["parity"]["loss_curve"]["rule"] == "exact"
+
+
 def test_lora_with_accelerate_saves_an_adapter_that_holds_every_trained_parameter(tmp_path):
     """PEFT's save_pretrained writes the LoRA weights only: the frozen base model is not the run's result. The exit
     result was go-with-conditions ('holds 8 of the 25 final parameters') when the frozen ones were counted."""

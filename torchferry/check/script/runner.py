@@ -57,6 +57,8 @@ from torchferry.report.meta import Failure
 from torchferry.status import ExitStatus
 
 HARD_CODED = ("TF001", "TF002", "TF006")
+# the runtime error a finding of these rules causes away from its line: the finding is that failure's cause
+SYMPTOMS = {"TF006": "No backend type associated with device type"}
 OUTPUT_ENV = "TORCHFERRY_CHECK_OUTPUT"  # each run's own folder, for a script that chooses to write its outputs there  # ferry scan's rules for code that names CUDA and fails elsewhere
 GRACE_S = 10.0  # SIGTERM -> SIGKILL
 STALL_FACTOR, STALL_MIN_S = 3.0, 60.0  # a run after the reference stalls after max(3 x its whole run, 60 s) without a step
@@ -447,19 +449,24 @@ class ScriptPipeline:
 
     def names_cuda(self, run: ChildRun) -> str | None:
         """When a run failed at a line `ferry scan` names as code that only CUDA runs (an error of its, not a guarded
-        branch), the portability failure in words, with the scan's fix; else None."""
+        branch), or with the error such a line causes later (``SYMPTOMS``: a "gloo" process group chosen where CUDA is
+        not fails at the first collective on the accelerator's tensors, in DDP's constructor), the portability failure
+        in words, with the scan's fix; else None."""
         record = run.failed_record()
         error = record.error if record else None
         if run.returncode == 0 or error is None or not error.file:
             return None
-        at = [f for f in self.report.script.scan_findings if f.get("severity") == "error"
-              and Path(f["path"]).resolve() == Path(error.file).resolve() and f["line"] == error.line]
+        at = [f for f in self.report.script.scan_findings if f.get("severity") == "error" and (
+              Path(f["path"]).resolve() == Path(error.file).resolve() and f["line"] == error.line
+              or SYMPTOMS.get(f["rule_id"], "\0") in (error.message or ""))]
         if not at:
             return None
         return (f"portability failure: the script names CUDA, so it cannot run on {run.device!r} unchanged: "
                 + "; ".join(f"{f['path']}:{f['line']}: {f['rule_id']} {f['message']} Fix: {f['fix']}" for f in at)
-                + f" ({error.type}: {error.message.splitlines()[0] if error.message else ''}). `ferry scan --fix "
-                  f"{at[0]['path']}` rewrites the safe ones; then run the check again.")
+                + f" ({error.type}: {error.message.splitlines()[0] if error.message else ''}). "
+                + (f"`ferry scan --fix {at[0]['path']}` rewrites the safe ones; then run the check again."
+                   if any(f.get("fixable") for f in at) else
+                   "No safe rewrite exists for it: change the line as the fix says, then run the check again."))
 
     def run_noise(self) -> ChildRun:
         """The reference's noise run: every parameter moved by one unit in the last place, every seed kept; how far it
@@ -576,6 +583,7 @@ class ScriptPipeline:
                                                  + self.device_hint())
                 return True
             return False
+        self.scan_findings()  # a line that names CUDA may be why (below); and the scan result is the script's
         if (named := self.names_cuda(run)) is not None:
             self.report.parity.status = ParityStatus.FAIL_TO_RUN
             self.report.parity.notes.append(named)
