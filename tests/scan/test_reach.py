@@ -257,6 +257,20 @@ def test_a_flag_guard_inside_a_device_guard_is_the_device_guard():
     assert found.severity is Severity.INFO and (found.guard.decided_by, found.guard.line) == ("device", 2)
 
 
+@pytest.mark.parametrize(("code", "line"), [
+    ('import torch\nchosen = "cuda" if torch.cuda.is_available() else ("neuron" if hasattr(torch, "neuron") else "cpu")\n',
+     2),
+    ("import torch\nif torch.cuda.is_available():\n    chosen = 'cuda'\nelif torch.accelerator.is_available():\n"
+     "    chosen = torch.accelerator.current_accelerator()\nelse:\n    chosen = 'cpu'\n", 3),
+])
+def test_an_other_branch_that_can_choose_the_target_is_not_a_cpu_fallback(code, line):
+    """Its "cpu" is a machine with no accelerator: on Trainium the other branch picks the target. It was an error
+    saying that every other accelerator silently runs on the CPU (a condition on a Trainium-aware script)."""
+    found = hit(code, "TF002", line)
+    assert found.severity is Severity.INFO and found.guard.fallback_line is None, found.message
+    assert "chosen only where CUDA is" not in found.message
+
+
 def test_a_branch_that_compares_a_chosen_device_is_not_a_cpu_fallback():
     # the CPU was chosen (and reported) on line 2; line 4 only refines a CUDA choice
     code = ('import torch\ndevice = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")\n'

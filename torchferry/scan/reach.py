@@ -39,6 +39,7 @@ DEVICE, FLAG = "device", "flag"  # Guard.decided_by
 COMPARED, ASKED = "compared", "asked"  # the kinds of CUDA fact: `x == "cuda"`; torch.cuda.is_available(), .is_cuda
 _CUDA_WORD = re.compile(r"(?i)cuda(:\d+)?|nccl")  # a string that names CUDA (a device, its process-group backend)
 _CPU_WORD = re.compile(r"(?i)cpu|gloo")  # ... the CPU
+_TARGET_WORD = re.compile(r"(?i)neuron(:\d+)?")  # ... the migration's target (TorchNeuron's device)
 _FLAG = re.compile(r"(?i)(use_|with_|enable_)?(cuda|gpus?)")  # an attribute that asks for CUDA: args.cuda, opt.use_gpu
 # torch calls and what they return on a machine without CUDA.
 _CUDA_CALLS = {"torch.cuda.is_available": False, "torch.cuda.is_initialized": False, "torch.cuda.device_count": 0}
@@ -178,15 +179,27 @@ def _exits(block: list[ast.stmt]) -> str | None:
 
 
 def _cpu_choice(roots: tuple[ast.AST, ...]) -> tuple[int, str] | None:
-    """(line, "cpu" | "gloo") of the first CPU choice under `roots`: a "cpu" / "gloo" string or a `.cpu()` call."""
+    """(line, "cpu" | "gloo") of the first CPU choice under `roots`: a "cpu" / "gloo" string or a `.cpu()` call; None
+    when the code there can choose the target too (`"neuron" if hasattr(torch, "neuron") else "cpu"`,
+    `torch.accelerator.current_accelerator()`): its CPU is a machine with no accelerator, not a silent fallback."""
     found = []
     for root in roots:
         for node in ast.walk(root):
+            if _names_target(node):
+                return None
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and _CPU_WORD.fullmatch(node.value):
                 found.append((node.lineno, node.value.lower()))
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cpu":
                 found.append((node.lineno, "cpu"))
     return min(found) if found else None
+
+
+def _names_target(node: ast.AST) -> bool:
+    """Whether `node` chooses the migration's target: a "neuron" device string, `torch.neuron`, or
+    `torch.accelerator`, which finds whichever accelerator the machine has."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return bool(_TARGET_WORD.fullmatch(node.value))
+    return isinstance(node, ast.Attribute) and full_name(node) in ("torch.neuron", "torch.accelerator")
 
 
 class Reach:
