@@ -246,6 +246,16 @@ def test_a_known_issue_that_fails_on_the_target_is_a_condition_and_an_accuracy_o
     assert only_accuracy.status == "clean" and only_accuracy.conditions == [] and only_accuracy.known_issues
 
 
+def test_a_host_sync_of_an_op_the_target_runs_is_named_with_its_reason_and_fix():
+    """TorchNeuron's one_hot reads its indices' range on the host each call: the condition says why and what to use."""
+    why = "the host reads the indices' largest and smallest values first; comparing with torch.arange(num_classes)"
+    step = {"signatures": 3, "compilations": 3, "cache_hits": 0, "host_syncs": {"aten::one_hot": 1}}
+    record = {"emulates": "trn2", "numerics": "target", "capacity_bytes": None, "steps": [step, {**step, "signatures": 0}],
+              "sync_reasons": {"aten::one_hot": why}}
+    [sync] = conditions(judged(record), "host syncs for data-dependent output sizes")
+    assert f"aten::one_hot x1/step ({why})" in sync
+
+
 def _steps(*new: int) -> list[dict]:
     return [{"signatures": n, "compilations": n, "cache_hits": 0, "host_syncs": {}} for n in (20, *new)]
 

@@ -98,6 +98,23 @@ def test_data_dependent_ops_the_target_implements_run_on_the_device_and_sync(neu
     assert torchferry.device.host_syncs()["aten::nonzero"] == 1
 
 
+def test_one_hot_syncs_the_host_on_every_call_and_its_comparison_twin_does_not(neuron):
+    """TorchNeuron's one_hot reads the indices' max and min with .item() before its kernel, even with num_classes
+    given (torch_mlir/ops/embedding.py): an MoE router or label smoothing that calls it waits for the host each step.
+    The twin, a comparison with arange, gives the same tensor and reads nothing."""
+    labels = torch.tensor([0, 2, 1, 3], device="neuron")
+    neuron.clear_op_tracking()
+    hot = torch.nn.functional.one_hot(labels, 4)
+    assert torchferry.device.host_syncs() == {"aten::one_hot": 1} and neuron.get_fallback_ops() == {}
+    assert "torch.arange(num_classes)" in torchferry.device.fallback_reasons()["aten::one_hot"]  # why, and the fix
+    neuron.clear_op_tracking()
+    twin = (labels.unsqueeze(-1) == torch.arange(4, device="neuron")).long()
+    assert torchferry.device.host_syncs() == {}
+    labels.sum().item()  # a scalar read syncs too, and has no reason of its own (no "not implemented" default)
+    assert "aten::_local_scalar_dense" not in torchferry.device.fallback_reasons()
+    assert torch.equal(hot.cpu(), twin.cpu())
+
+
 def test_host_syncs_are_counted_by_cause(neuron):
     x = torch.tensor([1.0, -2.0, 3.0], device="neuron")
     neuron.clear_op_tracking()

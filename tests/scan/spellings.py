@@ -21,6 +21,8 @@ EXAMPLES = [
     ("torch.repeat_interleave(x, r)", "aten::repeat_interleave.Tensor"),
     ("x.repeat_interleave(r)", "aten::repeat_interleave.Tensor"),
     ("torch.repeat_interleave(r)", "aten::repeat_interleave.Tensor"),
+    ("torch.nn.functional.one_hot(i)", "aten::one_hot"),
+    ("torch.nn.functional.one_hot(i, num_classes=-1)", "aten::one_hot"),
 ]
 # Static-shape spellings of the same ops: neither the scan nor the device sends them to the host.
 STATIC = ["x.repeat_interleave(2)", "torch.where(mask, x, 0)", "x.masked_fill(~mask, 0)"]

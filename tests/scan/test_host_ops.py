@@ -50,6 +50,13 @@ def test_the_scan_flags_each_spelling_in_a_forward_citing_its_op(expression, op)
     assert len(hits) == 1 and f"host_fallback {op}" in hits[0].hit.message
 
 
+def test_one_hot_with_its_width_given_has_a_static_shape_and_is_not_flagged():
+    """Its host read of the index range is the rehearsal's to count (TorchNeuron reads it whatever num_classes is);
+    the scan flags only the width read from the data, which also breaks a compiled graph."""
+    for expression in ("torch.nn.functional.one_hot(i, 4)", "torch.nn.functional.one_hot(i, num_classes=4)"):
+        assert analyse(_forward(expression), [RULES_BY_ID["TF020"]], fix=False)[0] == []
+
+
 @pytest.mark.parametrize("expression", STATIC)
 def test_static_shape_spellings_are_not_flagged(expression):
     assert analyse(_forward(expression), [RULES_BY_ID["TF020"]], fix=False)[0] == []

@@ -17,7 +17,8 @@ record (``judge``, ``result``). Conditions (each names what to change):
   op tests, mostly in bfloat16) are listed but are no condition: they name ops nearly every model
   runs (mm, addmm, div, layer norm), the vendor's skip is not a failure of the user's model, and
   parity on the real device is what measures them;
-- host syncs for data-dependent output sizes (scalar reads such as ``item()`` are shown, not judged);
+- host syncs for data-dependent output sizes or values, each with the profile's reason where it has one (scalar
+  reads such as ``item()`` are shown, not judged);
 - shape churn: new eager signatures keep appearing after step 1, in the later half of the steps (each a
   NEFF compilation on the target), named with the batch shapes that changed; new ones in early steps
   only (an optimizer's state created at step 1 and used from step 2) are one-time compilations, noted;
@@ -99,6 +100,7 @@ class RehearsalRecord(Record):
     fallback_ops: dict[str, int] = field(default_factory=dict)
     executed_calls: int = 0
     fallback_reasons: dict[str, str] = field(default_factory=dict)
+    sync_reasons: dict[str, str] = field(default_factory=dict)  # why an op the target runs syncs the host (profile)
     peak_bytes: int | None = None
     known_issues: list[dict] | None = None
     compile: dict | None = None  # graph_breaks, graphs: the compile backend's records (under --compile)
@@ -257,6 +259,9 @@ class Recorder:
         r.executed_calls = ops.executed
         r.fallback_reasons = {k: v for k, v in (predictions.fallback_reasons if predictions else {}).items()
                               if k in r.fallback_ops}
+        synced = {cause for step in r.steps for cause in step.host_syncs}
+        r.sync_reasons = {k: v for k, v in (predictions.fallback_reasons if predictions else {}).items()
+                          if k in synced and k not in r.fallback_ops}
         r.peak_bytes = reading.memory.bytes
         if predictions is not None and predictions.known_issues is not None:
             r.known_issues = [dict(i) for i in predictions.known_issues]
@@ -353,7 +358,7 @@ def judge(record: RehearsalRecord, numerics: NumericsRehearsal | None = None) ->
     r.numerics = numerics or NumericsRehearsal(mode=record.numerics or "")
     _fallbacks(r, record)
     _known_issues(r, record)
-    _eager(r, record.steps, record.steps_per_iteration)
+    _eager(r, record.steps, record.steps_per_iteration, record.sync_reasons)
     if record.compile is not None:
         _compiled(r, record.compile)
     _memory(r, record)
@@ -415,7 +420,8 @@ def _known_issues(r: RehearsalResult, record: RehearsalRecord) -> None:
                        f"{', '.join(soft)}")
 
 
-def _eager(r: RehearsalResult, steps: list[StepCounts], per_iteration: int = 1) -> None:
+def _eager(r: RehearsalResult, steps: list[StepCounts], per_iteration: int = 1,
+           sync_reasons: dict[str, str] | None = None) -> None:
     if not steps:
         return
     if per_iteration > 1:  # optimizers that step in turn: one iteration is one step of each
@@ -436,9 +442,11 @@ def _eager(r: RehearsalResult, steps: list[StepCounts], per_iteration: int = 1) 
             if cause not in SCALAR_READS and not cause.endswith(HOST_COPY):  # copies are shown, not judged
                 data_dependent[cause] = data_dependent.get(cause, 0) + n
     if data_dependent:
-        named = ", ".join(f"{cause} x{n / len(steps):g}/step" for cause, n in sorted(data_dependent.items()))
-        r.conditions.append(f"host syncs for data-dependent output sizes: {named}; each step waits for the host to read "
-                            "a size. Use fixed-size masks (torch.where) instead")
+        why = sync_reasons or {}
+        named = ", ".join(f"{cause} x{n / len(steps):g}/step" + (f" ({why[cause]})" if cause in why else "")
+                          for cause, n in sorted(data_dependent.items()))
+        r.conditions.append(f"host syncs for data-dependent output sizes or values: {named}; each step waits for the "
+                            "host to read them. Use fixed-size masks (torch.where) instead of data-dependent sizes")
     later = r.new_signatures
     growing = sum(1 for n in later if n)
     if short := short_last_batch(steps, later):

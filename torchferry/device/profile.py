@@ -321,16 +321,15 @@ class DeviceProfile:
     def fallback_reasons(self) -> dict[str, str]:
         """op -> reason for the ops the profile names as host fallbacks: its data-dependent
         entries the target does not run natively, and the target's explicit CPU fallbacks."""
-        reasons = {
-            e.op: f"{e.reason}; sources: {', '.join(e.sources)} in the {self.name} profile"
-            for e in self.host_fallback
-            if not self._native(e.op)
-        }
+        reasons = {e.op: self._reason(e) for e in self.host_fallback if not self._native(e.op)}
         if self.native_ops:
             commit = self.native_ops.source_commit[:7]
             for op, source in self.native_ops.cpu_fallback.items():
                 reasons[op] = f"registered as an explicit CPU fallback in TorchNeuron {commit} ({source})"
         return reasons
+
+    def _reason(self, entry: HostFallback) -> str:
+        return f"{entry.reason}; sources: {', '.join(entry.sources)} in the {self.name} profile"
 
     def predicted_fallback_reason(self) -> str | None:
         """Why an op the target does not register runs on the host (None: no native table)."""
@@ -383,6 +382,9 @@ class DeviceProfile:
                 codes[op] = codes[op] | SYNCS if self._native(op) and codes.get(op, default) & 3 == NATIVE else HOST_COPY
         for op, reason in self.fallback_reasons().items():
             reasons.update(dict.fromkeys(expand(op), reason))
+        for entry in self.host_fallback:  # one the target runs: why the host waits for it (host_syncs' reason)
+            if self._native(entry.op):
+                reasons.update(dict.fromkeys(expand(entry.op), self._reason(entry)))
         for op, target in TARGET_EQUIVALENTS.items():
             if target in codes:
                 codes[op] = codes[target]

@@ -292,7 +292,8 @@ def exit_summary() -> str:
 
 
 def fallback_reasons() -> dict[str, str]:
-    """op -> why it ran on the host, for the host-fallback ops seen so far."""
+    """op -> why it ran on the host, for the host-fallback ops seen so far, and why the host waited for it, for
+    the ops seen so far that the target runs after reading device values (one_hot reads its indices' range)."""
     return dict(sorted(_core()._fallback_reasons().items()))
 
 

@@ -123,7 +123,7 @@ class Predictions(Record):
     the eager-mode compilation counts (new op signatures, those the persistent cache lacked, those
     it had, op calls that ran a compiled program); host_syncs: the host waiting for a device value,
     by cause, device-to-host copies included (``HOST_COPY``); fallback_reasons: why each fallback
-    op of the window runs on the host; known_issues: the vendor's known issues among the window's ops,
+    op of the window runs on the host, and why each op that synced does (one_hot reads its indices' range); known_issues: the vendor's known issues among the window's ops,
     one record each as the device reports it (``calls`` counted in the window), None where the device
     keeps no such list.
     """
@@ -275,7 +275,8 @@ class Window:
         api = self._api()
         eager = api.eager_compiles().since(self._eager0)
         fallback_ops = set(ops.fallback) if ops is not None else set()
-        reasons = {op: why for op, why in api.fallback_reasons().items() if op in fallback_ops}
+        syncs = _since(api.host_syncs(), self._syncs0)
+        reasons = {op: why for op, why in api.fallback_reasons().items() if op in fallback_ops or op in syncs}
         known = self._known_issues()
         if known is not None:  # the records whose calls grew in the window, with the window's calls
             known = tuple({**i, "calls": i.get("calls", 0) - self._issues0.get(i["op"], 0)} for i in known
@@ -285,8 +286,7 @@ class Window:
         return Predictions(
             profile=self.profile, capacity_bytes=int(capacity) if capacity is not None else None,
             numerics=api.numerics(), signatures=eager.signatures, compilations=eager.compilations,
-            cache_hits=eager.cache_hits, calls=eager.calls, host_syncs=_since(api.host_syncs(), self._syncs0),
-            fallback_reasons=reasons, known_issues=known)
+            cache_hits=eager.cache_hits, calls=eager.calls, host_syncs=syncs, fallback_reasons=reasons, known_issues=known)
 
     def _known_issues(self) -> list[Mapping[str, Any]] | None:
         known = getattr(self._api(), KNOWN_ISSUES_API, None) if self.profile else None

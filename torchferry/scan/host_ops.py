@@ -48,6 +48,15 @@ def _with_dim(call: ast.Call, ctx, method: bool) -> bool:  # noqa: ANN001, ARG00
     return keyword(call, "dim") is not None
 
 
+def _num_classes_inferred(call: ast.Call, ctx, method: bool) -> bool:  # noqa: ANN001, ARG001
+    """`F.one_hot(i)` (or num_classes=-1): the output's width is the indices' largest value, read on the host. With
+    num_classes given the shape is static (TorchNeuron still reads the range, which the rehearsal counts)."""
+    given = keyword(call, "num_classes")
+    value = given.value if given is not None else (call.args[1] if len(call.args) > 1 else None)
+    return value is None or (isinstance(value, ast.UnaryOp) and isinstance(value.op, ast.USub)
+                             and isinstance(value.operand, ast.Constant) and value.operand.value == 1)
+
+
 @dataclass(frozen=True)
 class Spelling:
     """How one ATen op is written in Python, each spelling with the condition under which it runs the op."""
@@ -69,6 +78,7 @@ SPELLINGS: dict[str, Spelling] = {
     "aten::unique_consecutive": Spelling(functions={"torch.unique_consecutive": None},
                                          methods={"unique_consecutive": None}),
     "aten::bincount": Spelling(functions={"torch.bincount": None}, methods={"bincount": None}),
+    "aten::one_hot": Spelling(functions={"torch.nn.functional.one_hot": _num_classes_inferred}, methods={}),
     "aten::repeat_interleave.Tensor": Spelling(functions={"torch.repeat_interleave": _repeats_is_tensor},
                                                methods={"repeat_interleave": _repeats_is_tensor}),
 }

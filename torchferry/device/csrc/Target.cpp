@@ -616,11 +616,15 @@ std::unordered_map<std::string, int64_t> fallback_ops() {
   return out;
 }
 
+// Why each op seen so far ran on the host, or made the host wait for it (an op the target runs
+// that reads device values first: one_hot's index range), from the profile.
 std::unordered_map<std::string, std::string> fallback_reasons_seen() {
   std::lock_guard<std::mutex> lock(g_mutex);
   std::unordered_map<std::string, std::string> out;
   for (const auto& [schema, entry] : g_ops) {
-    if (entry.fallback > 0) out[entry.info.name] = entry.reason;
+    const bool synced = entry.info.syncs && entry.executed > 0 && !entry.reason.empty() &&
+                        entry.reason != g_config.default_reason;  // a reason of its own, not the default
+    if (entry.fallback > 0 || synced) out[entry.info.name] = entry.reason;
   }
   return out;
 }
