@@ -566,7 +566,8 @@ class ScriptPipeline:
         facts.stopped = record.stopped
         if record.inference:
             self.note("the script does inference (no backward): parity is judged on each module's output at the "
-                      "model's first call")
+                      "model's first call" + (f"; --steps {self.source.steps_limit} counts optimizer steps or backward "
+                                              "calls, so it ran to its end" if self.source.steps_limit else ""))
         elif not record.steps:
             self.note("the script made no optimizer step: parity is judged on the losses it recorded")
 
