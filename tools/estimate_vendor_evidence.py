@@ -140,7 +140,13 @@ those were run too and pass on the device (session i27d; docs/device/fidelity.md
   (processors/argument_processor.py), and the windows leave float64's tolerance; `bartlett`
   (listed) stays within it, not counted (session i27f). `test_randint_distribution` bins int64 draws
   below 0.75 * 2**32 with `//` on the device: in int32 the values past 2**31 wrap negative and fall
-  out of the histogram (session i27f). Float32 variants pass on both.
+  out of the histogram (session i27f). Float32 variants pass on both. `test_view_dtype_new` for
+  bool, float16, float32, float64, int16, int32, int8 and uint8: each views permuted, broadcast and
+  sliced tensors as every dtype and compares them on the CPU; TorchNeuron makes such a tensor
+  contiguous for the copy with a torch-mlir program (python_ops/contiguous.py), so a 64-bit view
+  arrives with 32-bit values (an int64 view of float bits wraps). The int64 variant (listed) views
+  small integers only: their float64 views are denormals or NaN, equal within tolerance, and it
+  passes here; not counted.
 
 It is an estimate, not the held-out measurement: a name says what the test is
 parametrised with, not that it calls the refused op on a device tensor, and it says
@@ -208,7 +214,8 @@ MODELLED = {
         r"|^test_upsamplingNearest1d_mode_nearest(-exact)?_neuron$"
         r"|^test_(pad_neuron_float64|ctc_loss_neuron|softplus_low_threshold_neuron)$"
         r"|^test_signal_window_functions_window_(hann|hamming|blackman)_neuron_float64$"
-        r"|^test_randint_distribution_neuron$"),
+        r"|^test_randint_distribution_neuron$"
+        r"|^test_view_dtype_new_neuron_(bool|float16|float32|float64|int16|int32|int8|uint8)$"),
 }
 
 

@@ -72,6 +72,47 @@ def test_copies_and_ops_the_target_runs_on_the_cpu_keep_64_bits(numerics):
     assert torch.cumprod(values.to("neuron"), 0).cpu().tolist() == torch.cumprod(values, 0).tolist()
 
 
+WIDE = torch.tensor([[2**40 + 3, 1, 2], [3, 4, 2**33 + 1]], dtype=torch.int64)
+# The layouts TorchNeuron makes contiguous with a compiled kernel (python_ops/contiguous.py):
+LAYOUT_KERNELS = {
+    "transpose": lambda x: x.t(),
+    "broadcast": lambda x: x[:, :1].expand(2, 3),
+    "slice of one axis": lambda x: x[:, 1:],
+}
+
+
+@pytest.mark.parametrize("layout", LAYOUT_KERNELS)
+def test_a_64_bit_tensor_made_contiguous_by_a_compiled_layout_kernel_takes_32_bit_values(numerics, layout):
+    """TorchNeuron's contiguous_internal makes a transposed, broadcast or sliced tensor contiguous
+    with a torch-mlir program (its float64 lowered as float32): .contiguous(), .cpu() and a copy
+    into a contiguous device tensor of a 64-bit one give 32-bit values; host numerics keep 64 bits."""
+    view = LAYOUT_KERNELS[layout]
+    expected = view(WIDE).to(torch.int32).to(torch.int64)
+    assert not torch.equal(expected, view(WIDE)), "the layout must hold a value beyond int32"
+    numerics("target")
+    on_device = view(WIDE.to("neuron"))
+    assert not on_device.is_contiguous()
+    assert torch.equal(on_device.cpu(), expected)
+    assert torch.equal(on_device.contiguous().cpu(), expected)
+    into = torch.empty(on_device.shape, dtype=torch.int64, device="neuron")
+    assert torch.equal(into.copy_(on_device).cpu(), expected)
+    doubles = torch.tensor([[1 / 3, 2.0, 3.0], [4.0, 5.0, 1 / 7]], dtype=torch.float64)
+    assert torch.equal(view(doubles.to("neuron")).cpu(), view(doubles).float().double())
+    numerics("host")
+    assert torch.equal(view(WIDE.to("neuron")).cpu(), view(WIDE))
+
+
+def test_64_bit_copies_the_compiled_layout_kernels_do_not_make_keep_64_bits(numerics):
+    """A contiguous tensor is copied byte for byte, and a layout none of the three kernels takes
+    (a slice of two axes) goes to TorchNeuron's NKI kernel, which keeps the dtype."""
+    numerics("target")
+    on_device = WIDE.to("neuron")
+    assert torch.equal(on_device.cpu(), WIDE) and torch.equal(on_device.contiguous().cpu(), WIDE)
+    two_axes = torch.cat([WIDE, WIDE]).to("neuron")[::2, ::2]
+    assert torch.equal(two_axes.cpu(), torch.cat([WIDE, WIDE])[::2, ::2])
+    assert torch.equal(two_axes.contiguous().cpu(), torch.cat([WIDE, WIDE])[::2, ::2])
+
+
 def test_float32_results_are_the_cpus_bit_for_bit(numerics):
     numerics("target")
     g = torch.Generator().manual_seed(0)

@@ -443,6 +443,23 @@ def test_cat_into_an_out_that_is_also_its_input_raises_nothing_as_on_torchneuron
     assert torch.equal(a.cpu(), b.cpu()) and torch.equal(w[:6].cpu(), y.view(-1)[:6].cpu())
 
 
+@pytest.mark.parametrize("mode", ["target", "host"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8], ids=["float32", "uint8"])
+def test_a_64_bit_view_of_a_permuted_tensor_reaches_the_host_with_32_bit_values(numerics, mode: str, dtype):
+    """PyTorch's test_view_dtype_new views a permuted tensor as every dtype and compares each view, moved
+    to the CPU, with NumPy's view of the same bytes. TorchNeuron makes the permuted view contiguous with a
+    torch-mlir transpose (python_ops/contiguous.py), whose 64-bit values are 32-bit: the int64 view of
+    float32 or uint8 bytes wraps, and the test fails there in every dtype but int64. Host numerics: exact."""
+    numerics(mode)
+    torch.manual_seed(0)
+    a = torch.testing.make_tensor((4, 4, 64), dtype=dtype, device="cpu", low=-5, high=5)
+    permuted = a.to("neuron").permute(1, 0, 2)
+    as_int64 = permuted.view(torch.int64).cpu()
+    expected = torch.from_numpy(a.permute(1, 0, 2).contiguous().numpy().view("int64"))
+    assert torch.equal(as_int64, expected) == (mode == "host")
+    assert torch.equal(permuted.view(torch.int32).cpu(), a.permute(1, 0, 2).view(torch.int32))  # 32-bit views: exact
+
+
 # ---- the estimator's patterns -----------------------------------------------------------
 
 def _estimator():
@@ -486,6 +503,10 @@ def _estimator():
     ("test_signal_window_functions_window_hann_neuron_float64", "narrowing_64bit"),
     ("test_signal_window_functions_window_blackman_neuron_float64", "narrowing_64bit"),
     ("test_randint_distribution_neuron", "narrowing_64bit"),
+    ("test_view_dtype_new_neuron_float32", "narrowing_64bit"),
+    ("test_view_dtype_new_neuron_bool", "narrowing_64bit"),
+    ("test_view_dtype_new_neuron_int64", None),  # listed: its views stay within tolerance here, not explained
+    ("test_view_dtype_new_neuron_complex64", "complex_dtypes"),
     ("test_signal_window_functions_window_bartlett_neuron_float64", None),  # listed: another cause, not found
     ("test_channel_shuffle_neuron", "memory_format"),
     ("test_full_like_inference_neuron", "complex_dtypes"),
@@ -532,7 +553,6 @@ def _estimator():
     ("test_linear_empty_neuron", None),
     ("test_randn_neuron_float32", None),
     ("test_signal_window_functions_window_hann_neuron_float32", None),
-    ("test_signal_windows_functions_window_bartlett_neuron_float64", None),
     ("test_normal_std_error_neuron", None),
     ("test_upsamplingNearest2d_correctness_memory_format0_isize_20_osize_11_neuron", None),
     ("test_upsamplingBiMode2d_consistency_memory_format0_mode_bilinear_antialias_False_align_corners_False"

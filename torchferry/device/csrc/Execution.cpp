@@ -41,8 +41,10 @@
 
 #include <algorithm>
 #include <memory>
+#include <numeric>
 #include <sstream>
 #include <typeinfo>
+#include <vector>
 
 namespace torchferry {
 namespace {
@@ -971,12 +973,110 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
 }
 
 namespace {
+std::vector<int64_t> row_major_strides(c10::IntArrayRef sizes) {
+  std::vector<int64_t> strides(sizes.size());
+  int64_t running = 1;
+  for (size_t i = sizes.size(); i-- > 0;) {
+    strides[i] = running;
+    running *= sizes[i];
+  }
+  return strides;
+}
+
+// A permutation of a row-major layout (contiguous_transpose.py, compute_permutation_for_contiguous):
+// positive strides that, with the axes sorted by stride (the larger span first on ties), are the
+// row-major strides of the sorted sizes.
+bool is_permuted_row_major(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  const size_t n = sizes.size();
+  if (std::any_of(strides.begin(), strides.end(), [](int64_t s) { return s <= 0; })) return false;
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (strides[a] != strides[b]) return strides[a] > strides[b];
+    return strides[a] * std::max<int64_t>(sizes[a], 1) > strides[b] * std::max<int64_t>(sizes[b], 1);
+  });
+  std::vector<int64_t> sorted_sizes(n);
+  for (size_t i = 0; i < n; ++i) sorted_sizes[i] = sizes[order[i]];
+  const std::vector<int64_t> expected = row_major_strides(sorted_sizes);
+  for (size_t i = 0; i < n; ++i) {
+    if (strides[order[i]] != expected[i]) return false;
+  }
+  return true;
+}
+
+// A broadcast (contiguous_broadcast.py, compute_broadcast_for_contiguous): no negative stride, and
+// a zero stride over a dimension of more than one element.
+bool is_broadcast(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  bool broadcast = false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (strides[i] < 0) return false;
+    broadcast = broadcast || (strides[i] == 0 && sizes[i] > 1);
+  }
+  return broadcast;
+}
+
+// A slice of one axis of a row-major tensor (contiguous_slice.py, detect_slice_pattern), whose
+// whole base stays under the compiler's 4 GiB (ContiguousSliceImpl.can_handle).
+bool is_slice_of_one_axis(const at::Tensor& t) {
+  const c10::IntArrayRef sizes = t.sizes();
+  const c10::IntArrayRef strides = t.strides();
+  const size_t n = sizes.size();
+  if (int64_t remaining = t.storage_offset(); remaining > 0) {
+    int offset_dims = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (strides[i] > 0 && remaining >= strides[i]) {
+        ++offset_dims;
+        remaining %= strides[i];
+      }
+    }
+    if (offset_dims > 1) return false;
+  }
+  if (strides[n - 1] != 1) return false;
+  int64_t sliced_axis = -1;
+  int64_t base_size = 0;
+  for (size_t axis = 0; axis + 1 < n; ++axis) {
+    const int64_t inner = strides[axis + 1];
+    if (inner == 0) return false;
+    if (strides[axis] == sizes[axis + 1] * inner) continue;
+    if (sliced_axis >= 0 || strides[axis] % inner != 0 || strides[axis] / inner <= sizes[axis + 1]) return false;
+    std::vector<int64_t> base_sizes(sizes.begin(), sizes.end());
+    base_sizes[axis + 1] = strides[axis] / inner;
+    if (row_major_strides(base_sizes) != std::vector<int64_t>(strides.begin(), strides.end())) return false;
+    sliced_axis = static_cast<int64_t>(axis) + 1;
+    base_size = base_sizes[axis + 1];
+  }
+  if (sliced_axis < 0) return false;
+  const int64_t base_bytes = t.numel() / sizes[sliced_axis] * base_size * static_cast<int64_t>(t.element_size());
+  return base_bytes < (int64_t{4} << 30);
+}
+
+// Whether the target takes a 64-bit `t` through 32 bits when it makes `t` contiguous on the device
+// (Tensor.contiguous(), and each copy of it: to the host, into another device tensor).
+// TorchNeuron makes a non-contiguous tensor contiguous with python_ops/contiguous.py's
+// contiguous_internal, which tries a transpose, a broadcast and a slice kernel, in that order,
+// before its NKI kernel (contiguous_generic_kernel, which keeps the dtype). The three are
+// torch-mlir programs (TorchMlirKernel), whose lowering converts float64 to float32
+// (neuron_dynamo_backend/fx/passes/dtype_conversion.py); the device gives them the 32-bit
+// values it gives every op the target compiles (target numerics). Uncertain: whether the
+// compiled program reads the 64-bit bytes converted or as they are; either way the values are
+// not the CPU's.
+bool narrowed_by_layout_kernel(const at::Tensor& t) {
+  if (!is_neuron(t) || !is_64bit(t) || !target_numerics_on() || t.numel() == 0 || t.dim() == 0 ||
+      t.is_contiguous()) {
+    return false;
+  }
+  return is_permuted_row_major(t.sizes(), t.strides()) || is_broadcast(t.sizes(), t.strides()) ||
+         is_slice_of_one_axis(t);
+}
+
 // The CPU's copy between the bytes of `src` and `dst`, either of which may be a device tensor
-// (then seen through a pooled host view, as an op's arguments are); `rounded`: of src.round().
-void copy_on_host(const at::Tensor& src, const at::Tensor& dst, bool rounded = false) {
+// (then seen through a pooled host view, as an op's arguments are); `rounded`: of src.round();
+// `narrowed`: the copy then takes the target's 32-bit values (narrowed_by_layout_kernel).
+void copy_on_host(const at::Tensor& src, const at::Tensor& dst, bool rounded = false, bool narrowed = false) {
   at::Tensor host_dst = is_neuron(dst) ? take_host_view(dst) : dst;
   at::Tensor host_src = is_neuron(src) ? take_host_view(src) : src;
   host_dst.copy_(rounded ? host_src.round() : host_src);
+  if (narrowed) round_to_target(host_dst);
   recycle_host_view(host_src);
   recycle_host_view(host_dst);
 }
@@ -998,7 +1098,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   if (dst.device().type() != kNeuron) count_sync("aten::_copy_from (device to host)");
   const bool rounds = is_neuron(self) && is_neuron(dst) && rounds_to_int(self.scalar_type(), dst.scalar_type()) &&
                       rule_on(kRuleCastsToIntRound);
-  copy_on_host(self, dst, rounds);
+  const bool narrowed = self.scalar_type() == dst.scalar_type() && narrowed_by_layout_kernel(self);
+  copy_on_host(self, dst, rounds, narrowed);
   if (rounds) [[unlikely]] warn_cast_rounds(self.scalar_type(), dst.scalar_type());
   return dst;
 }
@@ -1096,7 +1197,14 @@ at::Tensor contiguous(const at::Tensor& self, at::MemoryFormat memory_format) {
   signature.add(self);
   signature.add(static_cast<int64_t>(memory_format));
   NativeCompositeScope as_contiguous(op, signature.value());
-  return self.is_contiguous(memory_format) ? self : self.clone(memory_format);
+  if (self.is_contiguous(memory_format)) return self;
+  at::Tensor result = self.clone(memory_format);
+  if (memory_format == at::MemoryFormat::Contiguous && narrowed_by_layout_kernel(self)) {
+    at::Tensor host = take_host_view(result);
+    round_to_target(host);
+    recycle_host_view(host);
+  }
+  return result;
 }
 
 }  // namespace torchferry

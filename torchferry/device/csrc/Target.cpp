@@ -32,6 +32,7 @@ struct TargetConfig {
   std::unordered_set<std::string> warned;
 };
 std::atomic<int> g_rules{0};
+std::atomic<bool> g_target_numerics{false};  // g_config.target_numerics, read without the lock
 
 constexpr uint64_t bit(at::ScalarType type) { return uint64_t{1} << static_cast<int>(type); }
 static_assert(static_cast<int>(at::ScalarType::NumOptions) <= 64, "refused_dtypes is a 64-bit mask");
@@ -338,6 +339,7 @@ void set_target(const std::unordered_map<std::string, int>& codes,
   g_config.mode = mode;
   g_config.profile = profile;
   g_config.target_numerics = target_numerics;
+  g_target_numerics.store(target_numerics, std::memory_order_relaxed);
   g_config.warned.clear();
   // Ops already seen keep their counts; their classification follows the new tables.
   for (auto& [schema, entry] : g_ops) {
@@ -347,6 +349,8 @@ void set_target(const std::unordered_map<std::string, int>& codes,
 }
 
 bool rule_on(Rule rule) { return (g_rules.load(std::memory_order_relaxed) & rule) != 0; }
+
+bool target_numerics_on() { return g_target_numerics.load(std::memory_order_relaxed); }
 
 namespace {
 const char* python_name(at::ScalarType type) {

@@ -345,6 +345,8 @@ void warn_cast_rounds(at::ScalarType from, at::ScalarType to);
 // Once per op: the row-major rule gave a result other strides than the CPU's (`cpu_strides`).
 void warn_row_major(const OpInfo& info, c10::IntArrayRef cpu_strides);
 bool rule_on(Rule rule);
+// Whether 64-bit values take the target's 32-bit range and precision (the profile's numerics).
+bool target_numerics_on();
 // TorchNeuron's error for a dtype its tables lack, with the way out.
 [[noreturn]] void throw_unsupported_dtype(const OpInfo& info, at::ScalarType type);
 // TorchNeuron's error for a host fallback's out= tensor that its result would resize.
