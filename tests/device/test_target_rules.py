@@ -805,3 +805,55 @@ def test_a_profile_without_the_int32_rule_computes_what_the_cpu_computes(rules):
 
     rules(int_arguments_as_int32=False)
     assert (torch.arange(4, device="neuron") < 2**40).all().item()
+
+
+# ------------------------------------------------------------------ allocations by numel
+# TorchNeuron's empty_strided_neuron allocates numel * itemsize bytes (one element when empty) whatever the
+# strides, and empty_neuron lays a tensor out with c10's contiguousStridesOf, which does not clamp sizes of zero
+# (csrc/aten/NeuronNativeFunctions.cpp): PyTorch's test_empty_strided and test_empty_tensor_props fail there.
+def test_an_empty_tensor_has_unclamped_strides_and_one_element_of_storage(neuron):
+    import torch
+
+    assert torch.empty(5, 0).stride() == (1, 1)  # the CPU clamps the zero
+    x = torch.empty(5, 0, 3, device="neuron")
+    assert x.stride() == (0, 3, 1) and x.is_contiguous()
+    assert x.untyped_storage().nbytes() == 4  # one float32 element, where the CPU's storage has none
+    assert torch.zeros(2, 0, device="neuron").stride() == (0, 1)  # a fresh result too
+    assert torch.ones(3, 4, device="neuron")[:, :0].stride() == (4, 1)  # a view: its own strides, as there
+
+
+def test_a_strided_allocation_gets_a_storage_of_its_elements_with_one_warning(neuron):
+    import torch
+
+    assert torch.empty_strided((2, 3), (5, 1)).untyped_storage().nbytes() == 8 * 4  # the CPU's: the extent
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        padded = torch.empty_strided((2, 3), (5, 1), device="neuron")
+    assert padded.untyped_storage().nbytes() == 6 * 4
+    (warning,) = [str(c.message) for c in caught if "aten::empty_strided" in str(c.message)]
+    assert "reach 8 elements" in warning and "allocations_by_numel = false" in warning
+    with pytest.raises(RuntimeError, match="out of bounds for storage of size 24"):
+        padded[1]  # a view of the last row: past the storage, as on the target
+    padded.copy_(torch.arange(6.0).reshape(2, 3))  # its elements stay writable here, whole
+    assert torch.equal(padded.cpu(), torch.arange(6.0).reshape(2, 3))
+
+
+def test_clean_twins_of_allocations_keep_the_cpus_strides_and_storage(neuron):
+    import torch
+
+    for shape in ((2, 3), (4, 1, 5)):
+        x = torch.empty(shape, device="neuron")
+        assert x.stride() == torch.empty(shape).stride()
+        assert x.untyped_storage().nbytes() == torch.empty(shape).untyped_storage().nbytes()
+    permuted = torch.empty_strided((3, 4), (1, 3), device="neuron")  # dense: the extent is its elements
+    assert permuted.untyped_storage().nbytes() == 12 * 4 and permuted.stride() == (1, 3)
+    assert torch.empty(1, 3, 4, 4, memory_format=torch.channels_last, device="neuron").stride() == (48, 1, 12, 3)
+
+
+def test_a_profile_without_the_allocation_rule_keeps_the_cpus_strides_and_storage(rules):
+    import torch
+
+    rules(allocations_by_numel=False)
+    assert torch.empty(5, 0, 3, device="neuron").stride() == (3, 3, 1)
+    assert torch.empty(0, device="neuron").untyped_storage().nbytes() == 0
+    assert torch.empty_strided((2, 3), (5, 1), device="neuron").untyped_storage().nbytes() == 8 * 4

@@ -125,6 +125,18 @@ RULES = {
                                       "tests/pytorch_tests/failing_test_methods/TestNNDeviceType.json "
                                       "(test_batchnorm_update_stats, test_batchnorm_simple_average float32, "
                                       "test_InstanceNorm1d/2d/3d_general: the running statistics)"),
+    "allocations_by_numel": (16384, "torch.empty and torch.empty_strided on the device (and what is built on "
+                             "them: zeros, ones, full, the like-functions) allocate a storage of the tensor's "
+                             "number of elements (one element when it has none) whatever its strides, and lay a "
+                             "row-major tensor out without clamping sizes of zero: torch.empty((5, 0)) has strides "
+                             "(0, 1) where the CPU's are (1, 1), and torch.empty_strided((2, 3, 4), (2, 4, 6)) a "
+                             "storage of 24 elements where the CPU's has 29, too small for the view its strides "
+                             "describe",
+                             "torch_neuronx/csrc/aten/NeuronNativeFunctions.cpp (empty_strided_neuron: "
+                             "multiply_integers(size) * itemsize, at least one element; empty_neuron: "
+                             "get_strides_for_memory_format, c10 TensorType::contiguousStridesOf); "
+                             "tests/pytorch_tests/failing_test_methods/TestTensorCreation.json (test_empty_strided, "
+                             "test_empty_tensor_props)"),
     # torch.compile(backend="neuron"): what TorchNeuron's lowering refuses (compile/lowering.py).
     "compiled_no_outputs": (0, "a compiled graph with no tensor output (after None outputs are dropped) fails to "
                             "compile: 'No outputs found in the module, expected at least one output'",

@@ -104,6 +104,38 @@ at::Tensor rounded_copy(const at::Tensor& host) {
   return host.to(narrow_type(host.scalar_type())).to(host.scalar_type());
 }
 
+// TorchNeuron's layout of a fresh tensor (csrc/aten/NeuronNativeFunctions.cpp, empty_neuron:
+// get_strides_for_memory_format): channels-last strides for a 4-D or 5-D tensor in that format,
+// row-major strides otherwise, each the product of the sizes after it in the layout's order, as c10's
+// TensorType::contiguousStridesOf computes them: a size of zero is not clamped to one, as the CPU's
+// empty clamps it, so torch.empty((5, 0)) has strides (0, 1) there.
+std::vector<int64_t> target_strides(c10::IntArrayRef sizes, at::MemoryFormat format) {
+  std::vector<size_t> inner_first(sizes.size());
+  if (format == at::MemoryFormat::ChannelsLast && sizes.size() == 4) {
+    inner_first = {1, 3, 2, 0};
+  } else if (format == at::MemoryFormat::ChannelsLast3d && sizes.size() == 5) {
+    inner_first = {1, 4, 3, 2, 0};
+  } else {
+    for (size_t i = 0; i < sizes.size(); ++i) inner_first[i] = sizes.size() - 1 - i;
+  }
+  std::vector<int64_t> strides(sizes.size());
+  int64_t running = 1;
+  for (size_t dim : inner_first) {
+    strides[dim] = running;
+    running *= sizes[dim];
+  }
+  return strides;
+}
+
+// allocations_by_numel rule: a fresh result with no elements takes the target's row-major strides, as
+// TorchNeuron allocates every result through empty_neuron (its kernels' empty results,
+// python_ops/torch_mlir/kernel.py _create_zeros_like_original; a host fallback's result moved back,
+// python_ops/to_copy.py). With no elements there is nothing to move: only the strides change.
+void lay_out_as_target(const at::Tensor& t) {
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(t.sizes(), target_strides(t.sizes(), at::MemoryFormat::Contiguous),
+                                                  t.storage_offset());
+}
+
 // A pooled host view: a CPU TensorImpl over an alias of a device tensor's storage that
 // takes the device tensor's metadata as it is. PyTorch computed that tensor's numel and
 // contiguity flags when its sizes were set, and they depend on sizes and strides alone:
@@ -643,6 +675,7 @@ class HostCall {
     for (c10::StorageImpl* s : cpu_inputs_) {
       if (s == t.storage().unsafeGetStorageImpl()) return t;  // a view of a genuine CPU input
     }
+    if (t.numel() == 0 && rule_on(kRuleAllocationsByNumel)) [[unlikely]] lay_out_as_target(t);
     if (info_.target_numerics) round_to_target(t);
     if (copy_inputs_) {
       // Explicit host fallback: the result is copied into fresh device memory.
@@ -917,10 +950,46 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   return empty_on(size, stride, c10::dtype_or_default(dtype), std::nullopt, index_of(device));
 }
 
+namespace {
+// allocations_by_numel rule: TorchNeuron's empty_strided_neuron gives a tensor a storage of its number
+// of elements (one element when it has none) whatever its strides. The allocation here holds the
+// strides' whole extent, so the CPU's kernels stay inside it; the storage's size is the target's, so
+// what reads it (storage().size(), as_strided's bounds check, a resize) sees the target's.
+at::Tensor empty_by_numel(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype,
+                          std::optional<at::MemoryFormat> memory_format) {
+  std::vector<int64_t> laid_out;
+  if (strides.empty()) {
+    laid_out = target_strides(sizes, memory_format.value_or(at::MemoryFormat::Contiguous));
+    strides = laid_out;
+  }
+  const size_t itemsize = c10::elementSize(dtype);
+  const size_t nbytes = static_cast<size_t>(std::max<int64_t>(c10::multiply_integers(sizes), 1)) * itemsize;
+  const size_t extent = at::detail::computeStorageNbytes(sizes, strides, itemsize);
+  if (extent > nbytes) [[unlikely]] {
+    TORCH_WARN_ONCE("aten::empty_strided: sizes ", sizes, " with strides ", strides, " reach ", extent / itemsize,
+                    " elements, but TorchNeuron gives a tensor a storage of its number of elements, ", nbytes / itemsize,
+                    " (csrc/aten/NeuronNativeFunctions.cpp, empty_strided_neuron): on the target its last elements "
+                    "lie past the allocation, and a view of them fails the storage bounds check. Next step: "
+                    "allocate the extent and take the view, torch.empty(", extent / itemsize,
+                    ", ...).as_strided(size, stride), or use the strides of a dense layout; a profile with "
+                    "allocations_by_numel = false keeps the CPU's storage (docs/device/fidelity.md).");
+  }
+  c10::Allocator* allocator = neuron_allocator();
+  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), nbytes,
+                                                             allocator->allocate(std::max(nbytes, extent)),
+                                                             allocator, /*resizable=*/true));
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                                   c10::scalarTypeToTypeMeta(dtype));
+  impl->set_sizes_and_strides(sizes, strides);
+  return at::Tensor(std::move(impl));
+}
+}  // namespace
+
 at::Tensor empty_on(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype,
                     std::optional<at::MemoryFormat> memory_format, c10::DeviceIndex index) {
   const c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
   return on_device(index, [&] {
+    if (rule_on(kRuleAllocationsByNumel)) return empty_by_numel(sizes, strides, dtype, memory_format);
     return at::Tensor(strides.empty()
                           ? at::detail::empty_generic(sizes, neuron_allocator(), keys, dtype, memory_format)
                           : at::detail::empty_strided_generic(sizes, strides, neuron_allocator(), keys, dtype));

@@ -315,6 +315,7 @@ enum Rule : int {
   kRuleCastsToIntRound = 2048,  // a device-to-device float -> int8/uint8/int16/int32 cast rounds to nearest
   kRuleCatOfEmptyTensors1d = 4096,  // cat of tensors that are all empty gives shape (0,)
   kRuleFallbackUnmarkedWritesLost = 8192,  // a host fallback's writes into unmarked arguments are dropped
+  kRuleAllocationsByNumel = 16384,  // empty/empty_strided: a storage of numel elements, row-major strides unclamped
 };
 // The range of the int32 tensors the target's torch-mlir kernel makes of int arguments.
 inline bool fits_int32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
