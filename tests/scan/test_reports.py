@@ -42,6 +42,8 @@ def test_json_report_is_versioned_and_lists_every_finding(project, ferry):
     assert report["meta"]["command"] == "ferry scan pkg --format json" and report["meta"]["created"]
     assert report["summary"]["fixes_applied"] is False
     assert [r["id"] for r in report["rules"]] == [r.id for r in RULES]
+    symptoms = {r["id"]: r["symptom"] for r in report["rules"]}  # what `ferry check` matches a failure against
+    assert symptoms.pop("TF006") == "No backend type associated with device type" and set(symptoms.values()) == {None}
     assert [(f["path"], f["line"], f["rule_id"]) for f in report["findings"]] == [
         ("pkg/a.py", 2, "TF001"), ("pkg/a.py", 3, "TF012"), ("pkg/b.py", 2, "TF003")]
     assert report["summary"]["open"] == {"info": 1, "warning": 1, "error": 1}

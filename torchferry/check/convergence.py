@@ -407,6 +407,13 @@ def caller_of(summary: Summary, trace: ModuleTrace) -> Summary | None:
     return None
 
 
+def module_allowance(ref: Summary, noise: Summary | None, floor: Floor) -> float:
+    """How far a module's figure may move from the reference's: ``NOISE_MULTIPLE`` x its distance in the noise run
+    (none given: no noise), never less than the floor, since even the same kernels may round one reduction's last bit
+    otherwise. The one formula of ``first_divergent`` (which locates) and ``module_outputs`` (which decides)."""
+    return max(NOISE_MULTIPLE * (ref.distance(noise) if noise is not None else 0.0), floor.rtol, floor.tol or 0.0)
+
+
 def _pairs(ref: list[Summary], target: list[Summary]) -> Iterator[tuple[Summary, Summary | None]]:
     by_name = {s.name: s for s in target}
     for r in ref:
@@ -429,9 +436,7 @@ def first_divergent(ref: ModuleTrace, target: ModuleTrace, noise: ModuleTrace | 
             if (r.numel == 0) != (t.numel == 0) and phase == "backward":
                 side = "the target" if t.numel == 0 else "the reference"
                 return Divergence(r, phase, math.inf, 0.0, f"it has no gradient on {side}")
-            n = noise_by_name.get(r.name)
-            allowed = max(NOISE_MULTIPLE * (r.distance(n) if n is not None and not exact else 0.0), floor.rtol,
-                          floor.tol or 0.0)
+            allowed = module_allowance(r, None if exact else noise_by_name.get(r.name), floor)
             if (d := r.distance(t)) > allowed:
                 return Divergence(r, phase, d, allowed, None, caller_of(r, ref))
     return None
@@ -546,10 +551,8 @@ def judge(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tolera
     if ref.steps != target.steps:
         notes.append(f"the reference made {ref.steps} optimizer steps, the target {target.steps}")
         failed.append(Comparison("optimizer steps", False, ComparisonStatus.FAIL_SHAPE))
-    if failed and ref.modules is not None and target.modules is not None:
-        divergence = first_divergent(ref.modules, target.modules, noise.modules if noise else None, exact, floor)
-        if divergence is not None:
-            result.first_divergent_module = divergence.comparison()
+    if failed:
+        result.first_divergent_module = _divergence(ref, noise, target, exact, floor)
     if any(c.status == ComparisonStatus.NON_FINITE for c in failed):
         result.status = ParityStatus.NON_FINITE
         step = next((i for i, v in enumerate(target.losses) if v is None or not math.isfinite(v)), None)
@@ -557,13 +560,25 @@ def judge(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tolera
                         f"(loss {target.losses[step] if step is not None else '?'}) where the reference's is finite")
     elif failed:
         result.status = ParityStatus.FAIL_ACCURACY
-        named = ", ".join(c.name + (f" (from {c.at})" if c.at else "") + (f" ({c.note})" if c.note else "")
-                          for c in failed)
-        notes.insert(0, f"{len(failed)} check(s) outside the {'exact' if exact else 'noise'} rule: {named}")
+        notes.insert(0, _outside_the_rule(failed, exact))
     else:
         result.status = ParityStatus.PASS
     result.notes = notes
     return result
+
+
+def _divergence(ref: Curves, noise: Curves | None, target: Curves, exact: bool, floor: Floor) -> Comparison | None:
+    """Where a failing run diverges first (``first_divergent``), as a comparison; None without module traces."""
+    if ref.modules is None or target.modules is None:
+        return None
+    divergence = first_divergent(ref.modules, target.modules, noise.modules if noise else None, exact, floor)
+    return divergence.comparison() if divergence is not None else None
+
+
+def _outside_the_rule(failed: list[Comparison], exact: bool) -> str:
+    """The note that leads a failed parity result: how many checks failed, each named with where and why."""
+    named = ", ".join(c.name + (f" (from {c.at})" if c.at else "") + (f" ({c.note})" if c.note else "") for c in failed)
+    return f"{len(failed)} check(s) outside the {'exact' if exact else 'noise'} rule: {named}"
 
 
 def judge_inference(ref: Curves, noise: Curves | None, target: Curves, exact: bool, tolerance: Tolerance,
@@ -583,13 +598,10 @@ def judge_inference(ref: Curves, noise: Curves | None, target: Curves, exact: bo
         failed.append(Comparison("calls of the model", False, ComparisonStatus.FAIL_SHAPE,
                                  note=f"{ref.forwards} on the reference, {target.forwards} on the target"))
         result.outputs.append(failed[-1])
-    if failed and ref.modules is not None and target.modules is not None:
-        divergence = first_divergent(ref.modules, target.modules, noise.modules if noise else None, exact, floor)
-        if divergence is not None:
-            result.first_divergent_module = divergence.comparison()
+    if failed:
+        result.first_divergent_module = _divergence(ref, noise, target, exact, floor)
     result.status = ParityStatus.FAIL_ACCURACY if failed else ParityStatus.PASS
-    result.notes = [f"{len(failed)} check(s) outside the {'exact' if exact else 'noise'} rule: "
-                    + ", ".join(c.name + (f" ({c.note})" if c.note else "") for c in failed)] if failed else []
+    result.notes = [_outside_the_rule(failed, exact)] if failed else []
     result.notes.append(f"inference: the script called its model {ref.forwards} times and never backward; parity is "
                         "judged on each module's output at its first call")
     return result
@@ -603,9 +615,7 @@ def module_outputs(ref: ModuleTrace, target: ModuleTrace, noise: ModuleTrace | N
     noise_by_name = {s.name: s for s in noise.forward} if noise is not None else {}
     judged = []
     for r, t in _pairs(ref.forward, target.forward):
-        n = noise_by_name.get(r.name)
-        allowed = 0.0 if exact else max(NOISE_MULTIPLE * (r.distance(n) if n is not None else 0.0), floor.rtol,
-                                         floor.tol or 0.0)
+        allowed = 0.0 if exact else module_allowance(r, noise_by_name.get(r.name), floor)
         d = math.inf if t is None else r.distance(t)
         passed = t is not None and (r.digest == t.digest if exact else d <= allowed)
         judged.append((d / allowed if allowed else (0.0 if passed else math.inf), d, allowed, r, passed))

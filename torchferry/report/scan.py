@@ -12,6 +12,8 @@ FORMAT_VERSION history of the JSON report (``meta.format = "torchferry.scan"``):
 - 4: files[].skipped (why a file was not scanned), summary.skipped.
 - 5: findings[].guard: the branch only CUDA takes that holds the finding (line, test, decided_by,
   flags, options, fallback_line), or null; a guarded finding's severity is below its rule's.
+- 6: rules[].symptom: the error a run raises away from the finding's line when the finding is its
+  cause (TF006: a "gloo" group chosen where CUDA is not fails in DDP's constructor), or null.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from enum import Enum
 from typing import Any
 
 FORMAT = "torchferry.scan"
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 
 
 class Severity(str, Enum):
@@ -78,6 +80,10 @@ class Rule:
     # The finding chooses where work runs (a device, a process-group backend): chosen only when the machine has CUDA
     # while the other branch picks the CPU, it is a silent CPU fallback and keeps the rule's severity.
     picks_device: bool = False
+    # What a run raises away from the finding's line when the finding is the cause (a "gloo" group chosen where CUDA
+    # is not fails at its first collective on an accelerator's tensors): a text of that error, "" = none known.
+    # `ferry check` names the finding as the cause of a failure whose message holds it.
+    symptom: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,6 +93,7 @@ class Rule:
             "summary": self.summary,
             "fix": self.fix,
             "safe_fix": self.safe_fix or None,
+            "symptom": self.symptom or None,
         }
 
 

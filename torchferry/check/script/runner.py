@@ -57,8 +57,6 @@ from torchferry.report.meta import Failure
 from torchferry.status import ExitStatus
 
 HARD_CODED = ("TF001", "TF002", "TF006")
-# the runtime error a finding of these rules causes away from its line: the finding is that failure's cause
-SYMPTOMS = {"TF006": "No backend type associated with device type"}
 OUTPUT_ENV = "TORCHFERRY_CHECK_OUTPUT"  # each run's own folder, for a script that chooses to write its outputs there  # ferry scan's rules for code that names CUDA and fails elsewhere
 GRACE_S = 10.0  # SIGTERM -> SIGKILL
 STALL_FACTOR, STALL_MIN_S = 3.0, 60.0  # a run after the reference stalls after max(3 x its whole run, 60 s) without a step
@@ -259,6 +257,7 @@ class ScriptPipeline:
         self.live: set[subprocess.Popen] = set()
         self.started = time.time()  # a file older than this in the script's folder is the user's
         self.folder = ScriptFolder(self.cwd, self.workdir)  # each run starts from the files the user had
+        self.symptoms: dict[str, str] = {}  # rule id -> the error its finding causes away from its line (scan report)
         data = piped_stdin()
         self.stdin = self.workdir / "stdin" if data is not None else None
         if self.stdin is not None:
@@ -444,21 +443,22 @@ class ScriptPipeline:
                        capture_output=True, timeout=self.cfg.timeout,
                        check=False, env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
         if out.is_file():
-            self.report.script.scan_findings = [f for f in json.loads(out.read_text())["findings"]
-                                                if f["rule_id"] in HARD_CODED]
+            scanned = json.loads(out.read_text())
+            self.report.script.scan_findings = [f for f in scanned["findings"] if f["rule_id"] in HARD_CODED]
+            self.symptoms = {r["id"]: r["symptom"] for r in scanned["rules"] if r.get("symptom")}
 
     def names_cuda(self, run: ChildRun) -> str | None:
         """When a run failed at a line `ferry scan` names as code that only CUDA runs (an error of its, not a guarded
-        branch), or with the error such a line causes later (``SYMPTOMS``: a "gloo" process group chosen where CUDA is
-        not fails at the first collective on the accelerator's tensors, in DDP's constructor), the portability failure
-        in words, with the scan's fix; else None."""
+        branch), or with the error such a line causes later (its rule's ``symptom`` in the scan's report: a "gloo"
+        process group chosen where CUDA is not fails at the first collective on the accelerator's tensors, in DDP's
+        constructor), the portability failure in words, with the scan's fix; else None."""
         record = run.failed_record()
         error = record.error if record else None
         if run.returncode == 0 or error is None or not error.file:
             return None
         at = [f for f in self.report.script.scan_findings if f.get("severity") == "error" and (
               Path(f["path"]).resolve() == Path(error.file).resolve() and f["line"] == error.line
-              or SYMPTOMS.get(f["rule_id"], "\0") in (error.message or ""))]
+              or self.symptoms.get(f["rule_id"], "\0") in (error.message or ""))]
         if not at:
             return None
         return (f"portability failure: the script names CUDA, so it cannot run on {run.device!r} unchanged: "

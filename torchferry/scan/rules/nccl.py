@@ -39,4 +39,7 @@ RULE = Rule(
     prefilter=r"(?i)nccl",
     tied_to_cuda=True,
     picks_device=True,
+    # torch.distributed's error when a group has no backend for the tensors' device: DDP's constructor raises it for
+    # a "gloo" group on an accelerator other than the CPU and CUDA, far from the line that chose "gloo"
+    symptom="No backend type associated with device type",
 )
