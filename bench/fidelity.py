@@ -39,8 +39,10 @@ that shares memory with an input let through), which the samples here never make
 given an index tensor on the host, `int_arguments_as_int32` only calls with a Python int beyond
 int32, and `casts_to_int_round` only casts between device tensors from a float to int8/uint8/int16/int32 of
 values that are not whole, `cat_of_empty_tensors_1d` only a cat whose tensors are all empty, and `fallback_unmarked_writes_lost` only
-BatchNorm's running statistics in training mode (the modules here run in eval mode), which the samples here (inputs on the device, small numbers, no casts of their
-own) never make; their tests are there too,
+BatchNorm's running statistics in training mode (the modules here run in eval mode), and `allocations_by_numel` only
+the strides of empty tensors made on the device and the storage size of a strided allocation, which the samples here
+(inputs on the device, small numbers, no casts of their own) never make or compare (the conformance tier below
+compares strides: unchanged with the rule on); their tests are there too,
 and the conformance tier (tests/conformance) runs every OpInfo sample with both on.
 
     python bench/fidelity.py                      # every OpInfo and ModuleInfo, 2 samples each per dtype
