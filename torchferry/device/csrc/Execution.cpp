@@ -955,6 +955,16 @@ namespace {
 // of elements (one element when it has none) whatever its strides. The allocation here holds the
 // strides' whole extent, so the CPU's kernels stay inside it; the storage's size is the target's, so
 // what reads it (storage().size(), as_strided's bounds check, a resize) sees the target's.
+// Whether TorchNeuron's allocation differs from the CPU's: a tensor with no elements (its strides, and a storage of
+// one element), or strides whose reach is not the tensor's elements (a padded or overlapping layout). Every other
+// allocation is the CPU's there too, and takes its path here (one product of the sizes more).
+bool allocated_otherwise(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype) {
+  const int64_t numel = c10::multiply_integers(sizes);
+  if (numel == 0) return true;
+  const size_t itemsize = c10::elementSize(dtype);
+  return !strides.empty() && at::detail::computeStorageNbytes(sizes, strides, itemsize) != numel * itemsize;
+}
+
 at::Tensor empty_by_numel(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype,
                           std::optional<at::MemoryFormat> memory_format) {
   std::vector<int64_t> laid_out;
@@ -989,7 +999,9 @@ at::Tensor empty_on(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::Scalar
                     std::optional<at::MemoryFormat> memory_format, c10::DeviceIndex index) {
   const c10::DispatchKeySet keys(c10::DispatchKey::PrivateUse1);
   return on_device(index, [&] {
-    if (rule_on(kRuleAllocationsByNumel)) return empty_by_numel(sizes, strides, dtype, memory_format);
+    if (rule_on(kRuleAllocationsByNumel) && allocated_otherwise(sizes, strides, dtype)) [[unlikely]] {
+      return empty_by_numel(sizes, strides, dtype, memory_format);
+    }
     return at::Tensor(strides.empty()
                           ? at::detail::empty_generic(sizes, neuron_allocator(), keys, dtype, memory_format)
                           : at::detail::empty_strided_generic(sizes, strides, neuron_allocator(), keys, dtype));
