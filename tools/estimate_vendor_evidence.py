@@ -13,7 +13,9 @@ in) and counts the failing tests, and failing test functions, whose name carries
 - memory_format: `channels_last`, `memory_format1`, or a test named `..._memory_format`; and
   `test_channel_shuffle`, whose name carries no format but whose body calls
   `x.contiguous(memory_format=torch.channels_last)` (and `channels_last_3d`) on a device tensor,
-  which the rule refuses (run on the device; session i27e);
+  which the rule refuses (run on the device; session i27e); `test_view_copy_output_contiguous` and
+  `test_conv_empty_input` (issue 46), whose bodies call `x.to(memory_format=torch.channels_last)` and
+  `conv.to(memory_format=...)` on device tensors, which TorchNeuron's `_to_copy` refuses too;
 - complex_dtypes: `complex` (complex32/64/128), or one of the tests whose body runs a natively
   run op on a complex tensor though its name carries no dtype: `test_zeros` (complex64 and
   complex32 zeros), `test_ones` (chalf), `test_eye`, `test_cat_all_dtypes_and_devices`,
@@ -172,7 +174,8 @@ from pathlib import Path
 
 SPEC = "tests/pytorch_tests/specs/aten_spec.json"
 PATTERNS = {
-    "memory_format": re.compile(r"channels_last|memory_format1|_memory_format_neuron|^test_channel_shuffle_neuron$"),
+    "memory_format": re.compile(r"channels_last|memory_format1|_memory_format_neuron|^test_channel_shuffle_neuron$"
+                                r"|^test_view_copy_output_contiguous_neuron$|^test_conv_empty_input_neuron_"),
     "complex_dtypes": re.compile(
         r"complex(32|64|128)?|^test_(zeros|ones|eye|cat_all_dtypes_and_devices|fill_all_dtypes_and_devices|roll"
         r"|block_diag|block_diag_scipy|full_like_inference|conj_view_with_shared_memory"

@@ -50,6 +50,37 @@ def test_channels_last_allocation_clone_move_and_plain_contiguous_stay_allowed(n
     assert torch.equal(d.permute(0, 2, 3, 1).contiguous().cpu(), x.permute(0, 2, 3, 1).contiguous())
 
 
+@pytest.mark.parametrize("call", ["device tensor", "move from the cpu", "module on the device"])
+def test_to_in_channels_last_is_refused_as_torchneurons_to_copy_refuses_it(neuron, call):
+    """TorchNeuron's _to_copy validates the format whenever the device is either end, and its build does not
+    fall back for an op it implements: DDP's test_channels_last_contig fails there with this error."""
+    import torch
+
+    cl = torch.channels_last
+    calls = {"device tensor": lambda: torch.randn(2, 3, 4, 5, device="neuron").to(memory_format=cl),
+             "move from the cpu": lambda: torch.randn(2, 3, 4, 5).to("neuron", memory_format=cl),
+             "module on the device": lambda: torch.nn.Conv2d(3, 4, 3).to("neuron").to(memory_format=cl)}
+    with pytest.raises(RuntimeError) as error:
+        calls[call]()
+    message = str(error.value)
+    assert "CPU fallback disabled because TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1" in message
+    assert "aten::_to_copy: Neuron tensors only support contiguous or preserve memory format" in message
+    assert "x.clone(memory_format=torch.channels_last)" in message and "memory_format = false" in message
+
+
+def test_clean_twins_of_to_an_empty_tensor_one_in_the_format_and_plain_moves_pass(neuron):
+    import torch
+
+    cl = torch.channels_last
+    assert torch.empty(0, 3, 4, 5, device="neuron").to(memory_format=cl).numel() == 0  # answered before the check
+    already = torch.empty(2, 3, 4, 5, device="neuron", memory_format=cl)
+    assert already.to(memory_format=cl) is already  # Tensor.to returns it before _to_copy
+    x = torch.randn(2, 3, 4, 5)
+    assert torch.equal(x.to("neuron").to(torch.float64).cpu(), x.double())  # dtypes, devices: no format
+    assert torch.equal(x.to(memory_format=cl).to("neuron").cpu(), x)  # converted on the CPU, moved without one
+    torch.randn(2, 3, 4, 5).to(memory_format=cl)  # the CPU's twin passes
+
+
 def test_a_profile_without_the_memory_format_rule_lets_channels_last_through(rules):
     import torch
 
@@ -57,6 +88,8 @@ def test_a_profile_without_the_memory_format_rule_lets_channels_last_through(rul
     x = torch.randn(2, 3, 4, 5)
     out = x.to("neuron").contiguous(memory_format=torch.channels_last)
     assert out.is_contiguous(memory_format=torch.channels_last) and torch.equal(out.cpu(), x)
+    moved = x.to("neuron", memory_format=torch.channels_last)
+    assert moved.is_contiguous(memory_format=torch.channels_last) and torch.equal(moved.cpu(), x)
 
 
 def test_contiguous_counts_as_the_native_op_not_as_its_clone(tracked):

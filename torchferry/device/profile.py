@@ -31,9 +31,13 @@ NUMERICS_MODES = ("target", "host")
 # rule of the compile backend or the process group, read in Python (`target.rule_on`), not by the core.
 RULES = {
     "memory_format": (1, "Tensor.contiguous(memory_format=channels_last or channels_last_3d) on a device "
-                      "tensor raises; creating and cloning in channels_last stay allowed",
+                      "tensor raises, and so does Tensor.to / Module.to with such a format where the device is "
+                      "either end (a move from the CPU included); creating and cloning in channels_last stay allowed",
                       "torch_neuronx/python_ops/cast_policy.py (validate_neuron_memory_format), "
-                      "python_ops/contiguous.py, csrc/core/NeuronBindings.cpp (contiguous_autograd_neuron)"),
+                      "python_ops/contiguous.py, csrc/core/NeuronBindings.cpp (contiguous_autograd_neuron), "
+                      "python_ops/to_copy.py (ToCopyNeuronImpl), _build_config.py (no fallback for an op it "
+                      "implements); tests/operations/test_to_copy_basic.py, tests/pytorch_tests/specs/ddp_spec.json "
+                      "(test_channels_last_contig: 'aten::_to_copy - RuntimeError: CPU fallback disabled')"),
     "complex_dtypes": (2, "ops the target compiles raise on complex device tensors; copies, views and "
                        "host fallbacks work", "tests/pytorch_tests/failing_test_methods/*.json (complex variants "
                        "listed failing), tests/pytorch_tests/specs/aten_spec.json ('Complex data types are not "

@@ -34,6 +34,7 @@
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/_to_copy_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DispatchKeySet.h>
@@ -1146,6 +1147,11 @@ bool narrowed_by_layout_kernel(const at::Tensor& t) {
       t.is_contiguous()) {
     return false;
   }
+  // Tracing tensors (Dynamo's fakes, functional wrappers) have no bytes: a compiled graph's numerics are
+  // compile/numerics.py's business.
+  if (t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}))) {
+    return false;
+  }
   return is_permuted_row_major(t.sizes(), t.strides()) || is_broadcast(t.sizes(), t.strides()) ||
          is_slice_of_one_axis(t);
 }
@@ -1286,6 +1292,34 @@ at::Tensor contiguous(const at::Tensor& self, at::MemoryFormat memory_format) {
     recycle_host_view(host);
   }
   return result;
+}
+
+// `Tensor.to(memory_format=channels_last)` (and `Module.to(memory_format=...)`): TorchNeuron's `_to_copy`
+// (python_ops/to_copy.py, ToCopyNeuronImpl, registered for PrivateUse1, which takes moves to the device as well as
+// copies of device tensors) validates the format first whenever the device is either end, as its `contiguous` does
+// (cast_policy.py validate_neuron_memory_format), and its build falls back to the CPU only for unimplemented ops
+// (_build_config.py's DEV default, which torch_neuronx/__init__.py sets), so the failure reaches the caller: its own
+// tests/operations/test_to_copy_basic.py expects `cpu_tensor.to("neuron:0", memory_format=torch.channels_last)` to
+// raise, and its CI lists DDP's test_channels_last_contig as failing with "aten::_to_copy - RuntimeError: CPU
+// fallback disabled" (tests/pytorch_tests/specs/ddp_spec.json). An empty tensor is answered before the validation
+// (OperationImplementation.execute's empty-tensor path), and a tensor already in the format never reaches
+// `_to_copy` (Tensor.to returns it). Otherwise PyTorch's own kernel, as before.
+at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                   std::optional<at::Device> device, std::optional<bool> pin_memory, bool non_blocking,
+                   std::optional<at::MemoryFormat> memory_format) {
+  if (memory_format && (*memory_format == at::MemoryFormat::ChannelsLast ||
+                        *memory_format == at::MemoryFormat::ChannelsLast3d) &&
+      rule_on(kRuleMemoryFormat) && self.numel() > 0 && !self.unsafeGetTensorImpl()->is_python_dispatch()) {
+    std::ostringstream details;
+    details << "ToCopyNeuronImpl: aten::_to_copy: Neuron tensors only support contiguous or preserve memory format "
+            << "(got " << *memory_format << " for a tensor on " << self.device()
+            << "; TorchNeuron's python_ops/to_copy.py). Next step: keep the default format for tensors and "
+               "modules on the device (TorchNeuron moves and copies them row-major), or make a channels-last copy of "
+               "a device tensor with x.clone(memory_format=torch.channels_last), which it allows; a profile with "
+               "memory_format = false lets .to(memory_format=...) through (docs/device/fidelity.md)";
+    TORCH_CHECK(false, fallback_disabled_message("aten::_to_copy", /*executed=*/true, "ToCopyNeuronImpl", details.str()));
+  }
+  return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format);
 }
 
 }  // namespace torchferry

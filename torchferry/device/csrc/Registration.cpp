@@ -123,9 +123,11 @@ TORCH_LIBRARY_IMPL(aten, AutogradPrivateUse1, m) {
   m.impl("contiguous", TORCH_FN(contiguous));
 }
 
-// Also below autograd (inference mode), as TorchNeuron's PrivateUse1 registration.
+// Also below autograd (inference mode), as TorchNeuron's PrivateUse1 registration; `_to_copy` there only
+// (its autograd formula stays PyTorch's), as TorchNeuron registers it.
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("contiguous", TORCH_FN(contiguous));
+  m.impl("_to_copy", TORCH_FN(to_copy));
 }
 
 namespace {

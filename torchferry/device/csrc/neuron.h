@@ -236,6 +236,10 @@ void refuse_fused_rnn_cell(const c10::OperatorHandle& op, torch::jit::Stack* sta
 at::Tensor dropout(const at::Tensor& input, double p, bool train);
 // Tensor.contiguous(memory_format): TorchNeuron's own kernel, which refuses channels_last.
 at::Tensor contiguous(const at::Tensor& self, at::MemoryFormat memory_format);
+// Tensor.to's copy (`_to_copy`): TorchNeuron's refuses a channels-last format for a device tensor.
+at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
+                   std::optional<at::Device> device, std::optional<bool> pin_memory, bool non_blocking,
+                   std::optional<at::MemoryFormat> memory_format);
 
 // ---- Target.cpp ----------------------------------------------------------
 // What the target does with each op (from the device profile) and its accounting.
