@@ -6,8 +6,8 @@ Each script is tiny and written the way the PyTorch examples and user code are w
 its GroupNorm twin, bfloat16 autocast, torch.compile(model), LoRA through Accelerate and PEFT, a diffusers UNet, a
 best-model checkpoint, a VAE (sampling in forward), a word-level Transformer language model (the model saved whole
 through an open file, its device taken as a flag), a script whose CUDA mentions are guarded, a DataLoader with a short
-last batch, a planted accelerator-only bug with its clean twin, a script that resumes from its own checkpoint, and a
-generation loop (inference) with a planted bug of its own.
+last batch, a planted accelerator-only bug with its clean twin, a script that resumes from its own checkpoint, a
+generation loop (inference) with a planted bug of its own, and torchvision's --channels-last flag.
 """
 
 from __future__ import annotations
@@ -163,6 +163,18 @@ def test_a_planted_accelerator_only_bug_in_inference_is_no_go_naming_the_users_m
     module = report["parity"]["first_divergent_module"]
     assert module["name"] == "blocks.0.attn.out", module
     assert f"called by blocks.0.attn (Attention at {USERS / 'generate_lm.py'}:" in module["at"], module["at"]
+
+
+def test_a_model_moved_to_channels_last_on_the_device_is_no_go_naming_the_line_and_the_fix(tmp_path):
+    """torchvision's classification reference converts the model on the device with --channels-last; TorchNeuron's
+    _to_copy refuses the format and its build does not fall back (it ran clean here before issue 46). Without the
+    flag the same script is the clean twin (tests/device/test_target_rules.py runs its calls)."""
+    code, out, err, report = check(tmp_path, str(USERS / "cnn_channels_last.py"), "--channels-last")
+    assert code == 3, out + err
+    verdict_line = next(line for line in out.splitlines() if line.startswith("verdict:"))
+    assert verdict_line.startswith("verdict: NO-GO: parity: fail_to_run: failed (RuntimeError) at ")
+    assert "cnn_channels_last.py:16: model = model.to(memory_format=torch.channels_last)" in verdict_line
+    assert "x.clone(memory_format=torch.channels_last)" in verdict_line
 
 
 @pytest.mark.multiproc
