@@ -74,6 +74,9 @@ CASES = {
     # log1p has no kernel in TorchNeuron's table (trn2_ops.toml); log has one
     "TF028": ("import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return x.log1p()\n",
               "import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return (1 + x).log()\n"),
+    # a channels-last copy by .to: refused there; the same layout made by clone on the device is allowed
+    "TF029": ("import torch\nmodel = model.to(memory_format=torch.channels_last)\n",
+              "import torch\nx = x.clone(memory_format=torch.channels_last)\n"),
 }
 
 
@@ -176,3 +179,16 @@ def test_the_rules_about_cuda_only_code_are_tf001_to_tf018_and_three_pick_the_de
     """docs/scan.md, "Code only CUDA runs": these rules' findings drop below their severity where only CUDA runs."""
     assert [r.id for r in RULES if r.tied_to_cuda] == [f"TF{n:03d}" for n in range(1, 19)]
     assert [r.id for r in RULES if r.picks_device] == ["TF001", "TF002", "TF006"]
+
+
+@pytest.mark.parametrize("code, found", [
+    ("import torch\nx.contiguous(memory_format=torch.channels_last_3d)\n", ["TF029"]),
+    ("import torch\nx.contiguous(torch.channels_last)\n", ["TF029"]),
+    ("from torch import channels_last\nimages.to(device, non_blocking=True, memory_format=channels_last)\n", ["TF029"]),
+    ("import torch\nx.to(memory_format=torch.contiguous_format)\n", []),
+    ("import torch\ny = torch.empty(2, 3, 4, 5, memory_format=torch.channels_last)\n", []),
+    ("import torch\nfmt = torch.channels_last\nprint(fmt)\n", []),
+])
+def test_channels_last_copies_are_found_by_method_and_format(code, found, rule_ids):
+    """TF029 flags the two copies TorchNeuron refuses in that format; other formats, allocations and mentions stay quiet."""
+    assert rule_ids(code) == found

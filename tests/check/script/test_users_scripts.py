@@ -167,8 +167,8 @@ def test_a_planted_accelerator_only_bug_in_inference_is_no_go_naming_the_users_m
 
 def test_a_model_moved_to_channels_last_on_the_device_is_no_go_naming_the_line_and_the_fix(tmp_path):
     """torchvision's classification reference converts the model on the device with --channels-last; TorchNeuron's
-    _to_copy refuses the format and its build does not fall back (it ran clean here before issue 46). Without the
-    flag the same script is the clean twin (tests/device/test_target_rules.py runs its calls)."""
+    _to_copy refuses the format and its build does not fall back. Without the flag the same script is the clean twin
+    (tests/device/test_target_rules.py runs its calls)."""
     code, out, err, report = check(tmp_path, str(USERS / "cnn_channels_last.py"), "--channels-last")
     assert code == 3, out + err
     verdict_line = next(line for line in out.splitlines() if line.startswith("verdict:"))

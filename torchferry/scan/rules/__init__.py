@@ -8,6 +8,7 @@ from torchferry.report.scan import Rule
 from torchferry.scan.rules import (
     amp_autocast,
     bf16_grad_scaler,
+    channels_last_copy,
     compile_dynamic,
     compile_mode,
     compile_shape_churn,
@@ -65,5 +66,6 @@ RULES: tuple[Rule, ...] = (
     fused_rnn.RULE,
     state_dict_save.RULE,
     predicted_fallback.RULE,
+    channels_last_copy.RULE,
 )
 RULES_BY_ID = {rule.id: rule for rule in RULES}
