@@ -1055,16 +1055,6 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size, c10::Int
 }
 
 namespace {
-std::vector<int64_t> row_major_strides(c10::IntArrayRef sizes) {
-  std::vector<int64_t> strides(sizes.size());
-  int64_t running = 1;
-  for (size_t i = sizes.size(); i-- > 0;) {
-    strides[i] = running;
-    running *= sizes[i];
-  }
-  return strides;
-}
-
 // A permutation of a row-major layout (contiguous_transpose.py, compute_permutation_for_contiguous):
 // positive strides that, with the axes sorted by stride (the larger span first on ties), are the
 // row-major strides of the sorted sizes.
@@ -1079,7 +1069,7 @@ bool is_permuted_row_major(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
   });
   std::vector<int64_t> sorted_sizes(n);
   for (size_t i = 0; i < n; ++i) sorted_sizes[i] = sizes[order[i]];
-  const std::vector<int64_t> expected = row_major_strides(sorted_sizes);
+  const std::vector<int64_t> expected = target_strides(sorted_sizes, at::MemoryFormat::Contiguous);
   for (size_t i = 0; i < n; ++i) {
     if (strides[order[i]] != expected[i]) return false;
   }
@@ -1123,7 +1113,7 @@ bool is_slice_of_one_axis(const at::Tensor& t) {
     if (sliced_axis >= 0 || strides[axis] % inner != 0 || strides[axis] / inner <= sizes[axis + 1]) return false;
     std::vector<int64_t> base_sizes(sizes.begin(), sizes.end());
     base_sizes[axis + 1] = strides[axis] / inner;
-    if (row_major_strides(base_sizes) != std::vector<int64_t>(strides.begin(), strides.end())) return false;
+    if (target_strides(base_sizes, at::MemoryFormat::Contiguous) != std::vector<int64_t>(strides.begin(), strides.end())) return false;
     sliced_axis = static_cast<int64_t>(axis) + 1;
     base_size = base_sizes[axis + 1];
   }
