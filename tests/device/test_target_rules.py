@@ -123,7 +123,51 @@ def test_a_complex_dtype_argument_of_a_compiled_op_is_refused_and_a_copy_to_it_t
                lambda: x.sum(dtype=torch.complex64)):
         with pytest.raises(ValueError, match="Unsupported PyTorch dtype: torch.complex64"):
             op()
-    assert x.to(torch.complex64).dtype == torch.complex64  # a copy: TorchNeuron's copy kernels take it
+    assert x.cpu().to(torch.complex64).to("neuron").dtype == torch.complex64  # a move: TorchNeuron's copies take it
+
+
+@pytest.mark.parametrize(("cast", "pair"), [
+    ("x.to(torch.complex64)", "torch.float32 to torch.complex64"),
+    ("x.to(torch.complex128)", "torch.float32 to torch.complex128"),
+    ("c.to(torch.float32)", "torch.complex64 to torch.float32"),
+    ("c.to(torch.complex128)", "torch.complex64 to torch.complex128"),
+    ("c.clone().copy_(x)", "torch.float32 to torch.complex64"),  # copy_ into a contiguous tensor
+    ("c.clone().copy_(x.t().contiguous().t())", "torch.float32 to torch.complex64"),  # a strided source
+])
+def test_a_device_to_device_cast_with_a_complex_end_is_refused_as_its_compiled_cast(neuron, cast, pair):
+    import torch
+
+    x = torch.randn(3, 4, device="neuron")
+    c = torch.randn(3, 4, dtype=torch.complex64).to("neuron")
+    with pytest.raises(RuntimeError, match="CPU fallback disabled") as error:
+        eval(cast, {"torch": torch, "x": x, "c": c})
+    assert pair in str(error.value) and "device_cast_neuron_to_neuron" in str(error.value)
+    assert "x.cpu().to(" in str(error.value)  # the fix
+
+
+def test_a_module_moved_to_a_complex_dtype_on_the_device_is_refused(neuron):
+    import torch
+
+    # PyTorch's test_to_complex, listed failing on Trainium in its float32, complex64 and complex128 variants
+    m = torch.nn.Linear(3, 5).to("neuron")
+    with pytest.raises(RuntimeError, match="aten::_to_copy failed to execute on Neuron"):
+        m.to(torch.cfloat)
+
+
+def test_complex_casts_trainium_runs_off_its_compiler_twin_pass(neuron):
+    import torch
+
+    x = torch.randn(3, 4, dtype=torch.float64)
+    c = torch.randn(3, 4, dtype=torch.complex64)
+    on = c.to("neuron")
+    assert torch.equal(x.to("neuron").to(torch.complex128).cpu(), x.to(torch.complex128))  # 64-bit: a CPU bounce
+    assert torch.equal(x.to(torch.complex64).to("neuron").cpu(), x.to(torch.complex64))  # cast on the CPU, moved
+    assert torch.equal(on.cpu().to(torch.float32), c.real)  # moved back, cast on the CPU
+    assert torch.equal(on.to(torch.complex64).cpu(), c)  # no cast
+    view = on.clone()
+    view.real.copy_(torch.ones(3, 4, device="neuron"))  # a strided destination: cast on the host there
+    assert torch.equal(view.cpu().real, torch.ones(3, 4))
+    assert torch.empty(0, device="neuron").to(torch.complex64).dtype == torch.complex64  # nothing to cast
 
 
 def test_complex_copies_views_and_real_views_twin_pass(neuron):
@@ -168,6 +212,7 @@ def test_profiles_without_the_dtype_rules_compute_complex_and_unsigned(rules):
     rules(complex_dtypes=False, unsigned_dtypes=False)
     c = torch.randn(4, dtype=torch.complex64)
     assert torch.equal((c.to("neuron") * c.to("neuron")).cpu(), c * c)
+    assert torch.equal(c.real.to("neuron").to(torch.complex64).cpu(), c.real.to(torch.complex64))  # a device cast
     u = torch.arange(4).to(torch.uint32)  # the CPU has few uint32 kernels: cat is one
     assert torch.equal(torch.cat([u.to("neuron"), u.to("neuron")]).cpu(), torch.cat([u, u]))
 

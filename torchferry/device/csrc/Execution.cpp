@@ -1157,6 +1157,20 @@ void copy_on_host(const at::Tensor& src, const at::Tensor& dst, bool rounded = f
   recycle_host_view(host_src);
   recycle_host_view(host_dst);
 }
+// complex_dtypes rule: a cast between device tensors TorchNeuron compiles (python_ops/cast_policy.py
+// write_neuron_to_neuron: dtypes that differ, neither float64 nor int64, which bounce through the CPU) with a
+// complex dtype at either end. `_to_copy` always writes a fresh contiguous tensor that way; `copy_` does when its
+// destination is contiguous (python_ops/copy.py CopyNeuronImpl._copy_neuron_to_neuron; into a strided view it
+// writes through _write_to_noncontiguous_neuron, whose CPU path casts on the host). An empty tensor is answered
+// before any kernel (OperationImplementation.execute's empty-tensor path); tracing tensors have no bytes.
+bool casts_complex_on_device(const at::Tensor& src, at::ScalarType to) {
+  const at::ScalarType from = src.scalar_type();
+  if (from == to || !(at::isComplexType(from) || at::isComplexType(to))) return false;
+  if (from == at::kDouble || from == at::kLong || to == at::kDouble || to == at::kLong) return false;
+  return rule_on(kRuleComplex) && is_neuron(src) && src.numel() > 0 &&
+         !src.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+}
+
 // casts_to_int_round rule: the casts TorchNeuron runs on the device (32 bits or fewer, python_ops/cast_policy.py)
 // from a float to an integer type other than bool.
 bool rounds_to_int(at::ScalarType from, at::ScalarType to) {
@@ -1173,6 +1187,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool /*non_b
   count_op(op);
   // .cpu(), .tolist(), .numpy() and printing wait for the device: a host sync.
   if (dst.device().type() != kNeuron) count_sync("aten::_copy_from (device to host)");
+  if (is_neuron(dst) && dst.is_contiguous() && casts_complex_on_device(self, dst.scalar_type())) [[unlikely]] {
+    throw_complex_device_cast(self.scalar_type(), dst.scalar_type(), "aten::copy_", "CopyNeuronImpl");
+  }
   const bool rounds = is_neuron(self) && is_neuron(dst) && rounds_to_int(self.scalar_type(), dst.scalar_type()) &&
                       rule_on(kRuleCastsToIntRound);
   const bool narrowed = self.scalar_type() == dst.scalar_type() && narrowed_by_layout_kernel(self);
@@ -1293,7 +1310,8 @@ at::Tensor contiguous(const at::Tensor& self, at::MemoryFormat memory_format) {
 // raise, and its CI lists DDP's test_channels_last_contig as failing with "aten::_to_copy - RuntimeError: CPU
 // fallback disabled" (tests/pytorch_tests/specs/ddp_spec.json). An empty tensor is answered before the validation
 // (OperationImplementation.execute's empty-tensor path), and a tensor already in the format never reaches
-// `_to_copy` (Tensor.to returns it). Otherwise PyTorch's own kernel, as before.
+// `_to_copy` (Tensor.to returns it). A cast between device tensors with a complex end is refused too
+// (complex_dtypes rule, `casts_complex_on_device`). Otherwise PyTorch's own kernel, as before.
 at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, std::optional<at::Layout> layout,
                    std::optional<at::Device> device, std::optional<bool> pin_memory, bool non_blocking,
                    std::optional<at::MemoryFormat> memory_format) {
@@ -1308,6 +1326,10 @@ at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, 
                "a device tensor with x.clone(memory_format=torch.channels_last), which it allows; a profile with "
                "memory_format = false lets .to(memory_format=...) through (docs/device/fidelity.md)";
     TORCH_CHECK(false, fallback_disabled_message("aten::_to_copy", /*executed=*/true, "ToCopyNeuronImpl", details.str()));
+  }
+  const at::ScalarType to = dtype.value_or(self.scalar_type());
+  if (device.value_or(self.device()).type() == kNeuron && casts_complex_on_device(self, to)) [[unlikely]] {
+    throw_complex_device_cast(self.scalar_type(), to, "aten::_to_copy", "ToCopyNeuronImpl");
   }
   return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format);
 }

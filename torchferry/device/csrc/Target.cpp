@@ -489,6 +489,22 @@ void warn_empty_zeros(const OpInfo& info, bool dtype_changed) {
                 "computes (docs/device/fidelity.md).");
 }
 
+void throw_complex_device_cast(at::ScalarType from, at::ScalarType to, const std::string& op,
+                               const std::string& implementation) {
+  TORCH_CHECK(false,
+              fallback_disabled_message(
+                  op, /*executed=*/true, implementation,
+                  implementation + ": a cast of a device tensor from " + python_name(from) + " to " + python_name(to) +
+                      " into a device tensor runs on the device as a compiled program (TorchNeuron's "
+                      "python_ops/cast_policy.py write_neuron_to_neuron: only float64 and int64 bounce through the "
+                      "CPU; other casts go to device_cast.py device_cast_neuron_to_neuron, a torch-mlir kernel), "
+                      "and its compiled programs take no complex dtype (its CI lists PyTorch's test_to_complex "
+                      "failing in every variant: tests/pytorch_tests/failing_test_methods/TestNNDeviceType.json). "
+                      "Next step: cast on the CPU and move the result (x.cpu().to(" + python_name(to) + ").to(\"neuron\")), "
+                      "or keep real tensors on the device (torch.view_as_real); a profile with complex_dtypes = false "
+                      "lets the cast through (docs/device/fidelity.md)"));
+}
+
 std::string fallback_disabled_message(const std::string& op, bool executed, const std::string& implementation,
                                       const std::string& details) {
   return "CPU fallback disabled because TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1. Operation " + op +

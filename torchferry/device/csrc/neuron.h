@@ -354,6 +354,10 @@ bool rule_on(Rule rule);
 bool target_numerics_on();
 // TorchNeuron's error for a dtype its tables lack, with the way out.
 [[noreturn]] void throw_unsupported_dtype(const OpInfo& info, at::ScalarType type);
+// TorchNeuron's error for a device-to-device cast to or from a complex dtype, which it compiles (`op`, run by
+// `implementation`: aten::_to_copy or aten::copy_).
+[[noreturn]] void throw_complex_device_cast(at::ScalarType from, at::ScalarType to, const std::string& op,
+                                            const std::string& implementation);
 // TorchNeuron's error for a host fallback's out= tensor that its result would resize.
 [[noreturn]] void throw_fallback_out_resize(const OpInfo& info, const at::Tensor& out, const at::Tensor& result);
 // While alive, the op the target runs as one native kernel (`op`, counted once with its
