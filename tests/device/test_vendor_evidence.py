@@ -240,8 +240,8 @@ def _ctc_loss_of_a_tiled_input(x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.filterwarnings("ignore:aten..clamp_min is a known issue")  # ctc_loss's; another prediction
 def test_nn_gradchecks_on_float64_device_tensors_fail_only_where_float64_computes_as_float32(
         numerics, mode: str, fn, shape):
-    """test_pad (float64), test_ctc_loss and test_softplus_low_threshold run gradcheck on float64 device
-    tensors; with TorchNeuron's numerics the finite differences are taken in float32 and the check
+    """test_ctc_loss and test_softplus_low_threshold run gradcheck on float64 device tensors (F.pad's is the
+    same mechanism on a host-fallback-free op); with TorchNeuron's numerics the finite differences are taken in float32 and the check
     fails, with host numerics it passes."""
     numerics(mode)
     torch.manual_seed(1)
@@ -489,7 +489,8 @@ def _estimator():
     ("test_upsamplingNearest3d_memory_format0_mode_nearest_neuron", "narrowing_64bit"),
     ("test_upsamplingNearest1d_mode_nearest-exact_neuron", "narrowing_64bit"),
     ("test_upsamplingNearest2d_memory_format1_mode_nearest_neuron", "memory_format"),
-    ("test_pad_neuron_float64", "narrowing_64bit"),
+    ("test_pad_neuron_float64", None),  # run (tools/run_vendor_classes.py): no gradcheck in it, passes here
+    ("test_threshold_inplace_overlap_neuron", None),  # expects no error: threshold_ is idempotent
     ("test_ctc_loss_neuron", "narrowing_64bit"),
     ("test_softplus_low_threshold_neuron", "narrowing_64bit"),
     ("test_invalid_reduction_strings_neuron", "complex_dtypes"),
