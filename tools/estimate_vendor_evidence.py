@@ -81,8 +81,7 @@ in) and counts the failing tests, and failing test functions, whose name carries
   expanded `out=` goes through on the device, run there); `hardswish_`, `softshrink.out` and
   `linspace.out`/`logspace.out` (`test_linlogspace_mem_overlap`) are predicted host fallbacks,
   where the device keeps the CPU's error (why Trainium raises none there is uncertain:
-  docs/device/fidelity.md). `test_threshold_inplace_overlap` (listed) expects no error (threshold is
-  idempotent) and passes on the device (run: tools/run_vendor_classes.py): not counted.
+  docs/device/fidelity.md).
 
 Tests the device fails by a mechanism outside [rules] (`MODELLED`). Each pattern names only
 listed tests whose PyTorch source (read in the test-source corpus, reconstructed for the

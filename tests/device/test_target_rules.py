@@ -288,10 +288,11 @@ def test_a_rule_that_is_not_a_boolean_or_not_known_is_rejected_with_its_line(tmp
             load_profile(path)
 
 
-def test_the_shipped_profile_turns_every_rule_on_and_each_rule_names_its_source():
+def test_the_shipped_profile_turns_every_rule_on_but_the_one_it_documents_off_and_each_rule_names_its_source():
     from torchferry.device.profile import RULES, load_profile
 
-    assert load_profile("trn2").rules == dict.fromkeys(RULES, True)
+    off = {"compiled_strided_writes_fail"}  # false alarms where results keep the CPU's strides (fidelity.md)
+    assert load_profile("trn2").rules == {rule: rule not in off for rule in RULES}
     assert all(source for _, _, source in RULES.values())
 
 
@@ -935,3 +936,59 @@ def test_a_profile_without_the_allocation_rule_keeps_the_cpus_strides_and_storag
     assert torch.empty(5, 0, 3, device="neuron").stride() == (3, 3, 1)
     assert torch.empty(0, device="neuron").untyped_storage().nbytes() == 0
     assert torch.empty_strided((2, 3), (5, 1), device="neuron").untyped_storage().nbytes() == 8 * 4
+
+
+# ------------------------------------------------------------------ compiled_strided_writes_fail
+@pytest.mark.parametrize("write", [
+    "x[:, 0].fill_(1)",  # a column: stride 4
+    "x.t().mul_(2)",  # a transposed tensor
+    "x[:, 1:].add_(1)",  # a slice of the last axis
+    "torch.nn.init.zeros_(x[:, 0])",
+    "torch.relu_(x.t())",  # the boxed path (no unboxed kernel)
+    "torch.add(torch.ones(3, 2, device='neuron'), 1, out=x[:, :2])",  # an out= of the result's shape
+])
+def test_an_in_place_or_out_write_into_a_strided_tensor_fails_as_the_torch_mlir_kernel_does(rules, write):
+    import torch
+
+    rules(compiled_strided_writes_fail=True)
+    x = torch.zeros(3, 4, device="neuron")
+    with pytest.raises(RuntimeError, match="Cannot process non-contiguous tensors") as error:
+        eval(write, {"torch": torch, "x": x})
+    assert "CPU fallback disabled" in str(error.value) and "strides" in str(error.value)
+    assert "copy_(result)" in str(error.value)  # the fix
+    assert torch.equal(x.cpu(), torch.zeros(3, 4))  # nothing written
+
+
+def test_strided_writes_trainium_takes_twin_pass(rules):
+    import torch
+
+    rules(compiled_strided_writes_fail=True)
+    x = torch.zeros(3, 4, device="neuron")
+    x[:, 0] = 1  # a copy: TorchNeuron's copy_ writes through the strides
+    x[:, 1].copy_(torch.full((3,), 2.0, device="neuron"))
+    x[1:].add_(1)  # a contiguous view
+    expected = torch.zeros(3, 4)
+    expected[:, 0] = 1
+    expected[:, 1] = 2
+    expected[1:] += 1
+    assert torch.equal(x.cpu(), expected)
+    wide = torch.zeros(3, 4, dtype=torch.float64, device="neuron")
+    wide[:, 0].fill_(1)  # 64-bit: computed in a fresh 32-bit tensor, then copied in
+    assert torch.equal(wide.cpu()[:, 0], torch.ones(3, dtype=torch.float64))
+    out = torch.zeros(2, 3, device="neuron")
+    torch.arange(0, 4, out=out.narrow(1, 1, 2))  # another shape: resized (contiguous) first
+    torch.zeros(0, 4, device="neuron").t().add_(1)  # empty: nothing executes
+    v = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    assert torch.equal(torch.vander(v.to("neuron")).cpu(), torch.vander(v))  # a float64 result (float32's: refused)
+
+
+def test_the_trn2_profile_leaves_compiled_strided_writes_fail_off_and_writes_through_the_view(neuron):
+    import torch
+
+    from torchferry.device import _runtime
+
+    assert _runtime.profile().rules["compiled_strided_writes_fail"] is False  # why: docs/device/fidelity.md
+    x = torch.zeros(3, 4, device="neuron")
+    x[:, 0].fill_(1)
+    x.t().mul_(2)
+    assert torch.equal(x.cpu()[:, 0], torch.full((3,), 2.0)) and torch.equal(x.cpu()[:, 1:], torch.zeros(3, 3))

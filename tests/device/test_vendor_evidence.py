@@ -490,7 +490,8 @@ def _estimator():
     ("test_upsamplingNearest1d_mode_nearest-exact_neuron", "narrowing_64bit"),
     ("test_upsamplingNearest2d_memory_format1_mode_nearest_neuron", "memory_format"),
     ("test_pad_neuron_float64", None),  # run (tools/run_vendor_classes.py): no gradcheck in it, passes here
-    ("test_threshold_inplace_overlap_neuron", None),  # expects no error: threshold_ is idempotent
+    ("test_threshold_inplace_overlap_neuron", None),  # expects no error; compiled_strided_writes_fail (off) fails it
+    ("test_vander_types_neuron_float32", None),  # compiled_strided_writes_fail (off) fails it
     ("test_ctc_loss_neuron", "narrowing_64bit"),
     ("test_softplus_low_threshold_neuron", "narrowing_64bit"),
     ("test_invalid_reduction_strings_neuron", "complex_dtypes"),

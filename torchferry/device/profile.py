@@ -141,6 +141,21 @@ RULES = {
                              "get_strides_for_memory_format, c10 TensorType::contiguousStridesOf); "
                              "tests/pytorch_tests/failing_test_methods/TestTensorCreation.json (test_empty_strided, "
                              "test_empty_tensor_props)"),
+    "compiled_strided_writes_fail": (32768, "an op TorchNeuron runs through its torch-mlir kernel, writing in place "
+                                    "or into out= a non-contiguous device tensor of 32 bits or fewer "
+                                    "(x[:, 0].fill_(1), x.t().mul_(2), torch.add(a, b, out=x[:, :2]) with the "
+                                    "result's shape) fails: 'XLA kernel execution failed: Cannot process "
+                                    "non-contiguous tensors', where the CPU writes through the view; float64 and "
+                                    "int64 tensors (computed in a 32-bit copy, then copied in), copies (copy_, "
+                                    "x[:, 0] = v) and host fallbacks pass",
+                                    "torch_neuronx/python_ops/auto_registration.py (create_wrapper_function: an "
+                                    "in-place op is called with out=self), python_ops/torch_mlir/kernel.py "
+                                    "(_prepare_execution_tensors: the out= tensor given is the execution output "
+                                    "unless its dtype is narrowed; _execute_async), csrc/core/NeuronBindings.cpp "
+                                    "(_submit_xla_task_to_pipeline -> PrepareKernelTensors(outputs): 'Cannot "
+                                    "process non-contiguous tensors'; inputs get a prologue, outputs none), "
+                                    "python_ops/torch_mlir/op_impl.py (the error becomes a failed result, which "
+                                    "the snapshot's build raises)"),
     # torch.compile(backend="neuron"): what TorchNeuron's lowering refuses (compile/lowering.py).
     "compiled_no_outputs": (0, "a compiled graph with no tensor output (after None outputs are dropped) fails to "
                             "compile: 'No outputs found in the module, expected at least one output'",
@@ -195,9 +210,12 @@ RULES = {
 }
 
 # Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS | ROW_MAJOR | EMPTY_RAISES |
-# UNMARKED_WRITES.
+# UNMARKED_WRITES | TORCH_MLIR.
 NATIVE, METADATA, HOST_COPY, HOST_PREDICTED = 0, 1, 2, 3
 COMPILES, SYNCS, EMPTY_ZEROS, ROW_MAJOR, EMPTY_RAISES, UNMARKED_WRITES = 4, 8, 16, 32, 64, 128
+# The op runs through TorchNeuron's torch-mlir kernel (python_ops/torch_mlir/), whose execution output is the
+# out= (or in-place) tensor given (compiled_strided_writes_fail).
+TORCH_MLIR = 256
 # CPU kernels that write into arguments their schema does not mark as written (native_functions.yaml:
 # native_batch_norm updates running_mean and running_var in training mode, `Tensor? running_mean` without
 # `(a!)`); a backend's at::native::cpu_fallback copies back only the marked ones (CPUFallback.cpp).
@@ -385,6 +403,8 @@ class DeviceProfile:
             default, default_reason = HOST_PREDICTED, self.predicted_fallback_reason() or ""
             for op, source in self.native_ops.native.items():
                 codes[op] = NATIVE if op in TRANSFERS or "/csrc/" in source else NATIVE | COMPILES
+                if TORCH_MLIR_SOURCES in source and op not in TRANSFERS:
+                    codes[op] |= TORCH_MLIR
             for op in self.native_ops.metadata:
                 codes.update(dict.fromkeys(expand(op), METADATA))
             for op in self.native_ops.cpu_fallback:

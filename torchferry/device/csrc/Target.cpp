@@ -162,6 +162,8 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
   info.writes_through_overlap = (rules & kRuleOverlappingWrites) && info.compiles && !info.on_host();
   info.out_keeps_size = (rules & kRuleFallbackOutResize) && info.on_host();
   info.out_written_after = (rules & kRuleCompiledOutWrittenAfter) && info.compiles && !info.on_host();
+  info.strided_writes_fail =
+      (rules & kRuleCompiledStridedWritesFail) && (code & kCodeTorchMlir) && info.compiles && !info.on_host();
   info.row_major_results = (rules & kRuleCompiledResultsRowMajor) && (code & kCodeRowMajor) && !info.on_host();
   auto int32_it = g_config.int32_args.find(info.name);
   info.int32_args = (rules & kRuleIntArgumentsAsInt32) && int32_it != g_config.int32_args.end() && !info.on_host()

@@ -114,10 +114,12 @@ class UnboxedCall {
   }
   // A written argument (the self of an in-place op) must be on the device.
   // One whose elements share memory (an expanded tensor) takes the boxed path, which writes
-  // through where the target does (the overlapping_writes rule) or raises the CPU's error.
+  // through where the target does (the overlapping_writes rule) or raises the CPU's error;
+  // so does a strided one the target's torch-mlir kernel cannot execute into
+  // (compiled_strided_writes_fail rule: the boxed path raises the target's error).
   bool takes(at::Tensor& t) {
     return t.defined() && t.device().type() == kNeuron && takes_device_tensor(t) &&
-           at::has_internal_overlap(t) != at::MemOverlap::Yes;
+           !(info_.strided_writes_fail && !t.is_contiguous()) && at::has_internal_overlap(t) != at::MemOverlap::Yes;
   }
   bool takes(const std::optional<at::Tensor>& t) { return !t.has_value() || takes(*t); }
   bool takes(const at::ITensorListRef& list) {

@@ -290,6 +290,9 @@ struct OpInfo {
   // The target computes into an output of its own, then resizes out= with a plain resize_ and
   // writes the result into it (compiled_out_written_after rule): ops it compiles.
   bool out_written_after = false;
+  // The target's torch-mlir kernel executes into the in-place or out= tensor given, which its pipeline
+  // takes contiguous only (compiled_strided_writes_fail rule).
+  bool strided_writes_fail = false;
   // The target's kernel allocates the op's fresh result row-major (compiled_results_row_major rule).
   bool row_major_results = false;
   // Bit i set: schema argument i holding an int beyond int32 fails, as the target's torch-mlir kernel
@@ -320,6 +323,7 @@ enum Rule : int {
   kRuleCatOfEmptyTensors1d = 4096,  // cat of tensors that are all empty gives shape (0,)
   kRuleFallbackUnmarkedWritesLost = 8192,  // a host fallback's writes into unmarked arguments are dropped
   kRuleAllocationsByNumel = 16384,  // empty/empty_strided: a storage of numel elements, row-major strides unclamped
+  kRuleCompiledStridedWritesFail = 32768,  // a torch-mlir op writing into a non-contiguous <=32-bit tensor fails
 };
 // The range of the int32 tensors the target's torch-mlir kernel makes of int arguments.
 inline bool fits_int32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
@@ -332,6 +336,8 @@ constexpr int kCodeEmptyRaises = 64;
 // Classification code bit (profile.py UNMARKED_WRITES): the CPU kernel writes into arguments its
 // schema does not mark as written.
 constexpr int kCodeUnmarkedWrites = 128;
+// Classification code bit (profile.py TORCH_MLIR): the op runs through the target's torch-mlir kernel.
+constexpr int kCodeTorchMlir = 256;
 // TorchNeuron's error when an op it implements fails and its build falls back only for
 // unimplemented ops (python_ops/base.py, Operation.__call__): `executed` for an implementation that
 // ran and failed, else none could handle the call. One text for the device and the process group.
