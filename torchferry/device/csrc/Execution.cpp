@@ -457,7 +457,7 @@ class HostCall {
   // reaches it (the empty-tensor path copies zeros in); tracing tensors have no bytes.
   static bool fails_as_strided_output(const at::Tensor& t) {
     return t.defined() && t.numel() > 0 && !t.is_contiguous() && !is_64bit(t) &&
-           !t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+           !is_tracing(t);
   }
 
   [[noreturn]] void throw_strided_output(const at::Tensor& t, const char* how) const {
@@ -1174,11 +1174,8 @@ bool narrowed_by_layout_kernel(const at::Tensor& t) {
       t.is_contiguous()) {
     return false;
   }
-  // Tracing tensors (Dynamo's fakes, functional wrappers) have no bytes: a compiled graph's numerics are
-  // compile/numerics.py's business.
-  if (t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}))) {
-    return false;
-  }
+  // A compiled graph's numerics are compile/numerics.py's business.
+  if (is_tracing(t)) return false;
   return is_permuted_row_major(t.sizes(), t.strides()) || is_broadcast(t.sizes(), t.strides()) ||
          is_slice_of_one_axis(t);
 }
@@ -1205,7 +1202,7 @@ bool casts_complex_on_device(const at::Tensor& src, at::ScalarType to) {
   if (from == to || !(at::isComplexType(from) || at::isComplexType(to))) return false;
   if (from == at::kDouble || from == at::kLong || to == at::kDouble || to == at::kLong) return false;
   return rule_on(kRuleComplex) && is_neuron(src) && src.numel() > 0 &&
-         !src.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+         !is_tracing(src);
 }
 
 // casts_to_int_round rule: the casts TorchNeuron runs on the device (32 bits or fewer, python_ops/cast_policy.py)

@@ -171,6 +171,11 @@ at::Tensor device_view(const c10::Storage& device_storage, const at::Tensor& lik
 // int32 and float64 to float32; results are cast back to the 64-bit dtype).
 inline bool is_64bit(at::ScalarType type) { return type == at::kLong || type == at::kDouble; }
 inline bool is_64bit(const at::Tensor& t) { return is_64bit(t.scalar_type()); }
+// A tracing tensor (Dynamo's fakes, functional wrappers) has no bytes: the rules that judge a tensor's
+// layout or values leave it to compile/ (a compiled graph's rules).
+inline bool is_tracing(const at::Tensor& t) {
+  return t.key_set().has_any(c10::DispatchKeySet({c10::DispatchKey::Python, c10::DispatchKey::Functionalize}));
+}
 // Under target numerics: gives a 64-bit tensor the target's 32-bit range and precision.
 void round_to_target(const at::Tensor& t);
 // Fresh CPU results of a compiled graph as device memory, one device storage per host
