@@ -7,10 +7,14 @@ PyTorch's structured CPU kernels (TensorIterator) run on device tensors with dev
 That must change no result. This file pins today's results so that any difference the new path brings
 fails here, not in a user's model.
 
-The one documented difference from the CPU is the profile rule `compiled_results_row_major`: a
-functional op TorchNeuron runs through its torch-mlir kernel returns a fresh row-major result, where the
-CPU's TensorIterator gives a permuted input's stride order to the result (tests/device/test_target_rules.py).
-ROW_MAJOR below lists the ops of this file it applies to; with the rule off they keep the CPU's strides.
+The documented differences from the CPU are two profile rules (tests/device/test_target_rules.py):
+- `compiled_results_row_major`: a functional op TorchNeuron runs through its torch-mlir kernel returns a
+  fresh row-major result, where the CPU's TensorIterator gives a permuted input's stride order to the result.
+  ROW_MAJOR below lists the ops of this file it applies to; with the rule off they keep the CPU's strides.
+- `compiled_strided_writes_fail`: an in-place write into a non-contiguous 32-bit tensor, and `div` of a
+  permuted input (TorchNeuron registers only `div.out`, so the result keeps the inputs' stride order and is
+  that kernel's out=), are refused. The layout tests below switch it off: they pin the CPU kernels' results
+  the device computes when a profile lets these calls through.
 
 64-bit values: under the default target numerics (tests/device/test_numerics.py) an int64/float64 input
 and a Python float scalar are rounded to 32 bits, the op computes, and the 64-bit result is rounded to 32
@@ -169,7 +173,8 @@ def _no_empty_input_warning(call: Callable):
 
 @pytest.mark.parametrize("layout", list(_binary_layouts()))
 @pytest.mark.parametrize("op", list(BINARY))
-def test_a_binary_op_gives_the_cpus_bits_dtype_and_strides_for_each_layout(neuron, op, layout):
+def test_a_binary_op_gives_the_cpus_bits_dtype_and_strides_for_each_layout(rules, op, layout):
+    rules(compiled_strided_writes_fail=False)  # div of a permuted input: refused under it (docstring)
     make = _binary_layouts()[layout]
     expected = BINARY[op](*make(_on("cpu")))
     got = _no_empty_input_warning(lambda: BINARY[op](*make(_on("neuron"))))
@@ -187,12 +192,17 @@ def test_a_unary_op_gives_the_cpus_bits_dtype_and_strides_for_each_layout(neuron
     _assert_cpus_layout(op, got, expected)
 
 
-def test_the_row_major_rule_makes_a_transposed_inputs_result_contiguous_for_mul_but_not_for_div(neuron):
+def test_the_row_major_rule_makes_a_transposed_inputs_result_contiguous_for_mul_but_not_for_div(rules):
     # The two sides of ROW_MAJOR in one place (the parametrized tests above assert each op).
     x, y = _gen((5, 4), 0), _gen((4, 5), 1)
     assert (x.t() * y).stride() == (1, 4) and (x.t() / y).stride() == (1, 4)  # the CPU
     d = x.to("neuron").t()
     assert (d * y.to("neuron")).stride() == (5, 1)
+    # div.Tensor is PyTorch's composite of TorchNeuron's div.out: the result keeps (1, 4) and, handed to
+    # that kernel as out=, is refused (compiled_strided_writes_fail); with the rule off it is the CPU's.
+    with pytest.raises(RuntimeError, match="Cannot process non-contiguous tensors"):
+        d / y.to("neuron")
+    rules(compiled_strided_writes_fail=False)
     assert (d / y.to("neuron")).stride() == (1, 4)
 
 
@@ -353,12 +363,14 @@ def _assert_same_inplace(run: Callable[[str], tuple]) -> None:
 
 @pytest.mark.parametrize("layout", list(_inplace_layouts()))
 @pytest.mark.parametrize("op", list(INPLACE))
-def test_an_in_place_op_writes_the_cpus_bits_into_self_and_its_base(neuron, op, layout):
+def test_an_in_place_op_writes_the_cpus_bits_into_self_and_its_base(rules, op, layout):
+    rules(compiled_strided_writes_fail=False)  # a strided self: refused under it (docstring)
     _assert_same_inplace(lambda device: _run_inplace(op, layout, device))
 
 
-def test_an_in_place_write_into_a_transposed_view_lands_in_the_base(neuron):
+def test_an_in_place_write_into_a_transposed_view_lands_in_the_base(rules):
     # The layouts above compare with the CPU; this says what that means for one case.
+    rules(compiled_strided_writes_fail=False)
     base = torch.zeros(5, 4, device="neuron")
     view = base.t()
     assert view.add_(torch.arange(20.0).reshape(4, 5).to("neuron")) is view
@@ -543,7 +555,9 @@ AUTOGRAD_OPS: dict[str, Callable] = {
 
 @pytest.mark.parametrize("layout", ["contiguous", "broadcast other (1, 5)", "transposed self"])
 @pytest.mark.parametrize("op", list(AUTOGRAD_OPS))
-def test_gradients_are_the_cpus_bits(neuron, op, layout):
+def test_gradients_are_the_cpus_bits(rules, op, layout):
+    rules(compiled_strided_writes_fail=False)  # div of a transposed input: refused under it (docstring)
+
     def run(device):
         x = _gen((5, 4) if layout == "transposed self" else (4, 5), 0).abs() + 0.5
         y = _gen((1, 5) if layout.startswith("broadcast") else (4, 5), 1).abs() + 0.5
@@ -578,7 +592,7 @@ def _counted_calls() -> dict[str, tuple[Callable, dict[str, int]]]:
         "a * 0.5": (lambda a, t, i, h: a * 0.5, {"aten::mul.Tensor": 1}),
         "a / 0-dim CPU tensor": (lambda a, t, i, h: a / torch.tensor(2.0), {"aten::div.Tensor": 1}),
         "float16.add_(float32)": (lambda a, t, i, h: h.add_(a), {"aten::add_.Tensor": 1}),
-        "transposed.mul_(a)": (lambda a, t, i, h: t.mul_(a), {"aten::mul_.Tensor": 1}),
+        "transposed.mul_(a) refused": (lambda a, t, i, h: _outcome(lambda: t.mul_(a)), {"aten::mul_.Tensor": 1}),
         "lerp_": (lambda a, t, i, h: a.lerp_(t, 0.5), {"aten::lerp_.Scalar": 1}),
         "addcmul_": (lambda a, t, i, h: a.addcmul_(t, h, value=2), {"aten::addcmul_": 1}),
         "int32.add_(float32) refused": (lambda a, t, i, h: _outcome(lambda: i.add_(a)), {"aten::add_.Tensor": 1}),

@@ -288,11 +288,10 @@ def test_a_rule_that_is_not_a_boolean_or_not_known_is_rejected_with_its_line(tmp
             load_profile(path)
 
 
-def test_the_shipped_profile_turns_every_rule_on_but_the_one_it_documents_off_and_each_rule_names_its_source():
+def test_the_shipped_profile_turns_every_rule_on_and_each_rule_names_its_source():
     from torchferry.device.profile import RULES, load_profile
 
-    off = {"compiled_strided_writes_fail"}  # false alarms where results keep the CPU's strides (fidelity.md)
-    assert load_profile("trn2").rules == {rule: rule not in off for rule in RULES}
+    assert load_profile("trn2").rules == dict.fromkeys(RULES, True)
     assert all(source for _, _, source in RULES.values())
 
 
@@ -556,9 +555,12 @@ def test_a_profile_without_the_unmarked_writes_rule_updates_the_statistics(rules
 # ------------------------------------------------------------------ overlapping writes
 # The CPU refuses to write into a tensor whose elements share memory; TorchNeuron has no such check, so
 # PyTorch's own tests that expect the error (test_silu_inplace_overlap, ...) fail on Trainium.
-def test_an_in_place_op_on_an_expanded_tensor_writes_through_with_one_warning(neuron):
+def test_an_in_place_op_on_an_expanded_tensor_writes_through_with_one_warning(rules):
     import torch
 
+    # An expanded float32 tensor is not contiguous: the torch-mlir kernels refuse it first under
+    # compiled_strided_writes_fail (the next test); the overlap rule is what the others do with it.
+    rules(compiled_strided_writes_fail=False)
     with pytest.raises(RuntimeError, match="unsupported operation"):
         torch.ones(1, 3).expand(2, 3).add_(1)  # the CPU
     with warnings.catch_warnings(record=True) as caught:
@@ -575,6 +577,15 @@ def test_an_in_place_op_on_an_expanded_tensor_writes_through_with_one_warning(ne
     assert "overlapping_writes = false" in messages[0] and ".clone()" in messages[0]
 
 
+def test_an_expanded_32_bit_tensor_written_in_place_is_refused_under_the_shipped_profile(neuron):
+    import torch
+
+    narrow = torch.ones(1, 3, device="neuron")
+    with pytest.raises(RuntimeError, match="Cannot process non-contiguous tensors"):
+        narrow.expand(2, 3).add_(1)
+    assert torch.equal(narrow.cpu(), torch.ones(1, 3))
+
+
 def test_clean_twins_of_overlapping_writes_keep_the_cpus_results(neuron):
     import torch
 
@@ -582,9 +593,10 @@ def test_clean_twins_of_overlapping_writes_keep_the_cpus_results(neuron):
     d = x.to("neuron")
     d.add_(1)
     assert torch.equal(d.cpu(), x + 1)
-    strided = torch.arange(12.0, device="neuron").reshape(3, 4)[:, ::2]  # non-contiguous, no overlap
+    # non-contiguous, no overlap (float64: float32 is refused by compiled_strided_writes_fail)
+    strided = torch.arange(12.0, dtype=torch.float64, device="neuron").reshape(3, 4)[:, ::2]
     strided.mul_(2)
-    assert torch.equal(strided.cpu(), torch.arange(12.0).reshape(3, 4)[:, ::2] * 2)
+    assert torch.equal(strided.cpu(), torch.arange(12.0, dtype=torch.float64).reshape(3, 4)[:, ::2] * 2)
 
 
 def test_a_profile_without_the_overlapping_writes_rule_raises_the_cpus_error(rules):
@@ -592,7 +604,7 @@ def test_a_profile_without_the_overlapping_writes_rule_raises_the_cpus_error(rul
 
     rules(overlapping_writes=False)
     with pytest.raises(RuntimeError, match="unsupported operation"):
-        torch.ones(1, 3, device="neuron").expand(2, 3).add_(1)
+        torch.ones(1, 3, dtype=torch.float64, device="neuron").expand(2, 3).add_(1)
 
 
 # ------------------------------------------------------------------ as_strided: bounds before strides
@@ -767,16 +779,39 @@ def test_a_compiled_op_gives_a_permuted_input_a_row_major_result_as_on_torchneur
 
 
 def test_clean_twins_of_row_major_results_views_in_place_writes_and_host_fallbacks_keep_their_strides(neuron):
-    """Views, in-place writes (TorchNeuron writes self), like-functions (empty_like + a fill) and host
-    fallbacks (the CPU's kernel) keep the CPU's strides; a contiguous input gives a contiguous result."""
+    """Views, in-place writes (TorchNeuron writes self), empty_like (its empty_strided takes the strides given)
+    and the explicit CPU fallbacks (cpu_fallback_registrations.py) keep the CPU's strides; a contiguous input gives a contiguous
+    result. (zeros_like and full_like fill empty_like's result in place: refused, compiled_strided_writes_fail.)"""
     import torch
 
     x = torch.randn(4, 3, 2, device="neuron").permute(2, 0, 1)
     assert x.stride() == (1, 6, 2)
-    assert torch.zeros_like(x).stride() == (1, 6, 2) and torch.full_like(x, 7).stride() == (1, 6, 2)
-    assert x.exp_().stride() == (1, 6, 2)
-    assert torch.nn.functional.hardswish(x).stride() == (1, 6, 2)  # a host fallback there
+    assert torch.empty_like(x).stride() == (1, 6, 2)
+    assert x.double().exp_().stride() == (1, 6, 2)  # float32's is refused (compiled_strided_writes_fail)
+    q = torch.linalg.qr(torch.randn(5, 3, device="neuron")).Q  # an explicit CPU fallback there: strides kept
+    assert q.stride() == torch.linalg.qr(torch.randn(5, 3)).Q.stride() == (1, 5)
     assert torch.exp(x.contiguous()).stride() == (12, 3, 1)
+
+
+def test_a_host_fallbacks_result_is_row_major_as_torchneurons_copy_to_the_device_makes_it(neuron):
+    """PyTorch's CPU fallback moves each result to the device with .to(device), TorchNeuron's _to_copy, which
+    copies contiguous (fallback_results_row_major): hardswish (no TorchNeuron kernel) of a transposed input is
+    row-major there, with the CPU's values, and an in-place write into it is no strided write."""
+    import torch
+
+    x = torch.randn(4, 3)
+    got = torch.nn.functional.hardswish(x.to("neuron").t())
+    assert torch.nn.functional.hardswish(x.t()).stride() == (1, 3) and got.stride() == (4, 1)
+    assert torch.equal(got.cpu(), torch.nn.functional.hardswish(x.t()))
+    got.mul_(2)  # contiguous: the torch-mlir mul_ takes it (compiled_strided_writes_fail)
+    assert torch.equal(got.cpu(), torch.nn.functional.hardswish(x.t()) * 2)
+
+
+def test_a_profile_without_the_fallback_row_major_rule_keeps_the_cpus_strides(rules):
+    import torch
+
+    rules(fallback_results_row_major=False)
+    assert torch.nn.functional.hardswish(torch.randn(4, 3, device="neuron").t()).stride() == (1, 3)
 
 
 def test_a_profile_without_the_row_major_rule_keeps_the_cpus_stride_order(rules):
@@ -982,13 +1017,53 @@ def test_strided_writes_trainium_takes_twin_pass(rules):
     assert torch.equal(torch.vander(v.to("neuron")).cpu(), torch.vander(v))  # a float64 result (float32's: refused)
 
 
-def test_the_trn2_profile_leaves_compiled_strided_writes_fail_off_and_writes_through_the_view(neuron):
+@pytest.mark.parametrize("call", [
+    "x.t() == y.t()",  # eq.Tensor: TorchNeuron registers eq.Tensor_out only
+    "x.t() > 0",  # gt.Scalar
+    "x.t() / y.t()",  # div.Tensor -> div.out
+    "x.t() / 2.0",  # a Python number is a wrapped 0-dim tensor: div.Tensor
+    "x.t() ** 2",  # pow.Tensor_Scalar -> pow.Tensor_Scalar_out
+    "torch.isclose(x.t(), y.t())",  # assert_close's comparison
+    "torch.zeros_like(x.t())",  # empty_like keeps the stride order, then zero_ in place
+    "x.t().long() == 1",  # int64 inputs, but the result is bool: the kernel's own output
+])
+def test_a_functional_op_registered_only_as_its_out_kernel_fails_on_a_permuted_input(neuron, call):
     import torch
 
-    from torchferry.device import _runtime
+    x, y = torch.randn(3, 4, device="neuron"), torch.randn(3, 4, device="neuron")
+    with pytest.raises(RuntimeError, match="Cannot process non-contiguous tensors") as error:
+        eval(call, {"torch": torch, "x": x, "y": y})
+    assert "CPU fallback disabled" in str(error.value)
+    if "zeros_like" not in call:
+        assert "registers only this op's out= variant" in str(error.value) and "x.contiguous()" in str(error.value)
 
-    assert _runtime.profile().rules["compiled_strided_writes_fail"] is False  # why: docs/device/fidelity.md
+
+def test_functional_twins_of_a_permuted_input_pass(neuron):
+    import torch
+
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    dx, dy = x.to("neuron"), y.to("neuron")
+    twins = {  # each gives the CPU's values
+        "registered functional ops: a fresh row-major result": lambda a, b: (a.t() + b.t(), a.t() * 2, a.t().exp()),
+        "contiguous inputs": lambda a, b: (a == b, a / b, a.t().contiguous() / 2.0),
+        "64-bit results: computed in a fresh 32-bit tensor": lambda a, b: (a.t().double() / 2.0,),
+        "ones_like: TorchNeuron's own kernel": lambda a, b: (torch.ones_like(a.t()),),
+        "a permuted tensor on the host": lambda a, b: (a.t().cpu() == b.t().cpu(),),
+    }
+    for name, make in twins.items():
+        for got, expected in zip(make(dx, dy), make(x, y)):
+            assert torch.equal(got.cpu(), expected), name
+    assert torch.ones_like(dx.t()).is_contiguous()
+
+
+def test_a_profile_without_compiled_strided_writes_fail_writes_through_the_view_and_keeps_the_cpus_strides(rules):
+    import torch
+
+    rules(compiled_strided_writes_fail=False)
     x = torch.zeros(3, 4, device="neuron")
     x[:, 0].fill_(1)
     x.t().mul_(2)
     assert torch.equal(x.cpu()[:, 0], torch.full((3,), 2.0)) and torch.equal(x.cpu()[:, 1:], torch.zeros(3, 3))
+    y = torch.randn(3, 4)
+    assert (y.to("neuron").t() / 2.0).stride() == (y.t() / 2.0).stride() == (1, 4)
+    assert torch.zeros_like(y.to("neuron").t()).stride() == (1, 4)

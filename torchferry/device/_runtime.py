@@ -64,7 +64,8 @@ def start(profile_name: str | Path | None) -> None:
     atexit.register(native._release_autograd_workers)
     native._register_cpu_kernels(cpu_kernel_ops(torch))
     composites = native_composite_ops(torch, chosen)
-    native._register_native_composites(list(composites.implicit), list(composites.explicit))
+    native._register_native_composites(list(composites.implicit), list(composites.explicit),
+                                       list(composites.device_argument))
     target.configure(native, chosen, mode, numerics)
     target.start(native, chosen, environ)
     _C, _profile = native, chosen
@@ -93,6 +94,7 @@ class NativeComposites:
 
     implicit: tuple[str, ...] = ()  # CompositeImplicitAutograd: registered above and below autograd
     explicit: tuple[str, ...] = ()  # CompositeExplicitAutograd: registered below autograd only
+    device_argument: tuple[str, ...] = ()  # the same, but with a `device=` that may name another device
 
 
 def native_composite_ops(torch: ModuleType, chosen: DeviceProfile) -> NativeComposites:
@@ -112,9 +114,12 @@ def native_composite_ops(torch: ModuleType, chosen: DeviceProfile) -> NativeComp
     - explicit (CompositeExplicitAutograd: every `_foreach_*`, `clone`, `zeros`, `embedding`,
       ...): PyTorch's autograd formula stays theirs, as TorchNeuron registers no autograd
       kernel for them; below it the op runs whole on host views, as any op without a kernel.
-      Left to their composites: the ops whose result or source may lie on another device
-      (`copy_`, `_to_copy`, `new_empty(device=)`, `ones_like(device=)`), which end in this
-      device's own copy and empty kernels.
+      Left to their composites: the transfers (`copy_`, `_to_copy`), which end in this device's own
+      copy kernels.
+    - device_argument: the explicit ones that take a `device=` beside a tensor (`ones_like`, `new_empty`):
+      run whole as the others unless `device=` names another device, where the composite makes the
+      result there (a `ones_like` of a permuted tensor is then TorchNeuron's fresh row-major result, not
+      `empty_like` + an in-place `fill_` into the permuted tensor, which compiled_strided_writes_fail refuses).
     """
     if chosen.native_ops is None:
         return NativeComposites()
@@ -124,23 +129,25 @@ def native_composite_ops(torch: ModuleType, chosen: DeviceProfile) -> NativeComp
         if name in aten_ops() and not has(name, "CPU") and not has(name, "PrivateUse1")
         and not has(name, "AutogradPrivateUse1")
     ]
+    explicit = [name for name in unregistered if has(name, "CompositeExplicitAutograd") and name not in _MOVES]
     return NativeComposites(
         implicit=tuple(name.removeprefix("aten::") for name in unregistered
                        if has(name, "CompositeImplicitAutograd")),
-        explicit=tuple(name.removeprefix("aten::") for name in unregistered
-                       if has(name, "CompositeExplicitAutograd") and not _crosses_devices(torch, name)),
+        explicit=tuple(name.removeprefix("aten::") for name in explicit if not _takes_a_device(torch, name)),
+        device_argument=tuple(name.removeprefix("aten::") for name in explicit if _takes_a_device(torch, name)),
     )
 
 
-def _crosses_devices(torch: ModuleType, name: str) -> bool:
-    """Whether an op's result or source may lie on another device than its device tensors:
-    `copy_`, and ops that take a device beside a tensor (`_to_copy`, `new_empty`, `ones_like`)."""
-    if name == "aten::copy_":
-        return True
+def _takes_a_device(torch: ModuleType, name: str) -> bool:
+    """Whether an op takes a device beside a tensor, so its result may lie on another device than its
+    device tensors (`new_empty`, `ones_like`)."""
     op, _, overload = name.partition(".")
     types = [str(argument.type) for argument in torch._C._get_schema(op, overload).arguments]
     return any("Device" in t for t in types) and any("Tensor" in t for t in types)
 
+
+# The composites that move data between devices: they end in this device's own copy kernels.
+_MOVES = frozenset({"aten::copy_", "aten::_to_copy"})
 
 _COMPOSITE_KEYS = (
     "CompositeImplicitAutograd",

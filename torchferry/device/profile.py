@@ -145,17 +145,36 @@ RULES = {
                                     "or into out= a non-contiguous device tensor of 32 bits or fewer "
                                     "(x[:, 0].fill_(1), x.t().mul_(2), torch.add(a, b, out=x[:, :2]) with the "
                                     "result's shape) fails: 'XLA kernel execution failed: Cannot process "
-                                    "non-contiguous tensors', where the CPU writes through the view; float64 and "
-                                    "int64 tensors (computed in a 32-bit copy, then copied in), copies (copy_, "
-                                    "x[:, 0] = v) and host fallbacks pass",
+                                    "non-contiguous tensors', where the CPU writes through the view; so does a "
+                                    "functional op it registers only as that out= kernel whose result takes a "
+                                    "permuted input's stride order (x.t() == y.t(), x.t() / 2, x.t() ** 2: "
+                                    "PyTorch's generated composite hands that result to the kernel as out=), and "
+                                    "zeros_like/full_like of a permuted tensor (empty_like keeps the order, then "
+                                    "zero_/fill_ in place); float64 and int64 results (computed in a 32-bit copy, "
+                                    "then copied in), copies (copy_, x[:, 0] = v), host fallbacks and the parts "
+                                    "of an op the target runs whole pass",
                                     "torch_neuronx/python_ops/auto_registration.py (create_wrapper_function: an "
                                     "in-place op is called with out=self), python_ops/torch_mlir/kernel.py "
                                     "(_prepare_execution_tensors: the out= tensor given is the execution output "
                                     "unless its dtype is narrowed; _execute_async), csrc/core/NeuronBindings.cpp "
                                     "(_submit_xla_task_to_pipeline -> PrepareKernelTensors(outputs): 'Cannot "
-                                    "process non-contiguous tensors'; inputs get a prologue, outputs none), "
+                                    "process non-contiguous tensors'; inputs get a prologue, outputs none; the "
+                                    "sync path's _nrt_add_tensor_to_tensor_set refuses them too), "
                                     "python_ops/torch_mlir/op_impl.py (the error becomes a failed result, which "
-                                    "the snapshot's build raises)"),
+                                    "the snapshot's build raises; python_ops/base.py's CPU fallback, a release "
+                                    "build's path, refuses a non-contiguous out= as well), trn2_ops.toml (eq, "
+                                    "div, pow... registered as .out only)"),
+    "fallback_results_row_major": (65536, "an op the target runs with PyTorch's CPU fallback (a predicted host "
+                                   "fallback) returns a fresh row-major result on the device, where the CPU's "
+                                   "kernel may give a permuted input's stride order (F.hardswish(x.t())): the "
+                                   "fallback moves each result to the device with TorchNeuron's _to_copy, which "
+                                   "copies contiguous; the ops it registers as explicit CPU fallbacks "
+                                   "(torch.linalg.qr and kin) keep the CPU's strides, as there",
+                                   "torch_neuronx/csrc/core/NeuronBindings.cpp neuron_cpu_fallback (PyTorch's "
+                                   "at::native::cpu_fallback moves results with .to(device)), python_ops/to_copy.py "
+                                   "and cast_policy.py copy_cpu_to_neuron (contiguous); python_ops/"
+                                   "cpu_fallback_registrations.py (_to_neuron_with_strides) and its test "
+                                   "tests/python_ops/test_cpu_fallback_registrations.py (strides preserved)"),
     # torch.compile(backend="neuron"): what TorchNeuron's lowering refuses (compile/lowering.py).
     "compiled_no_outputs": (0, "a compiled graph with no tensor output (after None outputs are dropped) fails to "
                             "compile: 'No outputs found in the module, expected at least one output'",
@@ -210,12 +229,21 @@ RULES = {
 }
 
 # Classification codes shared with Target.cpp: kind | COMPILES | SYNCS | EMPTY_ZEROS | ROW_MAJOR | EMPTY_RAISES |
-# UNMARKED_WRITES | TORCH_MLIR.
+# UNMARKED_WRITES | TORCH_MLIR | VIA_OUT_KERNEL | KEEPS_STRIDES.
 NATIVE, METADATA, HOST_COPY, HOST_PREDICTED = 0, 1, 2, 3
 COMPILES, SYNCS, EMPTY_ZEROS, ROW_MAJOR, EMPTY_RAISES, UNMARKED_WRITES = 4, 8, 16, 32, 64, 128
 # The op runs through TorchNeuron's torch-mlir kernel (python_ops/torch_mlir/), whose execution output is the
 # out= (or in-place) tensor given (compiled_strided_writes_fail).
 TORCH_MLIR = 256
+# A functional op TorchNeuron registers only as its torch-mlir out= kernel: PyTorch's generated composite for a
+# structured op (CompositeExplicitAutogradNonFunctional, torchgen's `default_backend_functional`) allocates the
+# result with the strides its meta function asks for (TensorIterator: the inputs' stride order) and hands it to
+# that kernel as out= (compiled_strided_writes_fail).
+VIA_OUT_KERNEL = 512
+# A host fallback TorchNeuron registers explicitly (python_ops/cpu_fallback_registrations.py: linalg_qr and kin),
+# whose results keep the CPU kernel's strides on the device (_to_neuron_with_strides: as_strided over the copied
+# storage); other fallbacks' results are copied contiguous (fallback_results_row_major).
+KEEPS_STRIDES = 1024
 # CPU kernels that write into arguments their schema does not mark as written (native_functions.yaml:
 # native_batch_norm updates running_mean and running_var in training mode, `Tensor? running_mean` without
 # `(a!)`); a backend's at::native::cpu_fallback copies back only the marked ones (CPUFallback.cpp).
@@ -408,7 +436,7 @@ class DeviceProfile:
             for op in self.native_ops.metadata:
                 codes.update(dict.fromkeys(expand(op), METADATA))
             for op in self.native_ops.cpu_fallback:
-                codes[op] = HOST_PREDICTED
+                codes[op] = HOST_PREDICTED | KEEPS_STRIDES
         for op in SCALAR_READS:
             codes[op] = codes.get(op, NATIVE) | SYNCS
         reasons = {}
@@ -431,6 +459,8 @@ class DeviceProfile:
             for op, delegate in structured_delegates().items():
                 if op not in codes and delegate in codes:
                     codes[op] = codes[delegate]
+                    if codes[op] & TORCH_MLIR and not _writes_or_aliases(op):
+                        codes[op] |= VIA_OUT_KERNEL
             for op, code in empty_input_codes(self.native_ops.native).items():
                 codes[op] = codes.get(op, default) | code
             for op in UNMARKED_WRITERS:
@@ -474,20 +504,25 @@ def empty_input_codes(native: dict[str, str]) -> dict[str, int]:
     return found
 
 
+def _writes_or_aliases(op: str) -> bool:
+    """Whether the op writes an argument (in place, out=) or returns a view: its schema marks an alias."""
+    import torch
+
+    name, _, overload = op.partition(".")
+    schema = torch._C._get_schema(name, overload)
+    return any(a.alias_info is not None for a in (*schema.arguments, *schema.returns))
+
+
 def row_major_ops(native: dict[str, str]) -> list[str]:
     """The functional ops the target registers from its torch-mlir kernel, which allocates their results
     row-major (`_create_output_tensors_from_original`). Not their in-place and out= variants (those write
     the tensor given), nor ops it reaches only through a structured delegate (PyTorch allocates that
     result), nor ops that return a view."""
-    import torch
-
     found = []
     for op, source in sorted(native.items()):
         if TORCH_MLIR_SOURCES not in source or op not in aten_ops():
             continue
-        name, _, overload = op.partition(".")
-        schema = torch._C._get_schema(name, overload)
-        if any(a.alias_info is not None for a in (*schema.arguments, *schema.returns)):
+        if _writes_or_aliases(op):
             continue  # in place, out= or a view
         found.append(op)
     return found

@@ -292,9 +292,9 @@ class HostCall {
         const bool later_out = writes && info_.out_written_after && args[i].kwarg_only() && is_neuron(iv.toTensor());
         // An in-place op's self (compiled_strided_writes_fail rule); an out= is judged against the result's
         // shape once known (write_later_outs).
-        if (writes && info_.strided_writes_fail && !args[i].kwarg_only() && fails_as_strided_output(iv.toTensor()))
-            [[unlikely]] {
-          throw_strided_output(iv.toTensor(), "in place");
+        if (writes && info_.strided_writes_fail && !args[i].kwarg_only() && fails_as_strided_output(iv.toTensor()) &&
+            !in_native_composite()) [[unlikely]] {
+          throw_strided_output(info_, iv.toTensor(), KernelOutput::kInPlace);
         }
         // A Python float reaches an op as a 0-dim CPU double tensor (a wrapped number).
         if (info_.target_numerics && !is_neuron(iv.toTensor()) && iv.toTensor().defined() &&
@@ -447,31 +447,6 @@ class HostCall {
         if (!fits_int32(v)) throw_int32_overflow(v);
       }
     }
-  }
-
-  // compiled_strided_writes_fail rule: TorchNeuron's torch-mlir kernel executes into the tensor an in-place
-  // op or out= gives it (python_ops/auto_registration.py create_wrapper_function passes out=self;
-  // torch_mlir/kernel.py _prepare_execution_tensors keeps it unless its dtype is narrowed, as float64 and
-  // int64 are, into a fresh 32-bit tensor copied in afterwards), and its pipeline takes contiguous outputs only
-  // (csrc/core/NeuronBindings.cpp _submit_xla_task_to_pipeline -> PrepareKernelTensors). An empty tensor never
-  // reaches it (the empty-tensor path copies zeros in); tracing tensors have no bytes.
-  static bool fails_as_strided_output(const at::Tensor& t) {
-    return t.defined() && t.numel() > 0 && !t.is_contiguous() && !is_64bit(t) &&
-           !is_tracing(t);
-  }
-
-  [[noreturn]] void throw_strided_output(const at::Tensor& t, const char* how) const {
-    std::ostringstream details;
-    details << "ImplementationWrapper: XLA kernel execution failed: Cannot process non-contiguous tensors ("
-            << info_.name << " writes " << how << " into a non-contiguous tensor of sizes " << t.sizes()
-            << " and strides " << t.strides() << ": TorchNeuron's torch-mlir kernel executes into the tensor given, "
-            << "and its pipeline takes contiguous outputs only, torch_neuronx/csrc/core/NeuronBindings.cpp "
-            << "PrepareKernelTensors; python_ops/torch_mlir/kernel.py _prepare_execution_tensors). Next step: "
-            << "compute into a fresh tensor and copy it in (view.copy_(result), or view[...] = value, which "
-            << "TorchNeuron's copy_ writes through the strides), or make the tensor contiguous first; "
-            << "compiled_strided_writes_fail = false in a profile lets it through (docs/device/fidelity.md).";
-    TORCH_CHECK(false, fallback_disabled_message(info_.name, /*executed=*/true, "ImplementationWrapper",
-                                                 details.str()));
   }
 
   [[noreturn]] void throw_int32_overflow(int64_t value) const {
@@ -650,9 +625,9 @@ class HostCall {
     for (LaterOut& o : later_outs_) {
       // An out= of the result's shape is the torch-mlir kernel's execution output itself (one of another
       // shape is resized first, and so made contiguous): compiled_strided_writes_fail rule.
-      if (info_.strided_writes_fail && o.out.sizes() == o.result.sizes() && fails_as_strided_output(o.out))
-          [[unlikely]] {
-        throw_strided_output(o.out, "as out=");
+      if (info_.strided_writes_fail && o.out.sizes() == o.result.sizes() && fails_as_strided_output(o.out) &&
+          !in_native_composite()) [[unlikely]] {
+        throw_strided_output(info_, o.out, KernelOutput::kOut);
       }
       if (o.out.sizes() != o.result.sizes()) o.out.resize_(o.result.sizes());
       o.out.copy_(o.result);
@@ -700,18 +675,19 @@ class HostCall {
     for (const auto& [host, original] : views_) {
       if (host.is_same(t)) return original;  // in-place and out= results
     }
-    // The target's kernel writes a fresh row-major result (compiled_results_row_major rule).
-    // (The copy is converted as a result of its own: a second handle to `t` would keep
-    // adopt_in_place below from ever relabelling a result.)
-    if (info_.row_major_results && !t.is_contiguous()) {
-      warn_row_major(info_, t.strides());
-      return to_device(t.contiguous());
+    for (c10::StorageImpl* s : cpu_inputs_) {
+      if (s == t.storage().unsafeGetStorageImpl()) return t;  // a view of a genuine CPU input
     }
     TORCH_CHECK(t.layout() == c10::kStrided, "the neuron device supports strided tensors only; the "
                 "CPU kernel returned a ", t.layout(), " tensor");
     TORCH_CHECK(!t.is_nested(), nested_tensors_unsupported());
-    for (c10::StorageImpl* s : cpu_inputs_) {
-      if (s == t.storage().unsafeGetStorageImpl()) return t;  // a view of a genuine CPU input
+    check_strided_result(info_, t);
+    // The target's kernel writes a fresh row-major result (compiled_results_row_major rule), or its CPU
+    // fallback copies one to the device (fallback_results_row_major rule). (The copy is converted as a result
+    // of its own: a second handle to `t` would keep adopt_in_place below from ever relabelling a result.)
+    if (info_.row_major_results && !t.is_contiguous()) {
+      warn_row_major(info_, t.strides());
+      return to_device(t.contiguous());
     }
     if (t.numel() == 0 && rule_on(kRuleAllocationsByNumel)) [[unlikely]] lay_out_as_target(t);
     if (info_.target_numerics) round_to_target(t);

@@ -142,6 +142,22 @@ void run_native_composite(const c10::OperatorHandle& op, c10::DispatchKeySet /*k
   NativeCompositeScope as_native(op, signature.value());
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 }
+
+// A natively registered CompositeExplicitAutograd op whose `device=` argument may name another device
+// (`ones_like(x, device="cpu")`): run whole on host views, as the others, unless it does; then PyTorch's
+// composite (the CPU dispatch slot holds it) makes the result there.
+void run_native_unless_elsewhere(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  const size_t begin = stack->size() - args.size();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& value = (*stack)[begin + i];
+    if (args[i].name() == "device" && value.isDevice() && value.toDevice().type() != c10::DeviceType::PrivateUse1) {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+      return;
+    }
+  }
+  execute_on_host_kernels(op, keys, stack);
+}
 }  // namespace
 
 // Ops the target registers natively that PyTorch implements as composites; the lists come
@@ -152,7 +168,8 @@ void run_native_composite(const c10::OperatorHandle& op, c10::DispatchKeySet /*k
 // dispatch slot holding the composite, so its parts are CPU calls, not device ops; the
 // optimizers' foreach ops among them run the same loop on kernels of their own (Unboxed.cpp).
 void register_native_composites(const std::vector<std::string>& implicit_ops,
-                                const std::vector<std::string>& explicit_ops) {
+                                const std::vector<std::string>& explicit_ops,
+                                const std::vector<std::string>& device_argument_ops) {
   static std::vector<std::unique_ptr<torch::Library>> libraries;
   for (const auto key : {c10::DispatchKey::AutogradPrivateUse1, c10::DispatchKey::PrivateUse1}) {
     auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", key, __FILE__, __LINE__);
@@ -161,14 +178,18 @@ void register_native_composites(const std::vector<std::string>& implicit_ops,
     }
     libraries.push_back(std::move(library));
   }
-  // The optimizers' native foreach ops have kernels of their own (Unboxed.cpp).
-  auto foreach = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+  // The optimizers' native foreach ops have kernels of their own (Unboxed.cpp), and so do the ops with a
+  // `device=` argument.
+  auto own = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
                                                   __FILE__, __LINE__);
   std::vector<std::string> on_host_kernels;
   for (const std::string& name : explicit_ops) {
-    if (!register_unboxed_foreach(*foreach, name)) on_host_kernels.push_back(name);
+    if (!register_unboxed_foreach(*own, name)) on_host_kernels.push_back(name);
   }
-  libraries.push_back(std::move(foreach));
+  for (const std::string& name : device_argument_ops) {
+    own->impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&run_native_unless_elsewhere>());
+  }
+  libraries.push_back(std::move(own));
   register_cpu_kernels(on_host_kernels);
 }
 

@@ -164,7 +164,9 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
   info.out_written_after = (rules & kRuleCompiledOutWrittenAfter) && info.compiles && !info.on_host();
   info.strided_writes_fail =
       (rules & kRuleCompiledStridedWritesFail) && (code & kCodeTorchMlir) && info.compiles && !info.on_host();
-  info.row_major_results = (rules & kRuleCompiledResultsRowMajor) && (code & kCodeRowMajor) && !info.on_host();
+  info.strided_results_fail = info.strided_writes_fail && (code & kCodeViaOutKernel);
+  info.row_major_results = ((rules & kRuleCompiledResultsRowMajor) && (code & kCodeRowMajor) && !info.on_host()) ||
+                           ((rules & kRuleFallbackResultsRowMajor) && info.on_host() && !(code & kCodeKeepsStrides));
   auto int32_it = g_config.int32_args.find(info.name);
   info.int32_args = (rules & kRuleIntArgumentsAsInt32) && int32_it != g_config.int32_args.end() && !info.on_host()
                         ? static_cast<uint64_t>(int32_it->second)
@@ -412,6 +414,8 @@ NativeCompositeScope::NativeCompositeScope(const c10::OperatorHandle& op, uint64
 
 NativeCompositeScope::~NativeCompositeScope() { --t_accounting.composite_depth; }
 
+bool in_native_composite() { return t_accounting.composite_depth > 0; }
+
 void enter_uncounted() { ++t_accounting.composite_depth; }
 
 void exit_uncounted() {
@@ -507,6 +511,28 @@ void throw_complex_device_cast(at::ScalarType from, at::ScalarType to, const std
                       "lets the cast through (docs/device/fidelity.md)"));
 }
 
+void throw_strided_output(const OpInfo& info, const at::Tensor& t, KernelOutput how) {
+  const bool result = how == KernelOutput::kComposedResult;
+  std::ostringstream details;
+  details << "ImplementationWrapper: XLA kernel execution failed: Cannot process non-contiguous tensors ("
+          << info.name << " writes "
+          << (how == KernelOutput::kInPlace ? "in place" : result ? "its result" : "as out=") << " into a non-contiguous tensor of sizes " << t.sizes()
+          << " and strides " << t.strides() << ": TorchNeuron's torch-mlir kernel executes into the tensor given, "
+          << "and its pipeline takes contiguous outputs only, torch_neuronx/csrc/core/NeuronBindings.cpp "
+          << "PrepareKernelTensors; python_ops/torch_mlir/kernel.py _prepare_execution_tensors";
+  if (result) {
+    details << ". TorchNeuron registers only this op's out= variant, so PyTorch's generated functional variant "
+            << "(CompositeExplicitAutogradNonFunctional) allocates the result with the stride order TensorIterator "
+            << "takes from the inputs and hands it to that kernel as out=). Next step: make the inputs contiguous "
+            << "first (x.contiguous()), or compute into a contiguous out= (torch.empty(shape, device=...))";
+  } else {
+    details << "). Next step: compute into a fresh tensor and copy it in (view.copy_(result), or view[...] = value, "
+            << "which TorchNeuron's copy_ writes through the strides), or make the tensor contiguous first";
+  }
+  details << "; compiled_strided_writes_fail = false in a profile lets it through (docs/device/fidelity.md).";
+  TORCH_CHECK(false, fallback_disabled_message(info.name, /*executed=*/true, "ImplementationWrapper", details.str()));
+}
+
 std::string fallback_disabled_message(const std::string& op, bool executed, const std::string& implementation,
                                       const std::string& details) {
   return "CPU fallback disabled because TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS=1. Operation " + op +
@@ -559,15 +585,21 @@ void warn_row_major(const OpInfo& info, c10::IntArrayRef cpu_strides) {
   if (!told.insert(&info).second) return;
   std::ostringstream strides;
   strides << cpu_strides;
+  const bool fallback = info.on_host();
   warn_once("row-major " + info.name,
             info.name + " returned a fresh row-major (contiguous) result where the CPU's result has the strides " +
-            strides.str() + " (its inputs' stride order), as TorchNeuron's torch-mlir kernel allocates its results "
-            "on '" + g_config.profile + "' (torch_neuronx/python_ops/torch_mlir/kernel.py, "
-            "_create_output_tensors_from_original). The values are the CPU's; code that relies on the CPU's strides "
+            strides.str() + (fallback ? " (its kernel's layout), as TorchNeuron copies a host fallback's results to "
+                                        "the device on '" + g_config.profile + "' (torch_neuronx/python_ops/"
+                                        "cast_policy.py copy_cpu_to_neuron makes them contiguous)"
+                                      : " (its inputs' stride order), as TorchNeuron's torch-mlir kernel allocates "
+                                        "its results on '" + g_config.profile + "' (torch_neuronx/python_ops/"
+                                        "torch_mlir/kernel.py, _create_output_tensors_from_original)") +
+            ". The values are the CPU's; code that relies on the CPU's strides "
             "(a later .view() across the permuted dims, a stride check) fails or takes another path there, and a "
             "matmul over the result may round otherwise. Next step: use .reshape() or .contiguous() rather than "
-            ".view() on such a result; a profile with compiled_results_row_major = false keeps the CPU's strides "
-            "(docs/device/fidelity.md).");
+            ".view() on such a result; a profile with " +
+            (fallback ? "fallback_results_row_major" : "compiled_results_row_major") +
+            " = false keeps the CPU's strides (docs/device/fidelity.md).");
 }
 
 void note_known_issue(const OpInfo& info) {

@@ -187,6 +187,7 @@ class UnboxedCall {
     for (const auto& [host, device] : views_) {
       if (host == result.storage().unsafeGetStorageImpl()) return device_view(device->storage(), result);
     }
+    check_strided_result(info_, result);
     // The target's kernel writes a fresh row-major result (compiled_results_row_major rule).
     if (info_.row_major_results && !result.is_contiguous()) {
       warn_row_major(info_, result.strides());
@@ -441,6 +442,7 @@ const T& unwrap(const T& v) {
 // did not write it so (`OnDevice`), it is copied as the host path copies it (on the host: not
 // an op).
 at::Tensor with_target_layout(at::Tensor result, const OpInfo& info, c10::DeviceIndex index) {
+  check_strided_result(info, result);
   if (!info.row_major_results || result.is_contiguous()) return result;
   warn_row_major(info, result.strides());
   at::Tensor row_major = empty_on(result.sizes(), {}, result.scalar_type(), std::nullopt, index);

@@ -298,7 +298,11 @@ struct OpInfo {
   // The target's torch-mlir kernel executes into the in-place or out= tensor given, which its pipeline
   // takes contiguous only (compiled_strided_writes_fail rule).
   bool strided_writes_fail = false;
-  // The target's kernel allocates the op's fresh result row-major (compiled_results_row_major rule).
+  // The target registers only the op's out= variant, so PyTorch's generated functional variant hands that
+  // kernel a result with the strides TensorIterator picks from the inputs (compiled_strided_writes_fail rule).
+  bool strided_results_fail = false;
+  // The target's kernel allocates the op's fresh result row-major (compiled_results_row_major rule), or its
+  // CPU fallback copies it to the device so (fallback_results_row_major rule).
   bool row_major_results = false;
   // Bit i set: schema argument i holding an int beyond int32 fails, as the target's torch-mlir kernel
   // makes every non-static int argument an int32 tensor (int_arguments_as_int32 rule).
@@ -329,6 +333,7 @@ enum Rule : int {
   kRuleFallbackUnmarkedWritesLost = 8192,  // a host fallback's writes into unmarked arguments are dropped
   kRuleAllocationsByNumel = 16384,  // empty/empty_strided: a storage of numel elements, row-major strides unclamped
   kRuleCompiledStridedWritesFail = 32768,  // a torch-mlir op writing into a non-contiguous <=32-bit tensor fails
+  kRuleFallbackResultsRowMajor = 65536,  // a host fallback's fresh result is row-major
 };
 // The range of the int32 tensors the target's torch-mlir kernel makes of int arguments.
 inline bool fits_int32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
@@ -343,6 +348,33 @@ constexpr int kCodeEmptyRaises = 64;
 constexpr int kCodeUnmarkedWrites = 128;
 // Classification code bit (profile.py TORCH_MLIR): the op runs through the target's torch-mlir kernel.
 constexpr int kCodeTorchMlir = 256;
+// Classification code bit (profile.py VIA_OUT_KERNEL): a functional op the target runs as its out= kernel.
+constexpr int kCodeViaOutKernel = 512;
+// Classification code bit (profile.py KEEPS_STRIDES): a host fallback whose results keep the CPU's strides.
+constexpr int kCodeKeepsStrides = 1024;
+// compiled_strided_writes_fail rule: TorchNeuron's torch-mlir kernel executes into the tensor an in-place
+// op or out= gives it (python_ops/auto_registration.py create_wrapper_function passes out=self;
+// torch_mlir/kernel.py _prepare_execution_tensors keeps it unless its dtype is narrowed, as float64 and
+// int64 are, into a fresh 32-bit tensor copied in afterwards), and its pipeline takes contiguous outputs only
+// (csrc/core/NeuronBindings.cpp _submit_xla_task_to_pipeline -> PrepareKernelTensors). An empty tensor never
+// reaches it (the empty-tensor path copies zeros in); tracing tensors have no bytes. The callers leave alone the
+// parts of an op the target runs as one kernel (in_native_composite).
+inline bool fails_as_strided_output(const at::Tensor& t) {
+  return t.defined() && t.numel() > 0 && !t.is_contiguous() && !is_64bit(t) && !is_tracing(t);
+}
+// How an op writes the tensor its torch-mlir kernel executes into.
+enum class KernelOutput { kInPlace, kOut, kComposedResult };
+// TorchNeuron's error for that write into a non-contiguous tensor.
+[[noreturn]] void throw_strided_output(const OpInfo& info, const at::Tensor& t, KernelOutput how);
+// Whether this thread is inside an op the target runs as one kernel (a NativeCompositeScope: its parts never
+// run as themselves there) or an uncounted span.
+bool in_native_composite();
+// A functional op's fresh result, under that rule: refused where the target's out= kernel would be given it.
+inline void check_strided_result(const OpInfo& info, const at::Tensor& result) {
+  if (info.strided_results_fail && fails_as_strided_output(result) && !in_native_composite()) [[unlikely]] {
+    throw_strided_output(info, result, KernelOutput::kComposedResult);
+  }
+}
 // TorchNeuron's error when an op it implements fails and its build falls back only for
 // unimplemented ops (python_ops/base.py, Operation.__call__): `executed` for an implementation that
 // ran and failed, else none could handle the call. One text for the device and the process group.
@@ -389,7 +421,8 @@ void exit_uncounted();
 // Ops the target registers natively that PyTorch implements as composites (CompositeImplicitAutograd
 // and CompositeExplicitAutograd): counted as the op itself, not its parts (Registration.cpp).
 void register_native_composites(const std::vector<std::string>& implicit_ops,
-                                const std::vector<std::string>& explicit_ops);
+                                const std::vector<std::string>& explicit_ops,
+                                const std::vector<std::string>& device_argument_ops);
 // Counts calls of ops by name, as the eager device would (a compiled graph's host ops).
 void account_ops(const std::vector<std::string>& op_names);
 // Counts one call of `op` as executed or fallback; warns once per host-fallback op, or
