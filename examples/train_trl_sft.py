@@ -1,6 +1,9 @@
 """A TRL `SFTTrainer` script, as users write it: a causal LM, a text dataset, `SFTConfig`, `train()`.
 The model is a tiny Llama built from a config and the tokenizer a character-level one built here
-(no download). `ferry check -- python examples/train_trl_sft.py` runs it unchanged on both devices.
+(no download). `ferry check -- python examples/train_trl_sft.py` runs it unchanged on both devices, and says
+no-go for trn2: TRL 1.16 scores tokens with torch.mm into a narrowed tile of a 32768-wide buffer
+(trl/kernels/chunked_logprob.py), and TorchNeuron's mm.out refuses a non-contiguous out= (a vocabulary of a
+multiple of 32768 tokens avoids it; docs/device/fidelity.md, compiled_strided_writes_fail).
 
     python examples/train_trl_sft.py --max-steps 6 --out runs/sft
 """

@@ -26,7 +26,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         if x.device.type != "cpu" and not args.no_plant:  # "faster" path for accelerators
-            return x / x.pow(2).mean(-1, keepdim=True).sqrt()
+            # (as x / x.pow(2).mean(-1, keepdim=True).sqrt() it would not run on trn2 at all: its backward divides a
+            # gradient in attention's transposed layout, a div.Tensor TorchNeuron's div.out refuses)
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True))
         return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
 
 
