@@ -787,7 +787,8 @@ def test_clean_twins_of_row_major_results_views_in_place_writes_and_host_fallbac
     x = torch.randn(4, 3, 2, device="neuron").permute(2, 0, 1)
     assert x.stride() == (1, 6, 2)
     assert torch.empty_like(x).stride() == (1, 6, 2)
-    assert x.double().exp_().stride() == (1, 6, 2)  # float32's is refused (compiled_strided_writes_fail)
+    wide = torch.randn(4, 3, 2, dtype=torch.float64, device="neuron").permute(2, 0, 1)
+    assert wide.exp_().stride() == (1, 6, 2)  # float32's is refused (compiled_strided_writes_fail)
     q = torch.linalg.qr(torch.randn(5, 3, device="neuron")).Q  # an explicit CPU fallback there: strides kept
     assert q.stride() == torch.linalg.qr(torch.randn(5, 3)).Q.stride() == (1, 5)
     assert torch.exp(x.contiguous()).stride() == (12, 3, 1)
@@ -795,7 +796,7 @@ def test_clean_twins_of_row_major_results_views_in_place_writes_and_host_fallbac
 
 def test_a_host_fallbacks_result_is_row_major_as_torchneurons_copy_to_the_device_makes_it(neuron):
     """PyTorch's CPU fallback moves each result to the device with .to(device), TorchNeuron's _to_copy, which
-    copies contiguous (fallback_results_row_major): hardswish (no TorchNeuron kernel) of a transposed input is
+    copies contiguous (to_copy_row_major): hardswish (no TorchNeuron kernel) of a transposed input is
     row-major there, with the CPU's values, and an in-place write into it is no strided write."""
     import torch
 
@@ -807,10 +808,32 @@ def test_a_host_fallbacks_result_is_row_major_as_torchneurons_copy_to_the_device
     assert torch.equal(got.cpu(), torch.nn.functional.hardswish(x.t()) * 2)
 
 
-def test_a_profile_without_the_fallback_row_major_rule_keeps_the_cpus_strides(rules):
+def test_a_cast_of_a_permuted_device_tensor_is_row_major_so_dividing_it_runs(neuron):
+    """TorchNeuron's _to_copy allocates every device copy row-major (python_ops/to_copy.py): the image-loading
+    line x.permute(0, 3, 1, 2).float() / 255.0 divides a contiguous tensor there, as here, with the CPU's values."""
     import torch
 
-    rules(fallback_results_row_major=False)
+    images = torch.randint(0, 256, (2, 4, 4, 3), dtype=torch.uint8)
+    got = images.to("neuron").permute(0, 3, 1, 2).float()
+    assert images.permute(0, 3, 1, 2).float().stride() == (48, 1, 12, 3) and got.is_contiguous()
+    assert torch.equal((got / 255.0).cpu(), images.permute(0, 3, 1, 2).float() / 255.0)
+    assert torch.randn(3, 4, device="neuron").t().to(torch.bfloat16).is_contiguous()
+
+
+def test_a_profile_without_the_to_copy_row_major_rule_keeps_the_stride_order_and_refuses_the_division(rules):
+    import torch
+
+    rules(to_copy_row_major=False)
+    x = torch.randint(0, 256, (2, 4, 4, 3), dtype=torch.uint8, device="neuron").permute(0, 3, 1, 2).float()
+    assert x.stride() == (48, 1, 12, 3)
+    with pytest.raises(RuntimeError, match="aten::div.Tensor .*Cannot process non-contiguous tensors"):
+        x / 255.0
+
+
+def test_a_profile_without_the_to_copy_row_major_rule_keeps_a_fallbacks_strides(rules):
+    import torch
+
+    rules(to_copy_row_major=False)
     assert torch.nn.functional.hardswish(torch.randn(4, 3, device="neuron").t()).stride() == (1, 3)
 
 
@@ -1025,7 +1048,7 @@ def test_strided_writes_trainium_takes_twin_pass(rules):
     "x.t() ** 2",  # pow.Tensor_Scalar -> pow.Tensor_Scalar_out
     "torch.isclose(x.t(), y.t())",  # assert_close's comparison
     "torch.zeros_like(x.t())",  # empty_like keeps the stride order, then zero_ in place
-    "x.t().long() == 1",  # int64 inputs, but the result is bool: the kernel's own output
+    "x.long().t() == 1",  # int64 inputs, but the result is bool: the kernel's own output
 ])
 def test_a_functional_op_registered_only_as_its_out_kernel_fails_on_a_permuted_input(neuron, call):
     import torch

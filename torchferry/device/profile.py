@@ -164,17 +164,19 @@ RULES = {
                                     "the snapshot's build raises; python_ops/base.py's CPU fallback, a release "
                                     "build's path, refuses a non-contiguous out= as well), trn2_ops.toml (eq, "
                                     "div, pow... registered as .out only)"),
-    "fallback_results_row_major": (65536, "an op the target runs with PyTorch's CPU fallback (a predicted host "
-                                   "fallback) returns a fresh row-major result on the device, where the CPU's "
-                                   "kernel may give a permuted input's stride order (F.hardswish(x.t())): the "
-                                   "fallback moves each result to the device with TorchNeuron's _to_copy, which "
-                                   "copies contiguous; the ops it registers as explicit CPU fallbacks "
-                                   "(torch.linalg.qr and kin) keep the CPU's strides, as there",
-                                   "torch_neuronx/csrc/core/NeuronBindings.cpp neuron_cpu_fallback (PyTorch's "
-                                   "at::native::cpu_fallback moves results with .to(device)), python_ops/to_copy.py "
-                                   "and cast_policy.py copy_cpu_to_neuron (contiguous); python_ops/"
-                                   "cpu_fallback_registrations.py (_to_neuron_with_strides) and its test "
-                                   "tests/python_ops/test_cpu_fallback_registrations.py (strides preserved)"),
+    "to_copy_row_major": (65536, "TorchNeuron's _to_copy makes every copy on the device row-major: a cast or copy "
+                          "of a permuted device tensor (x.permute(0, 3, 1, 2).float()) is contiguous there, where "
+                          "PyTorch's keeps the stride order (a move from the host keeps it here: not modelled); "
+                          "and so is a predicted host "
+                          "fallback's result, which PyTorch's CPU fallback moves to the device with it "
+                          "(F.hardswish(x.t())); the ops TorchNeuron registers as explicit CPU fallbacks "
+                          "(torch.linalg.qr and kin) keep the CPU's strides, as there",
+                          "torch_neuronx/python_ops/to_copy.py (ToCopyNeuronImpl: io_tensor.empty(shape) for a "
+                          "device-to-device copy, cast_policy.copy_cpu_to_neuron, contiguous, for a move), "
+                          "csrc/core/NeuronBindings.cpp neuron_cpu_fallback (PyTorch's at::native::cpu_fallback "
+                          "moves results with .to(device)); python_ops/cpu_fallback_registrations.py "
+                          "(_to_neuron_with_strides) and its test tests/python_ops/test_cpu_fallback_registrations.py "
+                          "(strides preserved)"),
     # torch.compile(backend="neuron"): what TorchNeuron's lowering refuses (compile/lowering.py).
     "compiled_no_outputs": (0, "a compiled graph with no tensor output (after None outputs are dropped) fails to "
                             "compile: 'No outputs found in the module, expected at least one output'",
@@ -242,7 +244,7 @@ TORCH_MLIR = 256
 VIA_OUT_KERNEL = 512
 # A host fallback TorchNeuron registers explicitly (python_ops/cpu_fallback_registrations.py: linalg_qr and kin),
 # whose results keep the CPU kernel's strides on the device (_to_neuron_with_strides: as_strided over the copied
-# storage); other fallbacks' results are copied contiguous (fallback_results_row_major).
+# storage); other fallbacks' results are copied contiguous (to_copy_row_major).
 KEEPS_STRIDES = 1024
 # CPU kernels that write into arguments their schema does not mark as written (native_functions.yaml:
 # native_batch_norm updates running_mean and running_var in training mode, `Tensor? running_mean` without

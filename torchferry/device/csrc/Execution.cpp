@@ -683,7 +683,7 @@ class HostCall {
     TORCH_CHECK(!t.is_nested(), nested_tensors_unsupported());
     check_strided_result(info_, t);
     // The target's kernel writes a fresh row-major result (compiled_results_row_major rule), or its CPU
-    // fallback copies one to the device (fallback_results_row_major rule). (The copy is converted as a result
+    // fallback copies one to the device (to_copy_row_major rule). (The copy is converted as a result
     // of its own: a second handle to `t` would keep adopt_in_place below from ever relabelling a result.)
     if (info_.row_major_results && !t.is_contiguous()) {
       warn_row_major(info_, t.strides());
@@ -1341,7 +1341,12 @@ at::Tensor to_copy(const at::Tensor& self, std::optional<at::ScalarType> dtype, 
   if (device.value_or(self.device()).type() == kNeuron && casts_complex_on_device(self, to)) [[unlikely]] {
     throw_complex_device_cast(self.scalar_type(), to, "aten::_to_copy", "ToCopyNeuronImpl");
   }
-  return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking, memory_format);
+  // TorchNeuron makes every copy on the device row-major (to_copy_row_major rule: python_ops/to_copy.py
+  // allocates io_tensor.empty(shape), or moves through cast_policy.copy_cpu_to_neuron, contiguous).
+  const bool row_major = rule_on(kRuleToCopyRowMajor) && device.value_or(self.device()).type() == kNeuron &&
+                         (!memory_format || *memory_format == at::MemoryFormat::Preserve) && !is_tracing(self);
+  return at::native::_to_copy(self, dtype, layout, device, pin_memory, non_blocking,
+                              row_major ? std::optional(at::MemoryFormat::Contiguous) : memory_format);
 }
 
 }  // namespace torchferry

@@ -166,7 +166,7 @@ void classify(const c10::OperatorHandle& op, OpEntry& entry) {
       (rules & kRuleCompiledStridedWritesFail) && (code & kCodeTorchMlir) && info.compiles && !info.on_host();
   info.strided_results_fail = info.strided_writes_fail && (code & kCodeViaOutKernel);
   info.row_major_results = ((rules & kRuleCompiledResultsRowMajor) && (code & kCodeRowMajor) && !info.on_host()) ||
-                           ((rules & kRuleFallbackResultsRowMajor) && info.on_host() && !(code & kCodeKeepsStrides));
+                           ((rules & kRuleToCopyRowMajor) && info.on_host() && !(code & kCodeKeepsStrides));
   auto int32_it = g_config.int32_args.find(info.name);
   info.int32_args = (rules & kRuleIntArgumentsAsInt32) && int32_it != g_config.int32_args.end() && !info.on_host()
                         ? static_cast<uint64_t>(int32_it->second)
@@ -598,7 +598,7 @@ void warn_row_major(const OpInfo& info, c10::IntArrayRef cpu_strides) {
             "(a later .view() across the permuted dims, a stride check) fails or takes another path there, and a "
             "matmul over the result may round otherwise. Next step: use .reshape() or .contiguous() rather than "
             ".view() on such a result; a profile with " +
-            (fallback ? "fallback_results_row_major" : "compiled_results_row_major") +
+            (fallback ? "to_copy_row_major" : "compiled_results_row_major") +
             " = false keeps the CPU's strides (docs/device/fidelity.md).");
 }
 

@@ -302,7 +302,7 @@ struct OpInfo {
   // kernel a result with the strides TensorIterator picks from the inputs (compiled_strided_writes_fail rule).
   bool strided_results_fail = false;
   // The target's kernel allocates the op's fresh result row-major (compiled_results_row_major rule), or its
-  // CPU fallback copies it to the device so (fallback_results_row_major rule).
+  // CPU fallback moves it to the device with TorchNeuron's row-major _to_copy (to_copy_row_major rule).
   bool row_major_results = false;
   // Bit i set: schema argument i holding an int beyond int32 fails, as the target's torch-mlir kernel
   // makes every non-static int argument an int32 tensor (int_arguments_as_int32 rule).
@@ -333,7 +333,7 @@ enum Rule : int {
   kRuleFallbackUnmarkedWritesLost = 8192,  // a host fallback's writes into unmarked arguments are dropped
   kRuleAllocationsByNumel = 16384,  // empty/empty_strided: a storage of numel elements, row-major strides unclamped
   kRuleCompiledStridedWritesFail = 32768,  // a torch-mlir op writing into a non-contiguous <=32-bit tensor fails
-  kRuleFallbackResultsRowMajor = 65536,  // a host fallback's fresh result is row-major
+  kRuleToCopyRowMajor = 65536,  // _to_copy's device copies, and so host fallbacks' results, are row-major
 };
 // The range of the int32 tensors the target's torch-mlir kernel makes of int arguments.
 inline bool fits_int32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
